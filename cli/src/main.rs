@@ -1,0 +1,71 @@
+//! `kfs-iceberg`: the command-line face of the project.
+//!
+//! `dump` shows and verifies a segment, `gen` writes sample segments in the broker's
+//! bucket layout. Every failure prints one line on stderr naming the file, the byte
+//! position and the reason, and exits non-zero.
+
+mod dump;
+mod gen_cmd;
+mod time;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Turns KafScale log segments into Apache Iceberg tables.
+#[derive(Debug, Parser)]
+#[command(name = "kfs-iceberg", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Verify a .kfs segment and print its header, batches and records.
+    Dump(dump::DumpArgs),
+    /// Write synthetic segments in the broker's bucket layout.
+    Gen(gen_cmd::GenArgs),
+}
+
+/// A failure of a command, worded for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+    /// A segment or index is malformed.
+    #[error("{path}: {source}")]
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// Where and what.
+        source: kfs_segment::DecodeError,
+    },
+    /// Segments could not be generated.
+    #[error("generating segments: {0}")]
+    Encode(#[from] kfs_segment::EncodeError),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Dump(args) => dump::run(&args),
+        Command::Gen(args) => gen_cmd::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // One line, whatever the error says.
+            let line = err.to_string().replace('\n', " ");
+            eprintln!("kfs-iceberg: {line}");
+            ExitCode::FAILURE
+        }
+    }
+}
