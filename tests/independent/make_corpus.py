@@ -27,8 +27,6 @@ import struct
 import sys
 import zlib
 
-import cramjam
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kfs_check import KfsError, read_index, read_segment  # noqa: E402
 from kfs_writer import (CODEC_IDS, FOOTER_LEN, HEADER_LEN, Batch, Record, assemble_batch,  # noqa: E402
@@ -96,10 +94,6 @@ def with_segment(first_batch: bytes, base: int = 100) -> bytes:
 def set_body_crc(seg: bytes) -> bytes:
     crc = crc32c(seg[HEADER_LEN:-FOOTER_LEN])
     return patch(seg, len(seg) - FOOTER_LEN, ">I", crc)
-
-
-def recompute_all(batches: list[bytes]) -> bytes:
-    return seg_of(batches)
 
 
 # ---------------------------------------------------------------- codec corruption

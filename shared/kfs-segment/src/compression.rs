@@ -127,7 +127,11 @@ pub(crate) fn decompress(
             too_large,
         ),
         Compression::Zstd => {
-            let decoder = zstd::stream::read::Decoder::with_buffer(input)
+            let mut decoder = zstd::stream::read::Decoder::with_buffer(input)
+                .map_err(|e| failed(e.to_string()))?;
+            // The window is allocated up front from the frame header: bound it too.
+            decoder
+                .window_log_max(zstd_window_log_max(cap))
                 .map_err(|e| failed(e.to_string()))?;
             read_capped(decoder, cap, out, failed, too_large)
         }
@@ -159,21 +163,49 @@ pub(crate) fn decompress(
     }
 }
 
+/// The largest zstd window (as a power of two) accepted for an output cap: enough for
+/// the output itself, and never below 8 MiB (2^23), the window of every compression
+/// level up to 19, so that streaming producers' frames always decode.
+pub(crate) fn zstd_window_log_max(cap: u64) -> u32 {
+    let needed = 64 - cap.max(1).saturating_sub(1).leading_zeros();
+    needed.clamp(ZSTD_MIN_WINDOW_LOG, 27)
+}
+
+/// Smallest window limit applied to zstd frames (8 MiB).
+pub(crate) const ZSTD_MIN_WINDOW_LOG: u32 = 23;
+
 fn read_capped(
-    reader: impl Read,
+    mut reader: impl Read,
     cap: u64,
     out: &mut Vec<u8>,
     failed: impl Fn(String) -> DecodeErrorKind,
     too_large: impl Fn() -> DecodeErrorKind,
 ) -> Result<(), DecodeErrorKind> {
-    let mut limited = reader.take(cap.saturating_add(1));
-    limited
-        .read_to_end(out)
-        .map_err(|e| failed(e.to_string()))?;
-    if out.len() as u64 > cap {
-        return Err(too_large());
-    }
-    Ok(())
+    // Grow by doubling, but never past cap + 1 bytes: one byte over the cap proves
+    // the output too large without ever holding more. New room is zeroed once.
+    let limit = usize::try_from(cap.saturating_add(1)).unwrap_or(usize::MAX);
+    let mut filled = out.len();
+    let result = loop {
+        if filled == out.len() {
+            let target = out.len().saturating_mul(2).max(64 * 1024).min(limit);
+            if target <= out.len() {
+                break Err(too_large());
+            }
+            out.reserve_exact(target - out.len());
+            out.resize(target, 0);
+        }
+        match reader.read(&mut out[filled..]) {
+            Ok(0) => break Ok(()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(failed(e.to_string())),
+        }
+        if filled as u64 > cap {
+            break Err(too_large());
+        }
+    };
+    out.truncate(filled);
+    result
 }
 
 fn snappy_block(

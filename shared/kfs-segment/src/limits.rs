@@ -24,7 +24,7 @@ impl Default for DecodeLimits {
         Self {
             max_batch_bytes: 256 << 20,
             max_decompressed_batch_bytes: 256 << 20,
-            max_compression_ratio: 1024,
+            max_compression_ratio: 512,
             ratio_free_bytes: 1 << 20,
         }
     }
@@ -48,7 +48,7 @@ mod tests {
     fn cap_is_bounded_by_ratio_and_absolute_limit() {
         let limits = DecodeLimits::default();
         assert_eq!(limits.decompressed_cap(10), 1 << 20);
-        assert_eq!(limits.decompressed_cap(4096), 4096 * 1024);
+        assert_eq!(limits.decompressed_cap(4096), 4096 * 512);
         assert_eq!(limits.decompressed_cap(u64::MAX), 256 << 20);
     }
 }

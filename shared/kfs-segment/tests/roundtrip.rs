@@ -1,0 +1,211 @@
+//! Property tests: whatever the encoder writes, both decoders (slice and streaming)
+//! read back exactly; arbitrary and mutated bytes never panic.
+
+use std::io::Read;
+
+use kfs_segment::{
+    BatchSpec, Compression, DecodeError, DecodeLimits, OwnedRecord, SegmentDecoder, SegmentIndex,
+    SnappyFraming, check_index, decode_all, encode_segment,
+};
+use proptest::prelude::*;
+
+/// A reader that hands out at most `chunk` bytes per call, to exercise the
+/// streaming decoder's look-ahead at every boundary.
+struct Chunked<'a> {
+    data: &'a [u8],
+    chunk: usize,
+}
+
+impl Read for Chunked<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.chunk.min(buf.len()).min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+}
+
+fn stream_decode(data: &[u8], chunk: usize) -> Result<Vec<OwnedRecord>, DecodeError> {
+    let mut decoder =
+        SegmentDecoder::from_reader(Chunked { data, chunk }, DecodeLimits::default())?;
+    let mut records = Vec::new();
+    decoder.for_each_batch(|batch| {
+        records.extend(batch.records.iter().map(OwnedRecord::from_record));
+        Ok::<(), DecodeError>(())
+    })?;
+    Ok(records)
+}
+
+fn bytes_or_null() -> impl Strategy<Value = Option<Vec<u8>>> {
+    prop_oneof![
+        1 => Just(None),
+        1 => Just(Some(Vec::new())),
+        6 => proptest::collection::vec(any::<u8>(), 1..64).prop_map(Some),
+        1 => proptest::collection::vec(any::<u8>(), 1000..5000).prop_map(Some),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct RecordDraft {
+    gap: i64,
+    ts_jitter: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+fn record_draft() -> impl Strategy<Value = RecordDraft> {
+    (
+        prop_oneof![8 => Just(1i64), 1 => 2i64..5],
+        -5_000i64..5_000,
+        bytes_or_null(),
+        bytes_or_null(),
+        proptest::collection::vec(("\\PC{0,8}", bytes_or_null()), 0..4),
+    )
+        .prop_map(|(gap, ts_jitter, key, value, headers)| RecordDraft {
+            gap,
+            ts_jitter,
+            key,
+            value,
+            headers,
+        })
+}
+
+#[derive(Debug, Clone)]
+struct BatchDraft {
+    records: Vec<RecordDraft>,
+    compression: Compression,
+    framing: SnappyFraming,
+    log_append: bool,
+    control: bool,
+    gap_before: i64,
+}
+
+fn batch_draft() -> impl Strategy<Value = BatchDraft> {
+    (
+        proptest::collection::vec(record_draft(), 1..12),
+        proptest::sample::select(Compression::ALL.to_vec()),
+        prop_oneof![Just(SnappyFraming::Xerial), Just(SnappyFraming::Raw)],
+        proptest::bool::weighted(0.2),
+        proptest::bool::weighted(0.05),
+        prop_oneof![4 => Just(1i64), 1 => 2i64..1000],
+    )
+        .prop_map(
+            |(records, compression, framing, log_append, control, gap_before)| BatchDraft {
+                records,
+                compression,
+                framing,
+                log_append,
+                control,
+                gap_before,
+            },
+        )
+}
+
+/// Turns drafts into batch specs and the records a decoder must return.
+fn build(base: i64, drafts: &[BatchDraft]) -> (Vec<BatchSpec>, Vec<OwnedRecord>) {
+    let mut next = base;
+    let mut clock = 1_700_000_000_000i64;
+    let mut specs = Vec::new();
+    let mut expected = Vec::new();
+    for (i, draft) in drafts.iter().enumerate() {
+        if i > 0 {
+            next += draft.gap_before - 1;
+        }
+        let mut records = Vec::new();
+        for (j, r) in draft.records.iter().enumerate() {
+            if j > 0 {
+                next += r.gap - 1;
+            }
+            clock += 7;
+            records.push(OwnedRecord {
+                offset: next,
+                timestamp_ms: clock + r.ts_jitter,
+                key: r.key.clone(),
+                value: r.value.clone(),
+                headers: r.headers.clone(),
+            });
+            next += 1;
+        }
+        let mut spec = BatchSpec::new(records, draft.compression);
+        spec.snappy_framing = draft.framing;
+        spec.control = draft.control;
+        if draft.log_append {
+            spec.log_append_time_ms = Some(clock + 1_000);
+        }
+        if !draft.control {
+            expected.extend(spec.records.iter().cloned().map(|mut r| {
+                if let Some(append) = spec.log_append_time_ms {
+                    r.timestamp_ms = append;
+                }
+                r
+            }));
+        }
+        specs.push(spec);
+    }
+    (specs, expected)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn encode_then_decode_round_trips(
+        base in 0i64..1_000_000_000_000,
+        drafts in proptest::collection::vec(batch_draft(), 1..8),
+        chunk in 1usize..200,
+    ) {
+        let (specs, expected) = build(base, &drafts);
+        let segment = encode_segment(&specs, 1_700_000_000_123).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let (records, summary) = decode_all(&segment.kfs, DecodeLimits::default()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&records, &expected);
+        prop_assert_eq!(summary.batches, specs.len() as u64);
+        prop_assert_eq!(summary.control_batches, specs.iter().filter(|s| s.control).count() as u64);
+        prop_assert_eq!(summary.last_offset, segment.last_offset);
+        let streamed = stream_decode(&segment.kfs, chunk).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&streamed, &expected);
+        prop_assert!(check_index(&segment.kfs, &segment.index, DecodeLimits::default()).is_ok());
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let slice = decode_all(&data, DecodeLimits::default());
+        let stream = stream_decode(&data, 7);
+        prop_assert_eq!(slice.is_ok(), stream.is_ok());
+        let _ = SegmentIndex::decode(&data);
+    }
+
+    #[test]
+    fn arbitrary_bodies_behind_a_valid_header_never_panic(body in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let mut data = b"KAFS\x00\x01\x00\x00".to_vec();
+        data.extend_from_slice(&[0; 24]);
+        data.extend_from_slice(&body);
+        let _ = decode_all(&data, DecodeLimits::default());
+        let _ = stream_decode(&data, 13);
+    }
+
+    #[test]
+    fn mutated_segments_never_panic_and_both_decoders_agree(
+        drafts in proptest::collection::vec(batch_draft(), 1..4),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..4),
+        cut in any::<prop::sample::Index>(),
+        truncate in proptest::bool::weighted(0.3),
+    ) {
+        let (specs, _) = build(10, &drafts);
+        let segment = encode_segment(&specs, 1).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let mut data = segment.kfs.clone();
+        for (at, xor) in flips {
+            let i = at.index(data.len());
+            data[i] ^= xor;
+        }
+        if truncate {
+            data.truncate(cut.index(data.len()));
+        }
+        let slice = decode_all(&data, DecodeLimits::default());
+        let stream = stream_decode(&data, 64);
+        prop_assert_eq!(slice.is_ok(), stream.is_ok());
+        if truncate {
+            prop_assert!(slice.is_err());
+        }
+    }
+}
