@@ -208,4 +208,24 @@ proptest! {
             prop_assert!(slice.is_err());
         }
     }
+
+    #[test]
+    fn any_limits_never_panic(
+        drafts in proptest::collection::vec(batch_draft(), 1..4),
+        max_batch_bytes in 0u64..8192,
+        max_decompressed_batch_bytes in 0u64..8192,
+        max_compression_ratio in 0u64..8,
+        ratio_free_bytes in 0u64..8192,
+    ) {
+        let limits = DecodeLimits { max_batch_bytes, max_decompressed_batch_bytes, max_compression_ratio, ratio_free_bytes };
+        let (specs, expected) = build(0, &drafts);
+        let segment = encode_segment(&specs, 1).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let slice = decode_all(&segment.kfs, limits);
+        let stream = SegmentDecoder::from_reader(&segment.kfs[..], limits)
+            .and_then(|mut d| d.for_each_batch(|_| Ok::<(), DecodeError>(())));
+        prop_assert_eq!(slice.is_ok(), stream.is_ok());
+        if let Ok((records, _)) = slice {
+            prop_assert_eq!(records, expected);
+        }
+    }
 }
