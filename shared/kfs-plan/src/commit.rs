@@ -1,0 +1,330 @@
+//! Commit planning: which pending segments of one table a commit may take.
+//!
+//! Per partition, only a contiguous run starting at the table's watermark (the next
+//! expected offset, from the current snapshot's summary) is committable. A partition
+//! seen for the first time starts at its earliest segment in the source listing, or at
+//! a configured offset, never at whichever segment happened to be converted first. A gap
+//! before the next pending segment waits while the listing shows a segment inside it
+//! (not yet converted, or quarantined); once no listed segment covers it, the gap is
+//! recorded and the run goes on. Pending segments the watermark already covers are
+//! reported, never committed again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::offsets::{CommitSummary, Gap, GapReason, OffsetMap};
+
+/// A converted segment waiting to be committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingSegment {
+    /// Ledger id of the segment.
+    pub id: String,
+    /// Partition.
+    pub partition: i32,
+    /// Base offset of its first batch.
+    pub base_offset: i64,
+    /// Offset of its last record.
+    pub last_offset: i64,
+    /// Data records it holds.
+    pub records: u64,
+}
+
+/// What the planner needs to know about one table.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInput<'a> {
+    /// Topic feeding the table.
+    pub topic: &'a str,
+    /// Next offset per partition, from the current snapshot (empty for a new table).
+    pub watermarks: &'a OffsetMap,
+    /// Pending segments of the table, in any order.
+    pub pending: &'a [PendingSegment],
+    /// Base offsets of the complete segments in the source, per partition.
+    pub listing: &'a BTreeMap<i32, BTreeSet<i64>>,
+    /// Configured starting offsets for partitions seen for the first time.
+    pub start_offsets: &'a BTreeMap<i32, i64>,
+    /// Most segments one commit may take (bounds the work of one cycle).
+    pub max_segments: usize,
+}
+
+/// Why a partition cannot move further in this commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldReason {
+    /// A segment inside the gap before the next pending segment is listed but not
+    /// pending (not converted yet, or quarantined).
+    WaitingForSegment {
+        /// Base offset of the listed segment.
+        base_offset: i64,
+    },
+    /// A pending segment starts below the watermark but ends above it: committing it
+    /// would duplicate records, skipping it would lose some.
+    Overlap {
+        /// The segment's ledger id.
+        id: String,
+        /// Its base offset.
+        base_offset: i64,
+        /// Its last offset.
+        last_offset: i64,
+    },
+    /// A partition seen for the first time has no listed segment and no configured
+    /// start, so where it begins is unknown.
+    NoStartingPoint,
+    /// The commit reached its segment limit.
+    SegmentLimit,
+}
+
+/// A partition held back, with the offset it waits at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// Partition.
+    pub partition: i32,
+    /// Next offset the table expects, if known.
+    pub next_offset: Option<i64>,
+    /// Why it waits.
+    pub reason: HoldReason,
+}
+
+/// The plan of one commit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommitPlan {
+    /// Segments to commit, by partition, in offset order.
+    pub take: Vec<PendingSegment>,
+    /// Full map of next offsets after the commit.
+    pub offsets: OffsetMap,
+    /// Ranges the commit adds, per partition: `[first, next)` (gaps included).
+    pub ranges: BTreeMap<i32, (i64, i64)>,
+    /// Gaps the commit records.
+    pub gaps: Vec<Gap>,
+    /// Pending segments the watermark already covers.
+    pub covered: Vec<PendingSegment>,
+    /// Partitions that could not move (fully or partly).
+    pub holds: Vec<Hold>,
+}
+
+impl CommitPlan {
+    /// True when the commit would change nothing.
+    pub fn is_empty(&self) -> bool {
+        self.take.is_empty() && self.gaps.is_empty()
+    }
+
+    /// Data records the commit adds.
+    pub fn records(&self) -> u64 {
+        self.take.iter().map(|s| s.records).sum()
+    }
+
+    /// A commit id that depends only on the topic and the segments taken, so that a
+    /// retried plan finds its own earlier commit.
+    pub fn commit_id(&self, topic: &str) -> String {
+        // FNV-1a, 64 bits: stable across Rust versions, unlike the std hasher.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |bytes: &[u8]| {
+            for &b in bytes {
+                hash ^= u64::from(b);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+            hash ^= 0xff;
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        };
+        feed(topic.as_bytes());
+        for segment in &self.take {
+            feed(
+                format!(
+                    "{}:{}-{}",
+                    segment.id, segment.base_offset, segment.last_offset
+                )
+                .as_bytes(),
+            );
+        }
+        for gap in &self.gaps {
+            feed(format!("{}:{}-{}", gap.partition, gap.from, gap.to).as_bytes());
+        }
+        format!("{hash:016x}")
+    }
+
+    /// The snapshot summary this commit carries.
+    pub fn summary(&self, topic: &str) -> CommitSummary {
+        CommitSummary {
+            topic: topic.to_owned(),
+            offsets: self.offsets.clone(),
+            ranges: self.ranges.clone(),
+            gaps: self.gaps.clone(),
+            commit_id: self.commit_id(topic),
+            segments: self.take.len() as u64,
+            records: self.records(),
+        }
+    }
+}
+
+/// Plans one commit for one table.
+pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
+    let mut by_partition: BTreeMap<i32, Vec<&PendingSegment>> = BTreeMap::new();
+    for segment in input.pending {
+        by_partition
+            .entry(segment.partition)
+            .or_default()
+            .push(segment);
+    }
+    let mut plan = CommitPlan {
+        offsets: input.watermarks.clone(),
+        ..CommitPlan::default()
+    };
+    let empty = BTreeSet::new();
+    for (partition, mut segments) in by_partition {
+        segments.sort_by_key(|s| (s.base_offset, s.last_offset));
+        let listed = input.listing.get(&partition).unwrap_or(&empty);
+        let start = input
+            .watermarks
+            .get(&partition)
+            .or_else(|| input.start_offsets.get(&partition))
+            .or_else(|| listed.first())
+            .copied();
+        let Some(start) = start else {
+            plan.holds.push(Hold {
+                partition,
+                next_offset: None,
+                reason: HoldReason::NoStartingPoint,
+            });
+            continue;
+        };
+        let mut next = start;
+        let mut first_taken: Option<i64> = None;
+        for segment in segments {
+            if segment.last_offset < next {
+                plan.covered.push(segment.clone());
+                continue;
+            }
+            let hold = |reason| Hold {
+                partition,
+                next_offset: Some(next),
+                reason,
+            };
+            if segment.base_offset < next {
+                plan.holds.push(hold(HoldReason::Overlap {
+                    id: segment.id.clone(),
+                    base_offset: segment.base_offset,
+                    last_offset: segment.last_offset,
+                }));
+                break;
+            }
+            if plan.take.len() >= input.max_segments {
+                plan.holds.push(hold(HoldReason::SegmentLimit));
+                break;
+            }
+            if segment.base_offset > next {
+                if let Some(&waiting) = listed.range(next..segment.base_offset).next() {
+                    plan.holds.push(hold(HoldReason::WaitingForSegment {
+                        base_offset: waiting,
+                    }));
+                    break;
+                }
+                plan.gaps.push(Gap {
+                    partition,
+                    from: next,
+                    to: segment.base_offset - 1,
+                    reason: GapReason::NoSegment,
+                });
+            }
+            first_taken.get_or_insert(next);
+            next = segment.last_offset + 1;
+            plan.take.push(segment.clone());
+        }
+        if let Some(first) = first_taken {
+            plan.ranges.insert(partition, (first, next));
+            plan.offsets.insert(partition, next);
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(partition: i32, base: i64, last: i64) -> PendingSegment {
+        PendingSegment {
+            id: format!("p{partition}-{base}"),
+            partition,
+            base_offset: base,
+            last_offset: last,
+            records: (last - base + 1) as u64,
+        }
+    }
+
+    fn plan(
+        watermarks: &[(i32, i64)],
+        pending: &[PendingSegment],
+        listing: &[(i32, &[i64])],
+    ) -> CommitPlan {
+        let watermarks: OffsetMap = watermarks.iter().copied().collect();
+        let listing: BTreeMap<i32, BTreeSet<i64>> = listing
+            .iter()
+            .map(|(p, offsets)| (*p, offsets.iter().copied().collect()))
+            .collect();
+        plan_commit(&PlanInput {
+            topic: "t",
+            watermarks: &watermarks,
+            pending,
+            listing: &listing,
+            start_offsets: &BTreeMap::new(),
+            max_segments: 1000,
+        })
+    }
+
+    #[test]
+    fn a_new_partition_starts_at_its_earliest_listed_segment() {
+        // Segment 10 was converted before segment 0: it must wait, not start the partition.
+        let p = plan(&[], &[seg(0, 10, 19)], &[(0, &[0, 10])]);
+        assert!(p.take.is_empty());
+        assert_eq!(
+            p.holds[0].reason,
+            HoldReason::WaitingForSegment { base_offset: 0 }
+        );
+        let p = plan(&[], &[seg(0, 10, 19), seg(0, 0, 9)], &[(0, &[0, 10])]);
+        assert_eq!(p.take.len(), 2);
+        assert_eq!(p.offsets[&0], 20);
+        assert_eq!(p.ranges[&0], (0, 20));
+    }
+
+    #[test]
+    fn a_gap_no_segment_covers_is_recorded_and_passed() {
+        let p = plan(&[(0, 10)], &[seg(0, 15, 19)], &[(0, &[0, 15])]);
+        assert_eq!(
+            p.gaps,
+            vec![Gap {
+                partition: 0,
+                from: 10,
+                to: 14,
+                reason: GapReason::NoSegment
+            }]
+        );
+        assert_eq!(p.offsets[&0], 20);
+        assert_eq!(p.ranges[&0], (10, 20));
+    }
+
+    #[test]
+    fn covered_segments_are_reported_and_overlaps_hold_the_partition() {
+        let p = plan(
+            &[(0, 20)],
+            &[seg(0, 0, 9), seg(0, 15, 25), seg(1, 0, 4)],
+            &[(0, &[0, 15]), (1, &[0])],
+        );
+        assert_eq!(p.covered, vec![seg(0, 0, 9)]);
+        assert!(matches!(
+            p.holds[0].reason,
+            HoldReason::Overlap {
+                base_offset: 15,
+                ..
+            }
+        ));
+        assert_eq!(p.take, vec![seg(1, 0, 4)]);
+        assert_eq!(p.offsets, BTreeMap::from([(0, 20), (1, 5)]));
+    }
+
+    #[test]
+    fn the_commit_id_depends_on_what_is_taken() {
+        let a = plan(&[], &[seg(0, 0, 9)], &[(0, &[0])]);
+        let b = plan(&[], &[seg(0, 0, 9)], &[(0, &[0])]);
+        let c = plan(&[], &[seg(0, 0, 4)], &[(0, &[0])]);
+        assert_eq!(a.commit_id("t"), b.commit_id("t"));
+        assert_ne!(a.commit_id("t"), c.commit_id("t"));
+        assert_ne!(a.commit_id("t"), a.commit_id("u"));
+    }
+}

@@ -1,0 +1,15 @@
+//! Pure planning logic of kfs-iceberg: no I/O, no async, no clock.
+//!
+//! - [`keys`]: which objects of a bucket are segments, and what their keys say.
+//! - [`naming`]: the Iceberg table a topic lands in.
+//! - [`offsets`]: the per-partition offset map carried in every snapshot summary.
+//! - [`commit`]: which pending segments a commit may take, in what order, and what
+//!   the table's watermarks become.
+//!
+//! The hosts (the CLI, the Lambda functions, tests) read the world, hand it to these
+//! functions as data, and carry out the plans they return.
+
+pub mod commit;
+pub mod keys;
+pub mod naming;
+pub mod offsets;
