@@ -5,7 +5,10 @@
 //! position and the reason, and exits non-zero.
 
 mod dump;
+mod embedded;
 mod gen_cmd;
+mod run_cmd;
+mod status_cmd;
 mod time;
 
 use std::path::PathBuf;
@@ -27,6 +30,10 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Write synthetic segments in the broker's bucket layout.
     Gen(gen_cmd::GenArgs),
+    /// Convert every complete segment under the source and commit it to Iceberg.
+    Run(run_cmd::RunArgs),
+    /// Show watermarks, pending work and quarantined segments per table.
+    Status(status_cmd::StatusArgs),
 }
 
 /// A failure of a command, worded for the operator.
@@ -51,6 +58,22 @@ pub enum CliError {
     /// Segments could not be generated.
     #[error("generating segments: {0}")]
     Encode(#[from] kfs_segment::EncodeError),
+    /// The arguments or the configuration are wrong.
+    #[error("{0}")]
+    Usage(String),
+    /// The pipeline failed.
+    #[error("{0}")]
+    Pipeline(String),
+}
+
+fn block_on<F: std::future::Future<Output = Result<(), CliError>>>(
+    future: F,
+) -> Result<(), CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Pipeline(format!("cannot start the async runtime: {e}")))?
+        .block_on(future)
 }
 
 fn main() -> ExitCode {
@@ -58,6 +81,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Dump(args) => dump::run(&args),
         Command::Gen(args) => gen_cmd::run(&args),
+        Command::Run(args) => block_on(run_cmd::run(&args)),
+        Command::Status(args) => block_on(status_cmd::run(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,1 +1,12 @@
-//! placeholder
+//! The kfs-iceberg core: converting segments to Parquet data files, the ledger of what
+//! happened to each segment, and exactly-once commits to Iceberg tables. The Lambda
+//! functions and the CLI both run this code; the source, the ledger and the catalog
+//! sit behind narrow interfaces with in-memory implementations.
+
+pub mod catalog;
+pub mod committer;
+pub mod convert;
+pub mod ledger;
+pub mod pipeline;
+pub mod source;
+pub mod table;

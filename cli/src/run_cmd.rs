@@ -1,0 +1,198 @@
+//! `kfs-iceberg run`: one pass of the pipeline on the embedded default, with a
+//! progress bar and a closing summary.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use kfs_core::catalog::S3Settings;
+use kfs_core::pipeline::{PipelineConfig, Progress, RunReport, run_once};
+use kfs_core::source::OpendalSource;
+use kfs_plan::commit::HoldReason;
+use kfs_plan::naming::{TableName, TableNaming};
+use serde::Deserialize;
+
+use crate::CliError;
+use crate::embedded::WarehouseArgs;
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Where the segments are: a directory or s3://bucket/prefix.
+    #[arg(long)]
+    source: String,
+    #[command(flatten)]
+    warehouse: WarehouseArgs,
+    /// A TOML configuration file (table names, start offsets).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// The configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    /// Namespace of tables not named explicitly (default `kafscale`).
+    namespace: Option<String>,
+    /// `topic = "namespace.table"` entries.
+    #[serde(default)]
+    tables: BTreeMap<String, String>,
+    /// `[start_offsets.<topic>]` with `"<partition>" = offset` entries.
+    #[serde(default)]
+    start_offsets: BTreeMap<String, BTreeMap<String, i64>>,
+}
+
+fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
+    let Some(path) = path else {
+        return Ok(PipelineConfig::default());
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let file: ConfigFile = toml::from_str(&text)
+        .map_err(|e| CliError::Usage(format!("{}: {}", path.display(), e.message())))?;
+    let mut naming = TableNaming {
+        namespace: file.namespace,
+        ..TableNaming::default()
+    };
+    for (topic, table) in file.tables {
+        let name = TableName::parse(&table).ok_or_else(|| {
+            CliError::Usage(format!(
+                "{}: table {table:?} is not namespace.name",
+                path.display()
+            ))
+        })?;
+        naming.overrides.insert(topic, name);
+    }
+    let mut start_offsets = BTreeMap::new();
+    for (topic, partitions) in file.start_offsets {
+        let mut map = BTreeMap::new();
+        for (partition, offset) in partitions {
+            let p = partition.parse::<i32>().map_err(|_| {
+                CliError::Usage(format!(
+                    "{}: start_offsets.{topic}: {partition:?} is not a partition",
+                    path.display()
+                ))
+            })?;
+            map.insert(p, offset);
+        }
+        start_offsets.insert(topic, map);
+    }
+    Ok(PipelineConfig {
+        naming,
+        start_offsets,
+        ..PipelineConfig::default()
+    })
+}
+
+/// Runs `run`.
+pub async fn run(args: &RunArgs) -> Result<(), CliError> {
+    let config = load_config(args.config.as_ref())?;
+    let source = OpendalSource::from_location(&args.source, &S3Settings::from_env())
+        .map_err(|e| CliError::Pipeline(format!("source {e}")))?;
+    let embedded = args.warehouse.open().await?;
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} segments {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let on_progress = |event: &Progress| match event {
+        Progress::Listed { new, .. } => bar.set_length(*new as u64),
+        Progress::Converted { .. } => bar.inc(1),
+        Progress::Quarantined { segment, error } => {
+            bar.inc(1);
+            bar.suspend(|| eprintln!("quarantined {segment}: {error}"));
+        }
+        Progress::Committed { table, .. } => bar.set_message(format!("committed {table}")),
+    };
+    let report = run_once(
+        &source,
+        &embedded.catalog,
+        &embedded.ledger,
+        &config,
+        &on_progress,
+    )
+    .await
+    .map_err(|e| CliError::Pipeline(e.to_string()))?;
+    bar.finish_and_clear();
+    print_report(&report);
+    Ok(())
+}
+
+fn print_report(report: &RunReport) {
+    println!(
+        "{} segments listed ({} new, {} already known), {} converted ({} records), {} quarantined, {} incomplete, {} other objects ignored",
+        report.segments,
+        report.segments - report.known,
+        report.known,
+        report.converted,
+        report.records_converted,
+        report.quarantined.len(),
+        report.incomplete,
+        report.ignored
+    );
+    for (segment, error) in &report.quarantined {
+        println!("  quarantined {segment}: {error}");
+    }
+    for segment in &report.rewritten {
+        println!(
+            "  warning: {segment} was rewritten with different content after it was converted; not ingested again"
+        );
+    }
+    for (table, outcome) in &report.tables {
+        match outcome.snapshot_id {
+            Some(id) => println!(
+                "table {table}: snapshot {id}: +{} segments, {} files, {} records",
+                outcome.segments, outcome.files, outcome.records
+            ),
+            None => println!("table {table}: no new snapshot"),
+        }
+        let marks: Vec<String> = outcome
+            .watermarks
+            .iter()
+            .map(|(p, next)| format!("{p}→{next}"))
+            .collect();
+        println!(
+            "  next offset per partition: {}",
+            if marks.is_empty() {
+                "-".into()
+            } else {
+                marks.join(" ")
+            }
+        );
+        for gap in &outcome.gaps {
+            println!(
+                "  gap recorded: partition {} offsets {}..={} (no segment covers them)",
+                gap.partition, gap.from, gap.to
+            );
+        }
+        for hold in &outcome.holds {
+            let at = hold
+                .next_offset
+                .map_or_else(|| "?".to_owned(), |o| o.to_string());
+            let why = match &hold.reason {
+                HoldReason::WaitingForSegment { base_offset } => {
+                    format!(
+                        "waiting for segment at offset {base_offset} (not converted yet, or quarantined)"
+                    )
+                }
+                HoldReason::Overlap { id, .. } => {
+                    format!("segment {id} overlaps what is committed")
+                }
+                HoldReason::NoStartingPoint => "no segment listed to start from".into(),
+                HoldReason::SegmentLimit => "segment limit of this cycle reached".into(),
+            };
+            println!("  partition {} held at {at}: {why}", hold.partition);
+        }
+    }
+}

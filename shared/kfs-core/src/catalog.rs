@@ -1,0 +1,244 @@
+//! Opening the Iceberg catalog and the topic tables.
+//!
+//! The embedded default is the Iceberg SQL catalog on SQLite, named `local`, with the
+//! warehouse on the local disk or in S3 (any S3-compatible endpoint, configured from
+//! the standard AWS environment variables).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use iceberg::io::{
+    LocalFsStorageFactory, S3_ACCESS_KEY_ID, S3_ENDPOINT, S3_PATH_STYLE_ACCESS, S3_REGION,
+    S3_SECRET_ACCESS_KEY, S3_SESSION_TOKEN,
+};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+pub use iceberg_catalog_sql::SqlCatalog;
+use iceberg_catalog_sql::{
+    SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE, SqlBindStyle,
+    SqlCatalogBuilder,
+};
+use iceberg_storage_opendal::OpenDalStorageFactory;
+use kfs_plan::naming::TableName;
+
+use crate::table::{COMMIT_RETRIES_PROPERTY, topic_schema, topic_table_properties};
+
+/// The catalog name of the embedded default (what pyiceberg's `SqlCatalog` must be
+/// given too).
+pub const LOCAL_CATALOG_NAME: &str = "local";
+
+/// Where table data and metadata live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warehouse {
+    /// A local directory (absolute).
+    Local(PathBuf),
+    /// `s3://bucket/prefix`.
+    S3 {
+        /// Bucket.
+        bucket: String,
+        /// Key prefix, without leading or trailing `/`.
+        prefix: String,
+    },
+}
+
+impl Warehouse {
+    /// Parses a directory or an `s3://bucket/prefix` URL.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if let Some(rest) = text.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(format!("{text}: no bucket"));
+            }
+            return Ok(Self::S3 {
+                bucket: bucket.to_owned(),
+                prefix: prefix.trim_matches('/').to_owned(),
+            });
+        }
+        let path = Path::new(text.strip_prefix("file://").unwrap_or(text));
+        let absolute = std::path::absolute(path).map_err(|e| format!("{text}: {e}"))?;
+        Ok(Self::Local(absolute))
+    }
+
+    /// The warehouse location as Iceberg spells it.
+    pub fn location(&self) -> String {
+        match self {
+            Self::Local(path) => format!("file://{}", path.display()),
+            Self::S3 { bucket, prefix } if prefix.is_empty() => format!("s3://{bucket}"),
+            Self::S3 { bucket, prefix } => format!("s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+/// S3 settings from the standard AWS environment variables.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct S3Settings {
+    /// `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`: a custom endpoint (path-style access).
+    pub endpoint: Option<String>,
+    /// `AWS_REGION` or `AWS_DEFAULT_REGION` (default `us-east-1`).
+    pub region: String,
+    /// `AWS_ACCESS_KEY_ID`.
+    pub access_key_id: Option<String>,
+    /// `AWS_SECRET_ACCESS_KEY`.
+    pub secret_access_key: Option<String>,
+    /// `AWS_SESSION_TOKEN`.
+    pub session_token: Option<String>,
+}
+
+impl S3Settings {
+    /// Reads the environment.
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Self {
+            endpoint: var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL")),
+            region: var("AWS_REGION")
+                .or_else(|| var("AWS_DEFAULT_REGION"))
+                .unwrap_or_else(|| "us-east-1".into()),
+            access_key_id: var("AWS_ACCESS_KEY_ID"),
+            secret_access_key: var("AWS_SECRET_ACCESS_KEY"),
+            session_token: var("AWS_SESSION_TOKEN"),
+        }
+    }
+
+    /// The FileIO properties these settings give.
+    pub fn file_io_properties(&self) -> HashMap<String, String> {
+        let mut props = HashMap::from([(S3_REGION.to_owned(), self.region.clone())]);
+        if let Some(endpoint) = &self.endpoint {
+            props.insert(S3_ENDPOINT.to_owned(), endpoint.clone());
+            props.insert(S3_PATH_STYLE_ACCESS.to_owned(), "true".to_owned());
+        }
+        for (key, value) in [
+            (S3_ACCESS_KEY_ID, &self.access_key_id),
+            (S3_SECRET_ACCESS_KEY, &self.secret_access_key),
+            (S3_SESSION_TOKEN, &self.session_token),
+        ] {
+            if let Some(value) = value {
+                props.insert(key.to_owned(), value.clone());
+            }
+        }
+        props
+    }
+}
+
+/// Opens the SQL catalog on SQLite at `database`, creating the file if needed.
+pub async fn open_sql_catalog(
+    database: &Path,
+    warehouse: &Warehouse,
+    s3: &S3Settings,
+) -> iceberg::Result<SqlCatalog> {
+    if let Some(parent) = database.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            iceberg::Error::new(
+                ErrorKind::Unexpected,
+                format!("cannot create {}: {e}", parent.display()),
+            )
+        })?;
+    }
+    let mut props = HashMap::from([
+        (
+            SQL_CATALOG_PROP_URI.to_owned(),
+            format!("sqlite://{}?mode=rwc", database.display()),
+        ),
+        (SQL_CATALOG_PROP_WAREHOUSE.to_owned(), warehouse.location()),
+        (
+            SQL_CATALOG_PROP_BIND_STYLE.to_owned(),
+            SqlBindStyle::QMark.to_string(),
+        ),
+        // One connection: the SQLite catalog must not race itself.
+        ("pool.max-connections".to_owned(), "1".to_owned()),
+    ]);
+    let builder = match warehouse {
+        Warehouse::Local(_) => {
+            SqlCatalogBuilder::default().with_storage_factory(Arc::new(LocalFsStorageFactory))
+        }
+        Warehouse::S3 { .. } => {
+            props.extend(s3.file_io_properties());
+            SqlCatalogBuilder::default().with_storage_factory(Arc::new(OpenDalStorageFactory::S3 {
+                customized_credential_load: None,
+            }))
+        }
+    };
+    builder.load(LOCAL_CATALOG_NAME, props).await
+}
+
+/// The identifier of a table.
+pub fn table_ident(name: &TableName) -> TableIdent {
+    TableIdent::new(
+        NamespaceIdent::new(name.namespace.clone()),
+        name.name.clone(),
+    )
+}
+
+/// Loads the table for `topic`, creating its namespace and the table on first sight,
+/// and makes sure iceberg-rust's blind commit retries are off for it.
+pub async fn ensure_topic_table(
+    catalog: &dyn Catalog,
+    name: &TableName,
+    topic: &str,
+) -> iceberg::Result<Table> {
+    let ident = table_ident(name);
+    let namespace = ident.namespace().clone();
+    if !catalog.namespace_exists(&namespace).await? {
+        match catalog.create_namespace(&namespace, HashMap::new()).await {
+            Ok(_) => {}
+            // Another process won the race (SQL catalogs report it as a constraint error).
+            Err(_) if catalog.namespace_exists(&namespace).await? => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let table = if catalog.table_exists(&ident).await? {
+        catalog.load_table(&ident).await?
+    } else {
+        let creation = TableCreation::builder()
+            .name(name.name.clone())
+            .schema(topic_schema()?)
+            .properties(topic_table_properties(topic))
+            .build();
+        match catalog.create_table(&namespace, creation).await {
+            Ok(table) => table,
+            Err(_) if catalog.table_exists(&ident).await? => catalog.load_table(&ident).await?,
+            Err(e) => return Err(e),
+        }
+    };
+    if table
+        .metadata()
+        .properties()
+        .get(COMMIT_RETRIES_PROPERTY)
+        .map(String::as_str)
+        == Some("0")
+    {
+        return Ok(table);
+    }
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .update_table_properties()
+        .set(COMMIT_RETRIES_PROPERTY.to_owned(), "0".to_owned())
+        .apply(tx)?;
+    tx.commit(catalog).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_warehouses() {
+        assert_eq!(
+            Warehouse::parse("s3://bucket/a/b/"),
+            Ok(Warehouse::S3 {
+                bucket: "bucket".into(),
+                prefix: "a/b".into()
+            })
+        );
+        assert_eq!(
+            Warehouse::parse("s3://bucket").map(|w| w.location()),
+            Ok("s3://bucket".into())
+        );
+        assert_eq!(
+            Warehouse::parse("/tmp/wh").map(|w| w.location()),
+            Ok("file:///tmp/wh".into())
+        );
+        assert!(Warehouse::parse("s3:///x").is_err());
+    }
+}

@@ -1,0 +1,372 @@
+//! The committer core, per table: plan (with `kfs_plan::commit`), append the pending
+//! data files in one snapshot whose summary carries the full offset map, verify that
+//! the commit landed, and mark the ledger entries committed.
+//!
+//! Exactly once comes from the table, not from locks: the plan starts at the
+//! watermarks of the current snapshot; a conflicting commit re-reads the table and
+//! re-plans (dropping whatever the new watermarks cover) before trying again; an
+//! unknown outcome is resolved by looking for the commit's id in the table's history,
+//! never by deleting files.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use iceberg::spec::{Snapshot, deserialize_data_file_from_json};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, ErrorKind};
+use kfs_plan::commit::{CommitPlan, Hold, PendingSegment, PlanInput, plan_commit};
+use kfs_plan::naming::TableName;
+use kfs_plan::offsets::{
+    COMMIT_ID_KEY, Gap, OffsetMap, SummaryError, gaps_from_summary, offsets_from_summary,
+    ranges_from_summary,
+};
+
+use crate::catalog::table_ident;
+use crate::ledger::{Ledger, LedgerEntry, LedgerError};
+
+/// How far back in a table's history the committer looks for its own commits and
+/// for the last offset map.
+const HISTORY_LIMIT: usize = 10_000;
+
+/// Settings of the committer.
+#[derive(Debug, Clone)]
+pub struct CommitSettings {
+    /// Most segments one commit takes.
+    pub max_segments: usize,
+    /// Attempts after conflicts or unknown outcomes before giving up for this cycle.
+    pub max_attempts: usize,
+    /// Configured start offsets of partitions seen for the first time.
+    pub start_offsets: BTreeMap<i32, i64>,
+}
+
+impl Default for CommitSettings {
+    fn default() -> Self {
+        Self {
+            max_segments: 10_000,
+            max_attempts: 8,
+            start_offsets: BTreeMap::new(),
+        }
+    }
+}
+
+/// What one commit cycle of a table did.
+#[derive(Debug, Clone, Default)]
+pub struct CommitOutcome {
+    /// The snapshot created, if any.
+    pub snapshot_id: Option<i64>,
+    /// Segments committed.
+    pub segments: usize,
+    /// Data files committed.
+    pub files: usize,
+    /// Records committed.
+    pub records: u64,
+    /// Gaps recorded.
+    pub gaps: Vec<Gap>,
+    /// Partitions held back, and why.
+    pub holds: Vec<Hold>,
+    /// Watermarks after the cycle.
+    pub watermarks: OffsetMap,
+    /// Pending segments found already in the table (a commit whose marking was lost),
+    /// now marked committed.
+    pub recovered: usize,
+    /// Attempts used.
+    pub attempts: usize,
+}
+
+/// A commit cycle failed; nothing was lost, the pending files stay pending.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The catalog failed.
+    #[error("table {table}: catalog: {source}")]
+    Catalog {
+        /// The table.
+        table: String,
+        /// The catalog's error.
+        source: Box<iceberg::Error>,
+    },
+    /// The ledger failed.
+    #[error("table {table}: {source}")]
+    Ledger {
+        /// The table.
+        table: String,
+        /// The ledger's error.
+        source: LedgerError,
+    },
+    /// A snapshot summary written by kfs-iceberg is unreadable.
+    #[error("table {table}: {source}")]
+    Summary {
+        /// The table.
+        table: String,
+        /// What is wrong.
+        source: SummaryError,
+    },
+    /// A pending entry's data file cannot be read back.
+    #[error("table {table}: pending segment {segment} has an unreadable data file: {source}")]
+    DataFile {
+        /// The table.
+        table: String,
+        /// The segment.
+        segment: String,
+        /// Why.
+        source: Box<iceberg::Error>,
+    },
+    /// Concurrent commits kept winning; the next cycle will try again.
+    #[error("table {table}: gave up after {attempts} conflicting attempts")]
+    Contended {
+        /// The table.
+        table: String,
+        /// Attempts made.
+        attempts: usize,
+    },
+}
+
+impl CommitError {
+    /// Whether the next cycle may succeed without anyone acting.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Catalog { source, .. } => {
+                source.retryable() || source.kind() == ErrorKind::CatalogCommitConflicts
+            }
+            Self::Ledger { source, .. } => source.is_retryable(),
+            Self::Summary { .. } | Self::DataFile { .. } => false,
+            Self::Contended { .. } => true,
+        }
+    }
+}
+
+/// The snapshots from the current one back through its parents, newest first.
+pub fn ancestry(table: &Table) -> impl Iterator<Item = &Snapshot> {
+    let metadata = table.metadata();
+    let mut next = metadata.current_snapshot().map(|s| s.as_ref());
+    std::iter::from_fn(move || {
+        let snapshot = next?;
+        next = snapshot
+            .parent_snapshot_id()
+            .and_then(|id| metadata.snapshot_by_id(id))
+            .map(|s| s.as_ref());
+        Some(snapshot)
+    })
+    .take(HISTORY_LIMIT)
+}
+
+/// The table's watermarks: the offset map of the newest snapshot that carries one.
+pub fn table_watermarks(table: &Table) -> Result<OffsetMap, SummaryError> {
+    for snapshot in ancestry(table) {
+        if let Some(offsets) = offsets_from_summary(&snapshot.summary().additional_properties)? {
+            return Ok(offsets);
+        }
+    }
+    Ok(OffsetMap::new())
+}
+
+/// The snapshot in the current ancestry that carries `commit_id`, if any.
+fn find_commit(table: &Table, commit_id: &str) -> Option<i64> {
+    ancestry(table)
+        .find(|s| {
+            s.summary()
+                .additional_properties
+                .get(COMMIT_ID_KEY)
+                .map(String::as_str)
+                == Some(commit_id)
+        })
+        .map(Snapshot::snapshot_id)
+}
+
+/// The snapshot whose added ranges hold `[base, last]` of `partition`, if any.
+fn find_range(
+    table: &Table,
+    partition: i32,
+    base: i64,
+    last: i64,
+) -> Result<Option<i64>, SummaryError> {
+    for snapshot in ancestry(table) {
+        let properties = &snapshot.summary().additional_properties;
+        let covered_by_range = ranges_from_summary(properties)?
+            .get(&partition)
+            .is_some_and(|&(first, next)| first <= base && last < next);
+        let in_gap = gaps_from_summary(properties)?
+            .iter()
+            .any(|g| g.partition == partition && g.from <= base && last <= g.to);
+        if covered_by_range && !in_gap {
+            return Ok(Some(snapshot.snapshot_id()));
+        }
+    }
+    Ok(None)
+}
+
+fn pending_segment(entry: &LedgerEntry) -> PendingSegment {
+    PendingSegment {
+        id: entry.segment.clone(),
+        partition: entry.partition,
+        base_offset: entry.base_offset,
+        last_offset: entry.last_offset,
+        records: entry.records,
+    }
+}
+
+/// Runs one commit cycle for one table.
+pub async fn commit_table(
+    catalog: &dyn Catalog,
+    ledger: &impl Ledger,
+    name: &TableName,
+    topic: &str,
+    listing: &BTreeMap<i32, BTreeSet<i64>>,
+    settings: &CommitSettings,
+    now_ms: i64,
+) -> Result<CommitOutcome, CommitError> {
+    let table_name = name.to_string();
+    let catalog_error = |source: iceberg::Error| CommitError::Catalog {
+        table: table_name.clone(),
+        source: Box::new(source),
+    };
+    let ledger_error = |source| CommitError::Ledger {
+        table: table_name.clone(),
+        source,
+    };
+    let summary_error = |source| CommitError::Summary {
+        table: table_name.clone(),
+        source,
+    };
+    let ident = table_ident(name);
+    let pending_entries = ledger
+        .list(Some("pending"), Some(&table_name))
+        .await
+        .map_err(ledger_error)?;
+    let entries: HashMap<&str, &LedgerEntry> = pending_entries
+        .iter()
+        .map(|e| (e.segment.as_str(), e))
+        .collect();
+    let mut pending: Vec<PendingSegment> = pending_entries.iter().map(pending_segment).collect();
+    let mut outcome = CommitOutcome::default();
+    let mut table = catalog.load_table(&ident).await.map_err(catalog_error)?;
+    for attempt in 1..=settings.max_attempts {
+        outcome.attempts = attempt;
+        let watermarks = table_watermarks(&table).map_err(summary_error)?;
+        let plan = plan_commit(&PlanInput {
+            topic,
+            watermarks: &watermarks,
+            pending: &pending,
+            listing,
+            start_offsets: &settings.start_offsets,
+            max_segments: settings.max_segments,
+        });
+        outcome.recovered += recover_covered(&table, ledger, &plan, now_ms)
+            .await
+            .map_err(|e| match e {
+                Recover::Ledger(e) => ledger_error(e),
+                Recover::Summary(e) => summary_error(e),
+            })?;
+        let covered: BTreeSet<&str> = plan.covered.iter().map(|s| s.id.as_str()).collect();
+        pending.retain(|s| !covered.contains(s.id.as_str()));
+        outcome.holds = plan.holds.clone();
+        outcome.watermarks = plan.offsets.clone();
+        if plan.is_empty() {
+            outcome.watermarks = watermarks;
+            return Ok(outcome);
+        }
+        let commit_id = plan.commit_id(topic);
+        let data_files = data_files_of(&table, &plan, &entries, &table_name)?;
+        let file_count = data_files.len();
+        let tx = Transaction::new(&table);
+        let tx = tx
+            .fast_append()
+            .add_data_files(data_files)
+            .set_snapshot_properties(plan.summary(topic).properties())
+            .apply(tx)
+            .map_err(catalog_error)?;
+        let committed = tx.commit(catalog).await;
+        // Whatever the answer, the table is the truth: re-read it and look for our commit
+        // (the SQL catalog can report success for a swap that did not happen, and an
+        // error may hide a commit that did).
+        let answer_error = committed.err();
+        table = catalog.load_table(&ident).await.map_err(catalog_error)?;
+        if let Some(snapshot_id) = find_commit(&table, &commit_id) {
+            let ids: Vec<String> = plan.take.iter().map(|s| s.id.clone()).collect();
+            ledger
+                .mark_committed(&ids, snapshot_id, now_ms)
+                .await
+                .map_err(ledger_error)?;
+            outcome.snapshot_id = Some(snapshot_id);
+            outcome.segments = plan.take.len();
+            outcome.files = file_count;
+            outcome.records = plan.records();
+            outcome.gaps = plan.gaps.clone();
+            return Ok(outcome);
+        }
+        match answer_error {
+            // Someone else committed first, or the swap silently failed: re-plan.
+            None => {}
+            Some(e)
+                if e.kind() == ErrorKind::CatalogCommitConflicts
+                    || e.kind() == ErrorKind::DataInvalid => {}
+            Some(e) if e.retryable() => {}
+            Some(e) => return Err(catalog_error(e)),
+        }
+    }
+    Err(CommitError::Contended {
+        table: table_name,
+        attempts: settings.max_attempts,
+    })
+}
+
+enum Recover {
+    Ledger(LedgerError),
+    Summary(SummaryError),
+}
+
+/// Pending entries the watermark already covers were committed by an earlier cycle
+/// whose marking was lost: find the snapshot that added them and mark them.
+async fn recover_covered(
+    table: &Table,
+    ledger: &impl Ledger,
+    plan: &CommitPlan,
+    now_ms: i64,
+) -> Result<usize, Recover> {
+    let mut recovered = 0;
+    for segment in &plan.covered {
+        if let Some(snapshot_id) = find_range(
+            table,
+            segment.partition,
+            segment.base_offset,
+            segment.last_offset,
+        )
+        .map_err(Recover::Summary)?
+        {
+            recovered += ledger
+                .mark_committed(std::slice::from_ref(&segment.id), snapshot_id, now_ms)
+                .await
+                .map_err(Recover::Ledger)?;
+        }
+    }
+    Ok(recovered)
+}
+
+fn data_files_of(
+    table: &Table,
+    plan: &CommitPlan,
+    entries: &HashMap<&str, &LedgerEntry>,
+    table_name: &str,
+) -> Result<Vec<iceberg::spec::DataFile>, CommitError> {
+    let metadata = table.metadata();
+    let mut files = Vec::new();
+    for segment in &plan.take {
+        let Some(entry) = entries.get(segment.id.as_str()) else {
+            continue;
+        };
+        for json in &entry.data_files {
+            let file = deserialize_data_file_from_json(
+                json,
+                metadata.default_partition_spec_id(),
+                metadata.default_partition_type(),
+                metadata.current_schema(),
+            )
+            .map_err(|source| CommitError::DataFile {
+                table: table_name.to_owned(),
+                segment: segment.id.clone(),
+                source: Box::new(source),
+            })?;
+            files.push(file);
+        }
+    }
+    Ok(files)
+}

@@ -1,0 +1,354 @@
+//! The converter core: one segment → verified records → Arrow → Parquet data file(s)
+//! written through iceberg-rust's writer stack, named after the segment's identity.
+//!
+//! The data file name derives from the segment key and its ETag (or content hash), so
+//! converting the same segment version twice writes the same path again and can never
+//! leave two different files in play.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    Int32Builder, Int64Builder, LargeBinaryBuilder, OffsetBufferBuilder, StringBuilder,
+};
+use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, SchemaRef};
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultLocationGenerator, FileNameGenerator, LocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use kfs_plan::keys::SegmentKey;
+use kfs_plan::naming::sanitize;
+use kfs_segment::{DecodeError, DecodeLimits, Record, SegmentDecoder};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use crate::table::arrow_schema;
+
+/// Rows per Arrow batch handed to the Parquet writer.
+const ROWS_PER_BATCH: usize = 8192;
+
+/// A segment to convert: its key, its version identity and its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentInput<'a> {
+    /// The parsed key.
+    pub key: &'a SegmentKey,
+    /// ETag or content hash of this version.
+    pub etag: &'a str,
+    /// The `.kfs` bytes.
+    pub bytes: &'a [u8],
+}
+
+/// What converting a segment produced.
+#[derive(Debug, Clone)]
+pub struct ConvertedSegment {
+    /// Data files written (none when the segment holds no data record).
+    pub data_files: Vec<DataFile>,
+    /// Data records converted.
+    pub records: u64,
+    /// Base offset of the segment.
+    pub base_offset: i64,
+    /// Last offset of the segment.
+    pub last_offset: i64,
+    /// Bytes of the data files.
+    pub file_bytes: u64,
+}
+
+/// Converting a segment failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    /// The segment is malformed: permanent, the segment goes to quarantine.
+    #[error("segment {segment} is malformed: {source}")]
+    Malformed {
+        /// The segment key.
+        segment: String,
+        /// Where and why.
+        source: DecodeError,
+    },
+    /// A record cannot be represented in the table (e.g. a timestamp out of range).
+    #[error("segment {segment}: record at offset {offset} cannot be stored: {reason}")]
+    Unrepresentable {
+        /// The segment key.
+        segment: String,
+        /// The record's offset.
+        offset: i64,
+        /// Why.
+        reason: String,
+    },
+    /// Writing the data file failed.
+    #[error("segment {segment}: writing its data file failed: {source}")]
+    Write {
+        /// The segment key.
+        segment: String,
+        /// The writer's error.
+        source: Box<iceberg::Error>,
+    },
+}
+
+impl ConvertError {
+    /// Permanent failures quarantine the segment; the others may succeed on retry.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::Malformed { source, .. } => !source.is_retryable(),
+            Self::Unrepresentable { .. } => true,
+            Self::Write { source, .. } => !source.retryable(),
+        }
+    }
+}
+
+/// The data file name of a segment version: topic, partition, base offset and a hash
+/// of the ETag, so a rewritten segment key gets a different file.
+pub fn data_file_stem(key: &SegmentKey, etag: &str) -> String {
+    format!(
+        "{}-p{}-{:020}-{:016x}",
+        sanitize(&key.topic),
+        key.partition,
+        key.base_offset,
+        fnv1a(etag.as_bytes())
+    )
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Always the same name: one segment version, one file.
+#[derive(Debug, Clone)]
+struct FixedFileName(String);
+
+impl FileNameGenerator for FixedFileName {
+    fn generate_file_name(&self) -> String {
+        format!("{}.parquet", self.0)
+    }
+}
+
+/// Column builders for one Arrow batch of the topic table.
+struct Columns {
+    schema: SchemaRef,
+    header_field: Arc<arrow_schema::Field>,
+    header_entry_fields: arrow_schema::Fields,
+    record_id: StringBuilder,
+    topic: StringBuilder,
+    partition: Int32Builder,
+    offset: Int64Builder,
+    timestamp_ms: Int64Builder,
+    key: LargeBinaryBuilder,
+    value: LargeBinaryBuilder,
+    header_offsets: OffsetBufferBuilder<i32>,
+    header_keys: StringBuilder,
+    header_values: LargeBinaryBuilder,
+    timestamp_us: Vec<i64>,
+    rows: usize,
+}
+
+impl Columns {
+    fn new(schema: SchemaRef) -> iceberg::Result<Self> {
+        let unexpected = || {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                "table schema has no headers list of structs",
+            )
+        };
+        let headers = schema
+            .field_with_name("headers")
+            .map_err(|_| unexpected())?;
+        let DataType::List(header_field) = headers.data_type() else {
+            return Err(unexpected());
+        };
+        let DataType::Struct(header_entry_fields) = header_field.data_type() else {
+            return Err(unexpected());
+        };
+        Ok(Self {
+            header_field: header_field.clone(),
+            header_entry_fields: header_entry_fields.clone(),
+            schema,
+            record_id: StringBuilder::new(),
+            topic: StringBuilder::new(),
+            partition: Int32Builder::new(),
+            offset: Int64Builder::new(),
+            timestamp_ms: Int64Builder::new(),
+            key: LargeBinaryBuilder::new(),
+            value: LargeBinaryBuilder::new(),
+            header_offsets: OffsetBufferBuilder::new(ROWS_PER_BATCH),
+            header_keys: StringBuilder::new(),
+            header_values: LargeBinaryBuilder::new(),
+            timestamp_us: Vec::with_capacity(ROWS_PER_BATCH),
+            rows: 0,
+        })
+    }
+
+    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
+        let micros = record.timestamp_ms.checked_mul(1000).ok_or_else(|| {
+            format!(
+                "timestamp {} ms does not fit microseconds",
+                record.timestamp_ms
+            )
+        })?;
+        self.record_id
+            .append_value(format!("{topic}:{partition}:{}", record.offset));
+        self.topic.append_value(topic);
+        self.partition.append_value(partition);
+        self.offset.append_value(record.offset);
+        self.timestamp_ms.append_value(record.timestamp_ms);
+        self.key.append_option(record.key);
+        self.value.append_option(record.value);
+        for header in &record.headers {
+            self.header_keys.append_value(header.key);
+            self.header_values.append_option(header.value);
+        }
+        self.header_offsets.push_length(record.headers.len());
+        self.timestamp_us.push(micros);
+        self.rows += 1;
+        Ok(())
+    }
+
+    fn finish(&mut self) -> iceberg::Result<RecordBatch> {
+        let entries = StructArray::try_new(
+            self.header_entry_fields.clone(),
+            vec![
+                Arc::new(self.header_keys.finish()) as ArrayRef,
+                Arc::new(self.header_values.finish()),
+            ],
+            None,
+        )?;
+        let offsets = std::mem::replace(
+            &mut self.header_offsets,
+            OffsetBufferBuilder::new(ROWS_PER_BATCH),
+        )
+        .finish();
+        let headers =
+            ListArray::try_new(self.header_field.clone(), offsets, Arc::new(entries), None)?;
+        let timestamps = TimestampMicrosecondArray::from(std::mem::take(&mut self.timestamp_us))
+            .with_timezone(iceberg::arrow::UTC_TIME_ZONE);
+        self.rows = 0;
+        Ok(RecordBatch::try_new(
+            self.schema.clone(),
+            vec![
+                Arc::new(self.record_id.finish()),
+                Arc::new(self.topic.finish()),
+                Arc::new(self.partition.finish()),
+                Arc::new(self.offset.finish()),
+                Arc::new(self.timestamp_ms.finish()),
+                Arc::new(self.key.finish()),
+                Arc::new(self.value.finish()),
+                Arc::new(headers),
+                Arc::new(timestamps),
+            ],
+        )?)
+    }
+}
+
+/// Parquet settings of data files: zstd, row groups of at most 1 Mi rows / 128 MiB.
+fn writer_properties() -> iceberg::Result<WriterProperties> {
+    let level = ZstdLevel::try_new(3)
+        .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
+    Ok(WriterProperties::builder()
+        .set_compression(Compression::ZSTD(level))
+        .set_max_row_group_row_count(Some(1 << 20))
+        .set_max_row_group_bytes(Some(128 << 20))
+        .build())
+}
+
+/// Converts one segment into data files for `table`.
+pub async fn convert_segment(
+    table: &Table,
+    input: SegmentInput<'_>,
+    limits: DecodeLimits,
+) -> Result<ConvertedSegment, ConvertError> {
+    let segment = input.key.to_string();
+    let write_error = |source: iceberg::Error| ConvertError::Write {
+        segment: segment.clone(),
+        source: Box::new(source),
+    };
+    let malformed = |source: DecodeError| ConvertError::Malformed {
+        segment: segment.clone(),
+        source,
+    };
+    let metadata = table.metadata();
+    let schema = arrow_schema(metadata.current_schema()).map_err(write_error)?;
+    let stem = data_file_stem(input.key, input.etag);
+    let location = DefaultLocationGenerator::new(metadata).map_err(write_error)?;
+    let path = location.generate_location(None, &format!("{stem}.parquet"));
+    let parquet = ParquetWriterBuilder::new(
+        writer_properties().map_err(write_error)?,
+        metadata.current_schema().clone(),
+    );
+    let rolling = RollingFileWriterBuilder::new(
+        parquet,
+        usize::MAX,
+        table.file_io().clone(),
+        location,
+        FixedFileName(stem),
+    );
+    let mut writer = DataFileWriterBuilder::new(rolling)
+        .build(None)
+        .await
+        .map_err(write_error)?;
+    let mut columns = Columns::new(schema).map_err(write_error)?;
+    let mut decoder = SegmentDecoder::from_slice(input.bytes, limits).map_err(malformed)?;
+    if decoder.header().base_offset != input.key.base_offset {
+        return Err(malformed(DecodeError::at(
+            8,
+            kfs_segment::DecodeErrorKind::HeaderMismatch {
+                header: format!("base offset {}", decoder.header().base_offset),
+                found: format!("the object key's base offset {}", input.key.base_offset),
+            },
+        )));
+    }
+    let mut records = 0u64;
+    let result: Result<(), ConvertError> = async {
+        loop {
+            let batch_rows = {
+                let Some(batch) = decoder.next_batch().map_err(malformed)? else {
+                    break;
+                };
+                for record in &batch.records {
+                    columns
+                        .push(&input.key.topic, input.key.partition, record)
+                        .map_err(|reason| ConvertError::Unrepresentable {
+                            segment: segment.clone(),
+                            offset: record.offset,
+                            reason,
+                        })?;
+                }
+                batch.records.len()
+            };
+            records += batch_rows as u64;
+            if columns.rows >= ROWS_PER_BATCH {
+                let arrow = columns.finish().map_err(write_error)?;
+                writer.write(arrow).await.map_err(write_error)?;
+            }
+        }
+        if columns.rows > 0 {
+            let arrow = columns.finish().map_err(write_error)?;
+            writer.write(arrow).await.map_err(write_error)?;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        // Best effort: the name is deterministic, so a later conversion overwrites it
+        // and orphan cleanup removes it otherwise.
+        let _ = writer.close().await;
+        let _ = table.file_io().delete(&path).await;
+        return Err(e);
+    }
+    let data_files = writer.close().await.map_err(write_error)?;
+    let (base_offset, last_offset) = decoder
+        .summary()
+        .map(|s| (s.header.base_offset, s.last_offset))
+        .unwrap_or((input.key.base_offset, input.key.base_offset));
+    Ok(ConvertedSegment {
+        file_bytes: data_files.iter().map(|f| f.file_size_in_bytes()).sum(),
+        data_files,
+        records,
+        base_offset,
+        last_offset,
+    })
+}

@@ -1,0 +1,512 @@
+//! The ledger: what happened to every segment. One trait, an embedded SQLite
+//! implementation (the local default) and an in-memory one (unit tests and fault
+//! injection); DynamoDB implements it for the Lambda deployment.
+//!
+//! A segment is identified by its object key; its entry records the ETag (or content
+//! hash) of the version that was converted, so a key rewritten with other content is
+//! recognised. States: `pending` (converted, data files written, not yet in the table),
+//! `committed` (with the snapshot id), `quarantined` (with the error). Every transition
+//! is conditional on the state it leaves, so replays and races are harmless.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+
+/// The state of a segment in the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum EntryState {
+    /// Converted; its data files wait for a commit.
+    Pending,
+    /// In the table since this snapshot.
+    Committed {
+        /// The snapshot that added it.
+        snapshot_id: i64,
+    },
+    /// Could not be converted; holds back its partition until an operator acts.
+    Quarantined {
+        /// Why, worded for an operator.
+        error: String,
+    },
+}
+
+impl EntryState {
+    /// The state's name as stored.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Committed { .. } => "committed",
+            Self::Quarantined { .. } => "quarantined",
+        }
+    }
+}
+
+/// One segment's record in the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// Object key of the `.kfs`, relative to the source prefix.
+    pub segment: String,
+    /// ETag or content hash of the converted version.
+    pub etag: String,
+    /// Target table, `namespace.name`.
+    pub table: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Base offset of the segment.
+    pub base_offset: i64,
+    /// Last offset of the segment (the base offset when unknown, e.g. quarantined).
+    pub last_offset: i64,
+    /// Data records.
+    pub records: u64,
+    /// Bytes of the data files written.
+    pub bytes: u64,
+    /// The data files, as Iceberg `DataFile` JSON.
+    pub data_files: Vec<String>,
+    /// State.
+    pub state: EntryState,
+    /// When the entry was created, Unix ms.
+    pub created_ms: i64,
+    /// When the entry last changed, Unix ms.
+    pub updated_ms: i64,
+}
+
+/// What a conditional insert found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// The entry was written.
+    Inserted,
+    /// An entry for the segment already existed; it was left as it is.
+    Exists(Box<LedgerEntry>),
+}
+
+/// A ledger operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The backing store failed.
+    #[error("ledger store failed: {message}")]
+    Store {
+        /// What failed.
+        message: String,
+        /// Whether retrying may succeed.
+        retryable: bool,
+    },
+    /// A stored entry could not be read.
+    #[error("ledger entry {segment} is unreadable: {reason}")]
+    Corrupt {
+        /// The segment.
+        segment: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl LedgerError {
+    /// Whether retrying may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Store {
+                retryable: true,
+                ..
+            }
+        )
+    }
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        let retryable = matches!(
+            e,
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+        ) || e.to_string().contains("database is locked");
+        Self::Store {
+            message: e.to_string(),
+            retryable,
+        }
+    }
+}
+
+/// The ledger interface every backend implements.
+pub trait Ledger: Send + Sync {
+    /// The entry of a segment, if any.
+    fn get(
+        &self,
+        segment: &str,
+    ) -> impl Future<Output = Result<Option<LedgerEntry>, LedgerError>> + Send;
+
+    /// Inserts an entry unless one exists for the segment.
+    fn insert(
+        &self,
+        entry: &LedgerEntry,
+    ) -> impl Future<Output = Result<InsertOutcome, LedgerError>> + Send;
+
+    /// Every entry in a state named `state` (`pending`, `committed`, `quarantined`),
+    /// optionally of one table, ordered by table, partition and base offset.
+    fn list(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<LedgerEntry>, LedgerError>> + Send;
+
+    /// Moves pending entries to committed; returns how many moved (entries in another
+    /// state are left alone).
+    fn mark_committed(
+        &self,
+        segments: &[String],
+        snapshot_id: i64,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<usize, LedgerError>> + Send;
+}
+
+/// An in-memory ledger for unit tests and fault injection.
+#[derive(Debug, Default)]
+pub struct MemoryLedger {
+    entries: Mutex<BTreeMap<String, LedgerEntry>>,
+}
+
+impl MemoryLedger {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut BTreeMap<String, LedgerEntry>) -> T,
+    ) -> Result<T, LedgerError> {
+        let mut guard = self.entries.lock().map_err(|_| LedgerError::Store {
+            message: "memory ledger lock poisoned".into(),
+            retryable: false,
+        })?;
+        Ok(f(&mut guard))
+    }
+}
+
+fn sort_entries(entries: &mut [LedgerEntry]) {
+    entries.sort_by(|a, b| {
+        (&a.table, a.partition, a.base_offset).cmp(&(&b.table, b.partition, b.base_offset))
+    });
+}
+
+impl Ledger for MemoryLedger {
+    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
+        self.with(|m| m.get(segment).cloned())
+    }
+
+    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
+        self.with(|m| match m.get(&entry.segment) {
+            Some(existing) => InsertOutcome::Exists(Box::new(existing.clone())),
+            None => {
+                m.insert(entry.segment.clone(), entry.clone());
+                InsertOutcome::Inserted
+            }
+        })
+    }
+
+    async fn list(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+        let mut out = self.with(|m| {
+            m.values()
+                .filter(|e| {
+                    state.is_none_or(|s| e.state.name() == s) && table.is_none_or(|t| e.table == t)
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+        })?;
+        sort_entries(&mut out);
+        Ok(out)
+    }
+
+    async fn mark_committed(
+        &self,
+        segments: &[String],
+        snapshot_id: i64,
+        now_ms: i64,
+    ) -> Result<usize, LedgerError> {
+        self.with(|m| {
+            let mut moved = 0;
+            for segment in segments {
+                if let Some(entry) = m.get_mut(segment)
+                    && entry.state == EntryState::Pending
+                {
+                    entry.state = EntryState::Committed { snapshot_id };
+                    entry.updated_ms = now_ms;
+                    moved += 1;
+                }
+            }
+            moved
+        })
+    }
+}
+
+/// The embedded ledger: one SQLite file (WAL mode), safe for several processes.
+#[derive(Debug, Clone)]
+pub struct SqliteLedger {
+    pool: SqlitePool,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS ledger (
+    segment TEXT PRIMARY KEY,
+    etag TEXT NOT NULL,
+    table_name TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    partition_id INTEGER NOT NULL,
+    base_offset INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    records INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    data_files TEXT NOT NULL,
+    state TEXT NOT NULL,
+    snapshot_id INTEGER,
+    error TEXT,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, table_name, partition_id, base_offset);
+";
+
+impl SqliteLedger {
+    /// Opens (creating if needed) the ledger file at `path`.
+    pub async fn open(path: &Path) -> Result<Self, LedgerError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(std::time::Duration::from_secs(30));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    fn row_to_entry(row: &sqlx::sqlite::SqliteRow) -> Result<LedgerEntry, LedgerError> {
+        let segment: String = row.try_get("segment")?;
+        let corrupt = |reason: String| LedgerError::Corrupt {
+            segment: segment.clone(),
+            reason,
+        };
+        let state_name: String = row.try_get("state")?;
+        let state = match state_name.as_str() {
+            "pending" => EntryState::Pending,
+            "committed" => EntryState::Committed {
+                snapshot_id: row
+                    .try_get::<Option<i64>, _>("snapshot_id")?
+                    .ok_or_else(|| corrupt("committed without a snapshot id".into()))?,
+            },
+            "quarantined" => EntryState::Quarantined {
+                error: row
+                    .try_get::<Option<String>, _>("error")?
+                    .unwrap_or_default(),
+            },
+            other => return Err(corrupt(format!("unknown state {other:?}"))),
+        };
+        let data_files: String = row.try_get("data_files")?;
+        let data_files: Vec<String> =
+            serde_json::from_str(&data_files).map_err(|e| corrupt(e.to_string()))?;
+        Ok(LedgerEntry {
+            etag: row.try_get("etag")?,
+            table: row.try_get("table_name")?,
+            topic: row.try_get("topic")?,
+            partition: row.try_get("partition_id")?,
+            base_offset: row.try_get("base_offset")?,
+            last_offset: row.try_get("last_offset")?,
+            records: row.try_get::<i64, _>("records")? as u64,
+            bytes: row.try_get::<i64, _>("bytes")? as u64,
+            data_files,
+            state,
+            created_ms: row.try_get("created_ms")?,
+            updated_ms: row.try_get("updated_ms")?,
+            segment,
+        })
+    }
+}
+
+impl Ledger for SqliteLedger {
+    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
+        let row = sqlx::query("SELECT * FROM ledger WHERE segment = ?")
+            .bind(segment)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(Self::row_to_entry).transpose()
+    }
+
+    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
+        let (snapshot_id, error) = match &entry.state {
+            EntryState::Pending => (None, None),
+            EntryState::Committed { snapshot_id } => (Some(*snapshot_id), None),
+            EntryState::Quarantined { error } => (None, Some(error.clone())),
+        };
+        let data_files =
+            serde_json::to_string(&entry.data_files).map_err(|e| LedgerError::Corrupt {
+                segment: entry.segment.clone(),
+                reason: e.to_string(),
+            })?;
+        let result = sqlx::query(
+            "INSERT INTO ledger (segment, etag, table_name, topic, partition_id, base_offset, last_offset, records, bytes,
+                                 data_files, state, snapshot_id, error, created_ms, updated_ms)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (segment) DO NOTHING",
+        )
+        .bind(&entry.segment)
+        .bind(&entry.etag)
+        .bind(&entry.table)
+        .bind(&entry.topic)
+        .bind(entry.partition)
+        .bind(entry.base_offset)
+        .bind(entry.last_offset)
+        .bind(entry.records as i64)
+        .bind(entry.bytes as i64)
+        .bind(data_files)
+        .bind(entry.state.name())
+        .bind(snapshot_id)
+        .bind(error)
+        .bind(entry.created_ms)
+        .bind(entry.updated_ms)
+        .execute(&self.pool)
+        .await?;
+        if result.rows_affected() == 1 {
+            return Ok(InsertOutcome::Inserted);
+        }
+        match self.get(&entry.segment).await? {
+            Some(existing) => Ok(InsertOutcome::Exists(Box::new(existing))),
+            None => Err(LedgerError::Store {
+                message: format!(
+                    "insert of {} neither wrote nor found an entry",
+                    entry.segment
+                ),
+                retryable: true,
+            }),
+        }
+    }
+
+    async fn list(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT * FROM ledger WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR table_name = ?2)
+             ORDER BY table_name, partition_id, base_offset",
+        )
+        .bind(state)
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(Self::row_to_entry).collect()
+    }
+
+    async fn mark_committed(
+        &self,
+        segments: &[String],
+        snapshot_id: i64,
+        now_ms: i64,
+    ) -> Result<usize, LedgerError> {
+        let mut tx = self.pool.begin().await?;
+        let mut moved = 0;
+        for segment in segments {
+            let result = sqlx::query(
+                "UPDATE ledger SET state = 'committed', snapshot_id = ?, updated_ms = ? WHERE segment = ? AND state = 'pending'",
+            )
+            .bind(snapshot_id)
+            .bind(now_ms)
+            .bind(segment)
+            .execute(&mut *tx)
+            .await?;
+            moved += result.rows_affected() as usize;
+        }
+        tx.commit().await?;
+        Ok(moved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(segment: &str, state: EntryState) -> LedgerEntry {
+        LedgerEntry {
+            segment: segment.into(),
+            etag: "e1".into(),
+            table: "kafscale.orders".into(),
+            topic: "orders".into(),
+            partition: 0,
+            base_offset: 10,
+            last_offset: 19,
+            records: 10,
+            bytes: 1000,
+            data_files: vec!["{\"file_path\":\"x\"}".into()],
+            state,
+            created_ms: 1,
+            updated_ms: 1,
+        }
+    }
+
+    async fn transitions_are_conditional(ledger: &impl Ledger) -> Result<(), LedgerError> {
+        let pending = entry(
+            "ns/orders/0/segment-00000000000000000010.kfs",
+            EntryState::Pending,
+        );
+        assert_eq!(ledger.insert(&pending).await?, InsertOutcome::Inserted);
+        let mut other = pending.clone();
+        other.etag = "e2".into();
+        assert_eq!(
+            ledger.insert(&other).await?,
+            InsertOutcome::Exists(Box::new(pending.clone()))
+        );
+        let bad = entry(
+            "ns/orders/0/segment-00000000000000000020.kfs",
+            EntryState::Quarantined {
+                error: "at byte 3: bad".into(),
+            },
+        );
+        ledger.insert(&bad).await?;
+        assert_eq!(
+            ledger.list(Some("pending"), None).await?,
+            vec![pending.clone()]
+        );
+        assert_eq!(
+            ledger
+                .list(Some("quarantined"), Some("kafscale.orders"))
+                .await?,
+            vec![bad.clone()]
+        );
+        let both = vec![pending.segment.clone(), bad.segment.clone()];
+        assert_eq!(ledger.mark_committed(&both, 77, 5).await?, 1);
+        assert_eq!(ledger.mark_committed(&both, 78, 6).await?, 0);
+        let committed = ledger.get(&pending.segment).await?;
+        assert_eq!(
+            committed.map(|e| (e.state, e.updated_ms)),
+            Some((EntryState::Committed { snapshot_id: 77 }, 5))
+        );
+        assert_eq!(
+            ledger.get(&bad.segment).await?.map(|e| e.state),
+            Some(bad.state)
+        );
+        assert_eq!(ledger.list(None, None).await?.len(), 2);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn memory_ledger_transitions_are_conditional() -> Result<(), LedgerError> {
+        transitions_are_conditional(&MemoryLedger::default()).await
+    }
+
+    #[tokio::test]
+    async fn sqlite_ledger_transitions_are_conditional() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
+        transitions_are_conditional(&ledger).await?;
+        // Reopening sees the same state.
+        let reopened = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
+        assert_eq!(reopened.list(None, None).await?.len(), 2);
+        Ok(())
+    }
+}

@@ -1,0 +1,348 @@
+//! One pass of the pipeline, as both the CLI and the Lambda functions run it:
+//! list the source, convert every complete segment the ledger has not seen (pending
+//! or quarantined), then commit each table's pending segments.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use iceberg::Catalog;
+use iceberg::spec::serialize_data_file_to_json;
+use iceberg::table::Table;
+use kfs_plan::keys::{SegmentFile, SegmentKey, SegmentListing};
+use kfs_plan::naming::{TableName, TableNaming};
+use kfs_segment::DecodeLimits;
+
+use crate::catalog::ensure_topic_table;
+use crate::committer::{CommitError, CommitOutcome, CommitSettings, commit_table};
+use crate::convert::{ConvertError, SegmentInput, convert_segment};
+use crate::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
+use crate::source::{SegmentSource, SourceError, SourceObject};
+
+/// Settings of a pipeline pass.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineConfig {
+    /// Topic → table mapping.
+    pub naming: TableNaming,
+    /// Decoder limits.
+    pub limits: DecodeLimits,
+    /// Committer settings (their `start_offsets` are replaced per topic).
+    pub commit: CommitSettings,
+    /// Start offsets of partitions seen for the first time, per topic.
+    pub start_offsets: BTreeMap<String, BTreeMap<i32, i64>>,
+}
+
+/// Progress of a pass, for progress bars and logs.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// The source was listed.
+    Listed {
+        /// Complete segments found.
+        segments: usize,
+        /// Of which not yet in the ledger.
+        new: usize,
+    },
+    /// A segment was converted.
+    Converted {
+        /// Segment key.
+        segment: String,
+        /// Records converted.
+        records: u64,
+    },
+    /// A segment could not be converted and was quarantined.
+    Quarantined {
+        /// Segment key.
+        segment: String,
+        /// The error.
+        error: String,
+    },
+    /// A table's commit cycle finished.
+    Committed {
+        /// Table.
+        table: String,
+        /// Snapshot created, if any.
+        snapshot_id: Option<i64>,
+    },
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Default)]
+pub struct RunReport {
+    /// Objects listed.
+    pub objects: usize,
+    /// Objects that are not segment files.
+    pub ignored: usize,
+    /// Segments missing their `.kfs` or `.index` (left for later).
+    pub incomplete: usize,
+    /// Complete segments.
+    pub segments: usize,
+    /// Segments the ledger already knew.
+    pub known: usize,
+    /// Segments converted in this pass.
+    pub converted: usize,
+    /// Records converted in this pass.
+    pub records_converted: u64,
+    /// Segments quarantined in this pass: key and error.
+    pub quarantined: Vec<(String, String)>,
+    /// Segment keys whose content changed after they were converted (ETag differs).
+    pub rewritten: Vec<String>,
+    /// Commit outcome per table.
+    pub tables: BTreeMap<String, CommitOutcome>,
+}
+
+/// A pass failed; what it did before the failure stands (the ledger is durable).
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// Listing or reading the source failed.
+    #[error("source: {0}")]
+    Source(#[from] SourceError),
+    /// The ledger failed.
+    #[error("ledger: {0}")]
+    Ledger(#[from] LedgerError),
+    /// The catalog failed.
+    #[error("table {table}: {source}")]
+    Catalog {
+        /// Table.
+        table: String,
+        /// Catalog error.
+        source: Box<iceberg::Error>,
+    },
+    /// A segment failed to convert for a reason that may pass.
+    #[error("{0}")]
+    Convert(#[from] ConvertError),
+    /// A commit cycle failed.
+    #[error("{0}")]
+    Commit(#[from] CommitError),
+}
+
+impl PipelineError {
+    /// Whether running the pass again may succeed without anyone acting.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Source(e) => e.retryable,
+            Self::Ledger(e) => e.is_retryable(),
+            Self::Catalog { source, .. } => source.retryable(),
+            Self::Convert(e) => !e.is_permanent(),
+            Self::Commit(e) => e.is_retryable(),
+        }
+    }
+}
+
+/// Now, in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The identity of a segment version: the store's ETag, or a content hash.
+pub fn version_tag(object: &SourceObject, bytes: &[u8]) -> String {
+    match &object.etag {
+        Some(etag) => etag.clone(),
+        None => format!("crc32c-{:08x}-{}", crc32c::crc32c(bytes), bytes.len()),
+    }
+}
+
+/// Tables opened in this pass, by topic.
+#[derive(Default)]
+struct Tables {
+    by_topic: HashMap<String, (TableName, Table)>,
+}
+
+impl Tables {
+    async fn get(
+        &mut self,
+        catalog: &dyn Catalog,
+        naming: &TableNaming,
+        topic: &str,
+    ) -> Result<&(TableName, Table), PipelineError> {
+        if !self.by_topic.contains_key(topic) {
+            let name = naming.table_for(topic);
+            let table = ensure_topic_table(catalog, &name, topic)
+                .await
+                .map_err(|source| PipelineError::Catalog {
+                    table: name.to_string(),
+                    source: Box::new(source),
+                })?;
+            self.by_topic.insert(topic.to_owned(), (name, table));
+        }
+        self.by_topic.get(topic).ok_or_else(|| {
+            PipelineError::Ledger(LedgerError::Store {
+                message: "table cache".into(),
+                retryable: false,
+            })
+        })
+    }
+}
+
+/// Converts one segment and records the result in the ledger: pending with its data
+/// files, or quarantined with the error. Returns the entry as recorded.
+pub async fn ingest_segment(
+    source: &impl SegmentSource,
+    table: &Table,
+    table_name: &TableName,
+    ledger: &impl Ledger,
+    key: &SegmentKey,
+    object: &SourceObject,
+    limits: DecodeLimits,
+) -> Result<LedgerEntry, PipelineError> {
+    let bytes = source.read(&object.key).await?;
+    let etag = version_tag(object, &bytes);
+    let now = now_ms();
+    let mut entry = LedgerEntry {
+        segment: object.key.clone(),
+        etag: etag.clone(),
+        table: table_name.to_string(),
+        topic: key.topic.clone(),
+        partition: key.partition,
+        base_offset: key.base_offset,
+        last_offset: key.base_offset,
+        records: 0,
+        bytes: 0,
+        data_files: Vec::new(),
+        state: EntryState::Pending,
+        created_ms: now,
+        updated_ms: now,
+    };
+    match convert_segment(
+        table,
+        SegmentInput {
+            key,
+            etag: &etag,
+            bytes: &bytes,
+        },
+        limits,
+    )
+    .await
+    {
+        Ok(converted) => {
+            let metadata = table.metadata();
+            entry.data_files = converted
+                .data_files
+                .into_iter()
+                .map(|file| {
+                    serialize_data_file_to_json(
+                        file,
+                        metadata.default_partition_type(),
+                        metadata.format_version(),
+                    )
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|source| PipelineError::Catalog {
+                    table: table_name.to_string(),
+                    source: Box::new(source),
+                })?;
+            entry.last_offset = converted.last_offset;
+            entry.records = converted.records;
+            entry.bytes = converted.file_bytes;
+        }
+        Err(e) if e.is_permanent() => {
+            entry.state = EntryState::Quarantined {
+                error: format!("{}: {e}", source.describe(&object.key)),
+            };
+        }
+        Err(e) => return Err(e.into()),
+    }
+    match ledger.insert(&entry).await? {
+        InsertOutcome::Inserted => Ok(entry),
+        InsertOutcome::Exists(existing) => Ok(*existing),
+    }
+}
+
+/// Runs one pass: list, convert what is new, commit every table with pending work.
+pub async fn run_once(
+    source: &impl SegmentSource,
+    catalog: &dyn Catalog,
+    ledger: &impl Ledger,
+    config: &PipelineConfig,
+    progress: &(dyn Fn(&Progress) + Sync),
+) -> Result<RunReport, PipelineError> {
+    let objects = source.list().await?;
+    let listing = SegmentListing::from_keys(objects.iter().map(|o| o.key.as_str()));
+    let by_key: HashMap<&str, &SourceObject> =
+        objects.iter().map(|o| (o.key.as_str(), o)).collect();
+    let mut report = RunReport {
+        objects: objects.len(),
+        ignored: listing.ignored,
+        incomplete: listing.incomplete.len(),
+        segments: listing.complete.len(),
+        ..RunReport::default()
+    };
+    let mut work = Vec::new();
+    for key in &listing.complete {
+        let object_key = key.object_key(SegmentFile::Data);
+        let Some(object) = by_key.get(object_key.as_str()) else {
+            continue;
+        };
+        match ledger.get(&object_key).await? {
+            Some(entry) => {
+                report.known += 1;
+                if object.etag.as_ref().is_some_and(|etag| *etag != entry.etag) {
+                    report.rewritten.push(object_key);
+                }
+            }
+            None => work.push((key, *object)),
+        }
+    }
+    progress(&Progress::Listed {
+        segments: listing.complete.len(),
+        new: work.len(),
+    });
+    let mut tables = Tables::default();
+    for (key, object) in work {
+        let (name, table) = tables.get(catalog, &config.naming, &key.topic).await?;
+        let entry = ingest_segment(source, table, name, ledger, key, object, config.limits).await?;
+        match &entry.state {
+            EntryState::Quarantined { error } => {
+                progress(&Progress::Quarantined {
+                    segment: entry.segment.clone(),
+                    error: error.clone(),
+                });
+                report
+                    .quarantined
+                    .push((entry.segment.clone(), error.clone()));
+            }
+            _ => {
+                progress(&Progress::Converted {
+                    segment: entry.segment.clone(),
+                    records: entry.records,
+                });
+                report.converted += 1;
+                report.records_converted += entry.records;
+            }
+        }
+    }
+    // Commit every table that has pending work, with the listing of its topic.
+    let pending = ledger.list(Some("pending"), None).await?;
+    let topics: BTreeSet<&str> = pending.iter().map(|e| e.topic.as_str()).collect();
+    for topic in topics {
+        let mut topic_listing: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
+        for key in listing.complete.iter().filter(|k| k.topic == topic) {
+            topic_listing
+                .entry(key.partition)
+                .or_default()
+                .insert(key.base_offset);
+        }
+        let (name, _) = tables.get(catalog, &config.naming, topic).await?;
+        let name = name.clone();
+        let settings = CommitSettings {
+            start_offsets: config.start_offsets.get(topic).cloned().unwrap_or_default(),
+            ..config.commit.clone()
+        };
+        let outcome = commit_table(
+            catalog,
+            ledger,
+            &name,
+            topic,
+            &topic_listing,
+            &settings,
+            now_ms(),
+        )
+        .await?;
+        progress(&Progress::Committed {
+            table: name.to_string(),
+            snapshot_id: outcome.snapshot_id,
+        });
+        report.tables.insert(name.to_string(), outcome);
+    }
+    Ok(report)
+}

@@ -1,0 +1,205 @@
+//! Where segments come from: a local directory or an S3 prefix, both through one
+//! OpenDAL-backed implementation of [`SegmentSource`]. An in-memory source serves
+//! unit tests and fault injection.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Mutex;
+
+use opendal::{EntryMode, Operator};
+
+use crate::catalog::S3Settings;
+
+/// One object of a listing, with its key relative to the source prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceObject {
+    /// Key relative to the source prefix.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag, when the store has one.
+    pub etag: Option<String>,
+}
+
+/// Reading the source failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{location}: {message}")]
+pub struct SourceError {
+    /// The object or prefix.
+    pub location: String,
+    /// What failed.
+    pub message: String,
+    /// Whether retrying may succeed.
+    pub retryable: bool,
+}
+
+/// A bucket prefix or directory holding KafScale segments.
+pub trait SegmentSource: Send + Sync {
+    /// Every object under the prefix.
+    fn list(&self) -> impl Future<Output = Result<Vec<SourceObject>, SourceError>> + Send;
+    /// The bytes of one object.
+    fn read(&self, key: &str) -> impl Future<Output = Result<Vec<u8>, SourceError>> + Send;
+    /// A readable location for messages (`s3://bucket/prefix/key` or a path).
+    fn describe(&self, key: &str) -> String;
+}
+
+/// A local directory or S3 prefix, read through OpenDAL.
+#[derive(Debug, Clone)]
+pub struct OpendalSource {
+    operator: Operator,
+    base: String,
+}
+
+impl OpendalSource {
+    /// A local directory.
+    pub fn local(root: &Path) -> Result<Self, SourceError> {
+        let absolute = std::path::absolute(root).map_err(|e| SourceError {
+            location: root.display().to_string(),
+            message: e.to_string(),
+            retryable: false,
+        })?;
+        let root_text = absolute.display().to_string();
+        let builder = opendal::services::Fs::default().root(&root_text);
+        let operator = Operator::new(builder)
+            .map_err(|e| error(&root_text, e))?
+            .finish();
+        Ok(Self {
+            operator,
+            base: root_text,
+        })
+    }
+
+    /// `s3://bucket/prefix`, with credentials and endpoint from `settings`.
+    pub fn s3(bucket: &str, prefix: &str, settings: &S3Settings) -> Result<Self, SourceError> {
+        let base = format!("s3://{bucket}/{prefix}");
+        let mut builder = opendal::services::S3::default()
+            .bucket(bucket)
+            .root(&format!("/{}", prefix.trim_matches('/')))
+            .region(&settings.region);
+        if let Some(endpoint) = &settings.endpoint {
+            builder = builder.endpoint(endpoint);
+        }
+        if let Some(key) = &settings.access_key_id {
+            builder = builder.access_key_id(key);
+        }
+        if let Some(secret) = &settings.secret_access_key {
+            builder = builder.secret_access_key(secret);
+        }
+        if let Some(token) = &settings.session_token {
+            builder = builder.session_token(token);
+        }
+        let operator = Operator::new(builder)
+            .map_err(|e| error(&base, e))?
+            .finish();
+        Ok(Self { operator, base })
+    }
+
+    /// Parses `s3://bucket/prefix` or a directory.
+    pub fn from_location(location: &str, settings: &S3Settings) -> Result<Self, SourceError> {
+        match location.strip_prefix("s3://") {
+            Some(rest) => {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                Self::s3(bucket, prefix, settings)
+            }
+            None => Self::local(Path::new(location)),
+        }
+    }
+}
+
+fn error(location: &str, e: opendal::Error) -> SourceError {
+    SourceError {
+        location: location.to_owned(),
+        retryable: e.is_temporary() || e.kind() == opendal::ErrorKind::RateLimited,
+        message: e.to_string(),
+    }
+}
+
+impl SegmentSource for OpendalSource {
+    async fn list(&self) -> Result<Vec<SourceObject>, SourceError> {
+        let entries = self
+            .operator
+            .list_with("")
+            .recursive(true)
+            .await
+            .map_err(|e| error(&self.base, e))?;
+        let mut objects: Vec<SourceObject> = entries
+            .into_iter()
+            .filter(|entry| entry.metadata().mode() == EntryMode::FILE)
+            .map(|entry| SourceObject {
+                key: entry.path().trim_start_matches('/').to_owned(),
+                size: entry.metadata().content_length(),
+                etag: entry
+                    .metadata()
+                    .etag()
+                    .map(|e| e.trim_matches('"').to_owned()),
+            })
+            .collect();
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(objects)
+    }
+
+    async fn read(&self, key: &str) -> Result<Vec<u8>, SourceError> {
+        let buffer = self
+            .operator
+            .read(key)
+            .await
+            .map_err(|e| error(&self.describe(key), e))?;
+        Ok(buffer.to_vec())
+    }
+
+    fn describe(&self, key: &str) -> String {
+        format!("{}/{key}", self.base.trim_end_matches('/'))
+    }
+}
+
+/// An in-memory source for tests.
+#[derive(Debug, Default)]
+pub struct MemorySource {
+    objects: Mutex<BTreeMap<String, Vec<u8>>>,
+}
+
+impl MemorySource {
+    /// Adds or replaces an object.
+    pub fn put(&self, key: &str, bytes: Vec<u8>) {
+        if let Ok(mut objects) = self.objects.lock() {
+            objects.insert(key.to_owned(), bytes);
+        }
+    }
+
+    fn locked<T>(&self, f: impl FnOnce(&BTreeMap<String, Vec<u8>>) -> T) -> Result<T, SourceError> {
+        self.objects.lock().map(|o| f(&o)).map_err(|_| SourceError {
+            location: "memory".into(),
+            message: "lock poisoned".into(),
+            retryable: false,
+        })
+    }
+}
+
+impl SegmentSource for MemorySource {
+    async fn list(&self) -> Result<Vec<SourceObject>, SourceError> {
+        self.locked(|objects| {
+            objects
+                .iter()
+                .map(|(key, bytes)| SourceObject {
+                    key: key.clone(),
+                    size: bytes.len() as u64,
+                    etag: None,
+                })
+                .collect()
+        })
+    }
+
+    async fn read(&self, key: &str) -> Result<Vec<u8>, SourceError> {
+        self.locked(|objects| objects.get(key).cloned())?
+            .ok_or_else(|| SourceError {
+                location: key.to_owned(),
+                message: "no such object".into(),
+                retryable: false,
+            })
+    }
+
+    fn describe(&self, key: &str) -> String {
+        format!("memory://{key}")
+    }
+}

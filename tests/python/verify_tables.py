@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Independent check of what `kfs-iceberg run` wrote, with pyiceberg and DuckDB.
+
+Reads every `*.expected.jsonl` under --expected (written by tests/independent/
+make_segments.py next to each segment: topic and partition come from the path),
+opens each topic's table `kafscale.<sanitized topic>` through pyiceberg's SqlCatalog on
+the warehouse's `catalog.db`, and compares row by row: same count, no duplicate
+record_id, byte-equal keys, values and headers, equal timestamps (timestamp_ms and the
+microsecond timestamptz). DuckDB's iceberg_scan must agree on count and content.
+The current snapshot's summary must hold the full offset map.
+
+Prints one JSON line with per-table facts (snapshot count, rows) for the caller, and
+exits non-zero with a clear message on the first mismatch.
+"""
+
+import argparse
+import base64
+import glob
+import json
+import os
+import re
+import sys
+
+
+def sanitize(topic):
+    return re.sub(r"[^a-z0-9_]", "_", topic.lower())
+
+
+def load_expected(expected_dir, only_keys=None):
+    tables = {}
+    for path in sorted(glob.glob(os.path.join(expected_dir, "**", "*.expected.jsonl"), recursive=True)):
+        rel = os.path.relpath(path, expected_dir)
+        parts = rel.split(os.sep)
+        topic, partition = parts[-3], int(parts[-2])
+        kfs_key = rel.replace(".expected.jsonl", ".kfs")
+        if only_keys is not None and kfs_key not in only_keys:
+            continue
+        rows = tables.setdefault(sanitize(topic), {})
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                b = lambda v: None if v is None else base64.b64decode(v)
+                rid = f"{topic}:{partition}:{r['offset']}"
+                rows[rid] = {
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": r["offset"],
+                    "timestamp_ms": r["timestamp_ms"],
+                    "key": b(r["key"]),
+                    "value": b(r["value"]),
+                    "headers": [(h["key"], b(h["value"])) for h in r["headers"]],
+                }
+    return tables
+
+
+def fail(message):
+    print(f"verify_tables: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def check_rows(where, table_name, expected, actual_rows):
+    seen = set()
+    for row in actual_rows:
+        rid = row["record_id"]
+        if rid in seen:
+            fail(f"{where}: {table_name}: duplicate record_id {rid}")
+        seen.add(rid)
+        want = expected.get(rid)
+        if want is None:
+            fail(f"{where}: {table_name}: unexpected row {rid}")
+        for column in ("topic", "partition", "offset", "timestamp_ms", "key", "value"):
+            got = row[column]
+            if isinstance(got, (bytearray, memoryview)):
+                got = bytes(got)
+            if got != want[column]:
+                fail(f"{where}: {table_name}: {rid}: {column} is {got!r}, expected {want[column]!r}")
+        headers = [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in row["headers"]]
+        if headers != want["headers"]:
+            fail(f"{where}: {table_name}: {rid}: headers {headers!r}, expected {want['headers']!r}")
+        if row["timestamp_us"] != want["timestamp_ms"] * 1000:
+            fail(f"{where}: {table_name}: {rid}: timestamp {row['timestamp_us']} µs, expected {want['timestamp_ms'] * 1000}")
+    missing = set(expected) - seen
+    if missing:
+        fail(f"{where}: {table_name}: {len(missing)} records missing, e.g. {sorted(missing)[:3]}")
+
+
+def pyiceberg_rows(table):
+    arrow = table.scan().to_arrow()
+    rows = arrow.to_pylist()
+    for row in rows:
+        ts = row["timestamp"]
+        row["timestamp_us"] = (ts.timestamp() * 1_000_000).__round__() if ts is not None else None
+    return rows
+
+
+def duckdb_rows(con, metadata_location):
+    cur = con.execute(
+        "SELECT record_id, topic, \"partition\", \"offset\", timestamp_ms, key, value, headers, epoch_us(\"timestamp\") "
+        "FROM iceberg_scan(?)",
+        [metadata_location],
+    )
+    out = []
+    for rid, topic, partition, offset, ts_ms, key, value, headers, ts_us in cur.fetchall():
+        out.append({
+            "record_id": rid, "topic": topic, "partition": partition, "offset": offset, "timestamp_ms": ts_ms,
+            "key": key, "value": value, "headers": headers, "timestamp_us": ts_us,
+        })
+    return out
+
+
+def open_duckdb():
+    import duckdb
+    con = duckdb.connect()
+    try:
+        import duckdb_extension_avro  # noqa: F401  (registers nothing; we load by path below)
+    except ImportError:
+        pass
+    loaded = False
+    for name in ("avro", "iceberg"):
+        mod = __import__(f"duckdb_extension_{name}")
+        path = getattr(mod, "extension_path", None)
+        if callable(path):
+            path = path()
+        if path is None:
+            base = os.path.dirname(mod.__file__)
+            found = glob.glob(os.path.join(base, "**", f"{name}.duckdb_extension"), recursive=True)
+            path = found[0] if found else None
+        if path is None:
+            fail(f"cannot find the {name} DuckDB extension inside duckdb_extension_{name}")
+        con.execute(f"LOAD '{path}'")
+        loaded = True
+    return con if loaded else None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--warehouse", required=True)
+    parser.add_argument("--expected", required=True, help="directory holding the *.expected.jsonl files")
+    parser.add_argument("--only", help="file listing the .kfs keys (relative) that must be in the tables")
+    parser.add_argument("--no-duckdb", action="store_true")
+    args = parser.parse_args()
+
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    only = None
+    if args.only:
+        with open(args.only) as f:
+            only = {line.strip() for line in f if line.strip()}
+    expected = load_expected(args.expected, only)
+    wh = os.path.abspath(args.warehouse)
+    catalog = SqlCatalog("local", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+    con = None if args.no_duckdb else open_duckdb()
+    facts = {}
+    for name, rows in sorted(expected.items()):
+        table = catalog.load_table(f"kafscale.{name}")
+        check_rows("pyiceberg", name, rows, pyiceberg_rows(table))
+        snapshot = table.current_snapshot()
+        if snapshot is None:
+            fail(f"{name}: no snapshot")
+        props = snapshot.summary.additional_properties
+        offsets = json.loads(props.get("kfs.offsets", "null") or "null")
+        if not offsets:
+            fail(f"{name}: current snapshot has no kfs.offsets")
+        partitions = {str(r["partition"]) for r in rows.values()}
+        if not partitions <= set(offsets):
+            fail(f"{name}: offset map {offsets} lacks partitions {sorted(partitions - set(offsets))}")
+        for rid, r in rows.items():
+            if offsets[str(r["partition"])] <= r["offset"]:
+                fail(f"{name}: offset map {offsets} does not cover {rid}")
+        if con is not None:
+            check_rows("duckdb", name, rows, duckdb_rows(con, table.metadata_location))
+        facts[name] = {
+            "rows": len(rows),
+            "snapshots": len(table.metadata.snapshots),
+            "offsets": offsets,
+            "operation": str(snapshot.summary.operation),
+        }
+    print(json.dumps(facts, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
