@@ -16,7 +16,7 @@ pub struct WarehouseArgs {
     /// Warehouse: a directory or s3://bucket/prefix.
     #[arg(long)]
     pub warehouse: String,
-    /// The SQLite file of the catalog (default: <warehouse>/catalog.db, or <state>/catalog.db).
+    /// The SQLite file of the catalog (default: `WAREHOUSE/catalog.db`, or `STATE/catalog.db`).
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<PathBuf>,
     /// Directory of the local state (catalog and ledger) when the warehouse is in S3.

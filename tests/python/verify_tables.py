@@ -140,6 +140,8 @@ def main():
     parser.add_argument("--expected", required=True, help="directory holding the *.expected.jsonl files")
     parser.add_argument("--only", help="file listing the .kfs keys (relative) that must be in the tables")
     parser.add_argument("--no-duckdb", action="store_true")
+    parser.add_argument("--catalog-db", help="the SQLite catalog file (default: <warehouse>/catalog.db)")
+    parser.add_argument("--s3-endpoint", help="S3 endpoint of an s3:// warehouse (credentials from AWS_* variables)")
     args = parser.parse_args()
 
     from pyiceberg.catalog.sql import SqlCatalog
@@ -149,8 +151,18 @@ def main():
         with open(args.only) as f:
             only = {line.strip() for line in f if line.strip()}
     expected = load_expected(args.expected, only)
-    wh = os.path.abspath(args.warehouse)
-    catalog = SqlCatalog("local", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+    if args.warehouse.startswith("s3://"):
+        properties = {
+            "s3.endpoint": args.s3_endpoint,
+            "s3.access-key-id": os.environ.get("AWS_ACCESS_KEY_ID", "test"),
+            "s3.secret-access-key": os.environ.get("AWS_SECRET_ACCESS_KEY", "test"),
+            "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+        }
+        catalog = SqlCatalog("local", uri=f"sqlite:///{os.path.abspath(args.catalog_db)}", warehouse=args.warehouse, **properties)
+    else:
+        wh = os.path.abspath(args.warehouse)
+        db = os.path.abspath(args.catalog_db) if args.catalog_db else f"{wh}/catalog.db"
+        catalog = SqlCatalog("local", uri=f"sqlite:///{db}", warehouse=f"file://{wh}")
     con = None if args.no_duckdb else open_duckdb()
     facts = {}
     for name, rows in sorted(expected.items()):

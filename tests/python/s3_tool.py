@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Tiny S3 helper for tests against a local S3 server (moto): make buckets and upload
+a directory tree. Credentials and region from the AWS_* environment variables.
+
+    s3_tool.py mb BUCKET...
+    s3_tool.py put DIR s3://bucket/prefix
+"""
+
+import os
+import sys
+
+import boto3
+
+
+def client():
+    return boto3.client(
+        "s3",
+        endpoint_url=os.environ["AWS_ENDPOINT_URL"],
+        region_name=os.environ.get("AWS_REGION", "us-east-1"),
+    )
+
+
+def main():
+    command, *args = sys.argv[1:]
+    s3 = client()
+    if command == "mb":
+        for bucket in args:
+            s3.create_bucket(Bucket=bucket)
+    elif command == "put":
+        root, url = args
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        count = 0
+        for folder, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(folder, name)
+                key = "/".join(p for p in (prefix.strip("/"), os.path.relpath(path, root)) if p)
+                with open(path, "rb") as f:
+                    s3.put_object(Bucket=bucket, Key=key, Body=f.read())
+                count += 1
+        print(f"uploaded {count} objects to {url}")
+    else:
+        sys.exit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main()
