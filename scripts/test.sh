@@ -15,4 +15,13 @@ echo "== cargo doc (-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 echo "== cargo test"
-cargo test --workspace --locked
+log=$(mktemp)
+set +e
+cargo test --workspace --locked 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+passed=$(awk '/^test result:/ { s += $4 } END { print s + 0 }' "$log")
+failed=$(awk '/^test result:/ { s += $6 } END { print s + 0 }' "$log")
+rm -f "$log"
+echo "tests: $passed passed, $failed failed"
+exit "$status"

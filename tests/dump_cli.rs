@@ -2,23 +2,16 @@
 //! by the independent Python encoder (`tests/independent/`), and against every
 //! malformed file of the corpus (`tests/corpus/`).
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use support::{files_under, independent_bucket, kfs, output_of, repo, tempdir};
 
 fn kfs_iceberg(args: &[&std::ffi::OsStr]) -> Output {
-    match Command::new(env!("CARGO_BIN_EXE_kfs-iceberg"))
-        .args(args)
-        .output()
-    {
-        Ok(output) => output,
-        Err(e) => panic!("cannot run kfs-iceberg: {e}"),
-    }
+    output_of(kfs().args(args))
 }
 
 fn dump_json(path: &Path) -> Vec<Value> {
@@ -63,46 +56,14 @@ fn dump_text_verifies_the_index_and_shows_the_records() {
     assert!(text.contains("index: 1 entries"), "{text}");
 }
 
-/// Runs the independent encoder into a temporary bucket.
-fn independent_bucket(seed: u64) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let script = repo().join("tests/independent/make_segments.py");
-    let status = Command::new("python3")
-        .arg(&script)
-        .arg("--out")
-        .arg(dir.path())
-        .arg("--seed")
-        .arg(seed.to_string())
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run python3 {}: {e}", script.display()));
-    assert!(
-        status.success(),
-        "{} failed: install tests/requirements.txt with pip",
-        script.display()
-    );
-    dir
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            walk(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn dump_json_reproduces_every_record_written_by_an_independent_encoder() {
     let mut checked_segments = 0;
     let mut checked_records = 0;
     for seed in [1, 2, 3] {
-        let bucket = independent_bucket(seed);
-        let mut files = Vec::new();
-        walk(bucket.path(), &mut files);
-        files.sort();
+        let bucket = tempdir();
+        independent_bucket(seed, bucket.path());
+        let files = files_under(bucket.path());
         for expected_path in files
             .iter()
             .filter(|p| p.to_string_lossy().ends_with(".expected.jsonl"))

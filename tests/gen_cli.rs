@@ -1,17 +1,14 @@
 //! End to end: `kfs-iceberg gen` writes the broker's bucket layout, deterministically,
 //! and every segment it writes verifies with `dump`.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod support;
+
+use std::path::Path;
+
+use support::{files_under, kfs, output_of, tempdir};
 
 fn run(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    match Command::new(env!("CARGO_BIN_EXE_kfs-iceberg"))
-        .args(args)
-        .output()
-    {
-        Ok(output) => output,
-        Err(e) => panic!("cannot run kfs-iceberg: {e}"),
-    }
+    output_of(kfs().args(args))
 }
 
 fn gen_into(dir: &Path, codec: &str, seed: &str) {
@@ -41,29 +38,12 @@ fn gen_into(dir: &Path, codec: &str, seed: &str) {
     );
 }
 
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn gen_writes_verifiable_segments_in_the_bucket_layout() {
     for codec in ["none", "gzip", "snappy", "lz4", "zstd", "mixed"] {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempdir();
         gen_into(dir.path(), codec, "7");
-        let all = files(dir.path());
+        let all = files_under(dir.path());
         assert_eq!(all.len(), 2 * 3 * 2 * 2, "{codec}: {all:?}");
         for kfs in all
             .iter()
@@ -111,11 +91,11 @@ fn gen_writes_verifiable_segments_in_the_bucket_layout() {
 
 #[test]
 fn the_same_seed_writes_the_same_bytes() {
-    let a = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let b = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let a = tempdir();
+    let b = tempdir();
     gen_into(a.path(), "mixed", "99");
     gen_into(b.path(), "mixed", "99");
-    let (fa, fb) = (files(a.path()), files(b.path()));
+    let (fa, fb) = (files_under(a.path()), files_under(b.path()));
     assert_eq!(fa.len(), fb.len());
     for (x, y) in fa.iter().zip(&fb) {
         assert_eq!(x.strip_prefix(a.path()).ok(), y.strip_prefix(b.path()).ok());
@@ -130,7 +110,7 @@ fn the_same_seed_writes_the_same_bytes() {
 
 #[test]
 fn an_unknown_codec_is_a_usage_error() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempdir();
     let output = run(&[
         "gen".as_ref(),
         "--out".as_ref(),

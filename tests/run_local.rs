@@ -4,32 +4,14 @@
 //! encoded. Covers rerun idempotency, incremental runs, and runs killed at random
 //! moments.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn kfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_kfs-iceberg"))
-}
-
-fn output(command: &mut Command, what: &str) -> Output {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    assert!(
-        output.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        String::from_utf8_lossy(&output.stdout)
-    );
-    output
-}
+use support::{files_under, independent_bucket, kfs, repo, succeed, tempdir};
 
 fn run(source: &str, warehouse: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
     let mut command = kfs();
@@ -44,7 +26,7 @@ fn run(source: &str, warehouse: &str, extra: &[&str], env: &[(&str, &str)]) -> S
         ])
         .args(extra);
     command.envs(env.iter().copied());
-    String::from_utf8_lossy(&output(&mut command, "kfs-iceberg run").stdout).into_owned()
+    String::from_utf8_lossy(&succeed(&mut command, "kfs-iceberg run").stdout).into_owned()
 }
 
 /// Runs the independent checker; returns its per-table facts.
@@ -56,7 +38,7 @@ fn verify(warehouse: &str, expected: &Path, extra: &[&str], env: &[(&str, &str)]
         .arg(expected)
         .args(extra)
         .envs(env.iter().copied());
-    let out = output(
+    let out = succeed(
         &mut command,
         "verify_tables.py (pip install -r tests/requirements.txt)",
     );
@@ -76,23 +58,6 @@ fn snapshots(facts: &Value) -> Vec<(String, u64)> {
         .unwrap_or_default()
 }
 
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 fn copy(from_root: &Path, file: &Path, to_root: &Path) {
     let relative = file.strip_prefix(from_root).unwrap_or(file);
     let target = to_root.join(relative);
@@ -100,21 +65,6 @@ fn copy(from_root: &Path, file: &Path, to_root: &Path) {
         std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{}: {e}", parent.display()));
     }
     std::fs::copy(file, &target).unwrap_or_else(|e| panic!("{}: {e}", target.display()));
-}
-
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"))
-}
-
-fn independent_bucket(seed: u64, out: &Path) {
-    output(
-        Command::new("python3")
-            .arg(repo().join("tests/independent/make_segments.py"))
-            .arg("--out")
-            .arg(out)
-            .args(["--seed", &seed.to_string()]),
-        "make_segments.py",
-    );
 }
 
 /// The `.kfs` files of a bucket, grouped by partition directory, in offset order.
@@ -195,7 +145,7 @@ fn run_matches_the_encoded_records_reruns_add_nothing_and_new_segments_add_only_
     }
     assert!(snapshots(&third).iter().any(|(_, n)| *n == 2), "{third}");
 
-    let status = output(kfs().args(["status", "--warehouse", &wh]), "status");
+    let status = succeed(kfs().args(["status", "--warehouse", &wh]), "status");
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(
         status.contains("pending: none") && status.contains("next offset"),
@@ -210,7 +160,7 @@ fn write_expected(root: &Path) {
         .into_iter()
         .filter(|f| f.extension().is_some_and(|e| e == "kfs"))
     {
-        let dumped = output(kfs().arg("dump").arg("--json").arg(&file), "dump --json");
+        let dumped = succeed(kfs().arg("dump").arg("--json").arg(&file), "dump --json");
         let target = PathBuf::from(file.to_string_lossy().replace(".kfs", ".expected.jsonl"));
         std::fs::write(&target, &dumped.stdout)
             .unwrap_or_else(|e| panic!("{}: {e}", target.display()));
@@ -359,14 +309,14 @@ fn s3_source_and_warehouse_against_moto() {
     let bucket = tempdir();
     independent_bucket(5, bucket.path());
     let tool = repo().join("tests/python/s3_tool.py");
-    output(
+    succeed(
         Command::new("python3")
             .arg(&tool)
             .args(["mb", "kafscale-segments", "lakehouse"])
             .envs(env),
         "mb",
     );
-    output(
+    succeed(
         Command::new("python3")
             .arg(&tool)
             .arg("put")

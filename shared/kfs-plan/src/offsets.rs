@@ -73,45 +73,41 @@ fn parse<T: for<'de> Deserialize<'de>>(
         .transpose()
 }
 
+/// Reads a JSON object keyed by partition number.
+fn partition_map<V: for<'de> Deserialize<'de>>(
+    summary: &HashMap<String, String>,
+    key: &'static str,
+) -> Result<Option<BTreeMap<i32, V>>, SummaryError> {
+    let Some(map) = parse::<BTreeMap<String, V>>(summary, key)? else {
+        return Ok(None);
+    };
+    map.into_iter()
+        .map(|(partition, value)| {
+            partition
+                .parse::<i32>()
+                .map(|p| (p, value))
+                .map_err(|_| SummaryError {
+                    key,
+                    reason: format!("partition {partition:?} is not a number"),
+                })
+        })
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
 /// Reads the offset map of a snapshot summary; `None` when the snapshot was not
 /// written by kfs-iceberg.
 pub fn offsets_from_summary(
     summary: &HashMap<String, String>,
 ) -> Result<Option<OffsetMap>, SummaryError> {
-    let map: Option<BTreeMap<String, i64>> = parse(summary, OFFSETS_KEY)?;
-    map.map(|map| {
-        map.into_iter()
-            .map(|(partition, next)| {
-                partition
-                    .parse::<i32>()
-                    .map(|p| (p, next))
-                    .map_err(|_| SummaryError {
-                        key: OFFSETS_KEY,
-                        reason: format!("partition {partition:?} is not a number"),
-                    })
-            })
-            .collect()
-    })
-    .transpose()
+    partition_map(summary, OFFSETS_KEY)
 }
 
 /// Reads the ranges a snapshot added: partition → `[first, next)`.
 pub fn ranges_from_summary(
     summary: &HashMap<String, String>,
 ) -> Result<BTreeMap<i32, (i64, i64)>, SummaryError> {
-    let map: Option<BTreeMap<String, (i64, i64)>> = parse(summary, RANGES_KEY)?;
-    map.unwrap_or_default()
-        .into_iter()
-        .map(|(partition, range)| {
-            partition
-                .parse::<i32>()
-                .map(|p| (p, range))
-                .map_err(|_| SummaryError {
-                    key: RANGES_KEY,
-                    reason: format!("partition {partition:?} is not a number"),
-                })
-        })
-        .collect()
+    Ok(partition_map(summary, RANGES_KEY)?.unwrap_or_default())
 }
 
 /// Reads the gaps a snapshot recorded.

@@ -1,0 +1,324 @@
+//! The committer under concurrency and injected faults, on the real SQL catalog
+//! (SQLite) and ledger: two committers racing on one table, a commit whose ledger
+//! marking is lost, and a segment that arrives late, after its range was skipped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kfs_core::catalog::{S3Settings, Warehouse, ensure_topic_table, open_sql_catalog};
+use kfs_core::committer::{CommitSettings, commit_table, table_watermarks};
+use kfs_core::ledger::{InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
+use kfs_core::pipeline::ingest_segment;
+use kfs_core::source::{MemorySource, SourceObject};
+use kfs_plan::keys::SegmentKey;
+use kfs_plan::naming::TableNaming;
+use kfs_plan::offsets::{Gap, GapReason};
+use kfs_segment::{BatchSpec, Compression, DecodeLimits, OwnedRecord, encode_segment};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// A segment of `count` records starting at `base`.
+fn segment(base: i64, count: i64) -> Vec<u8> {
+    let records = (base..base + count)
+        .map(|offset| OwnedRecord {
+            offset,
+            timestamp_ms: 1_700_000_000_000 + offset,
+            key: Some(format!("k{offset}").into_bytes()),
+            value: Some(vec![b'v'; 100]),
+            headers: vec![],
+        })
+        .collect();
+    match encode_segment(&[BatchSpec::new(records, Compression::Zstd)], 1) {
+        Ok(s) => s.kfs,
+        Err(e) => panic!("encode: {e}"),
+    }
+}
+
+fn key(base: i64) -> SegmentKey {
+    SegmentKey {
+        namespace: "ns".into(),
+        topic: "orders".into(),
+        partition: 0,
+        base_offset: base,
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    catalog: kfs_core::catalog::SqlCatalog,
+    ledger_path: std::path::PathBuf,
+    source: MemorySource,
+}
+
+async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let warehouse = Warehouse::Local(dir.path().join("wh"));
+    let catalog = open_sql_catalog(
+        &dir.path().join("catalog.db"),
+        &warehouse,
+        &S3Settings::default(),
+    )
+    .await?;
+    Ok(Setup {
+        ledger_path: dir.path().join("ledger.db"),
+        _dir: dir,
+        catalog,
+        source: MemorySource::default(),
+    })
+}
+
+/// Converts the segments at `bases` (each 10 records) into pending ledger entries.
+async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResult {
+    let name = TableNaming::default().table_for("orders");
+    let table = ensure_topic_table(&setup.catalog, &name, "orders").await?;
+    for &base in bases {
+        let key = key(base);
+        let object_key = key.to_string();
+        setup.source.put(&object_key, segment(base, 10));
+        let object = SourceObject {
+            key: object_key,
+            size: 0,
+            etag: None,
+        };
+        ingest_segment(
+            &setup.source,
+            &table,
+            &name,
+            ledger,
+            &key,
+            &object,
+            DecodeLimits::default(),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+fn listing(bases: &[i64]) -> BTreeMap<i32, BTreeSet<i64>> {
+    BTreeMap::from([(0, bases.iter().copied().collect())])
+}
+
+async fn committed_records(setup: &Setup) -> Result<(u64, usize), Box<dyn std::error::Error>> {
+    use iceberg::Catalog;
+    let name = TableNaming::default().table_for("orders");
+    let table = setup
+        .catalog
+        .load_table(&kfs_core::catalog::table_ident(&name))
+        .await?;
+    let mut records = 0;
+    let mut paths = BTreeSet::new();
+    if let Some(snapshot) = table.metadata().current_snapshot() {
+        let list = table.manifest_list_reader(snapshot).load().await?;
+        for manifest in list.entries() {
+            for entry in manifest.load_manifest(table.file_io()).await?.entries() {
+                if entry.is_alive() {
+                    records += entry.data_file().record_count();
+                    assert!(
+                        paths.insert(entry.data_file().file_path().to_owned()),
+                        "file registered twice"
+                    );
+                }
+            }
+        }
+    }
+    Ok((records, paths.len()))
+}
+
+#[tokio::test]
+async fn two_committers_racing_commit_every_segment_once() -> TestResult {
+    let setup = setup().await?;
+    let ledger_a = SqliteLedger::open(&setup.ledger_path).await?;
+    let ledger_b = SqliteLedger::open(&setup.ledger_path).await?;
+    let bases: Vec<i64> = (0..12).map(|i| i * 10).collect();
+    convert(&setup, &ledger_a, &bases).await?;
+    let name = TableNaming::default().table_for("orders");
+    let listing = listing(&bases);
+    let settings = CommitSettings {
+        max_segments: 4,
+        ..CommitSettings::default()
+    };
+    for _ in 0..4 {
+        let (a, b) = tokio::join!(
+            commit_table(
+                &setup.catalog,
+                &ledger_a,
+                &name,
+                "orders",
+                &listing,
+                &settings,
+                1
+            ),
+            commit_table(
+                &setup.catalog,
+                &ledger_b,
+                &name,
+                "orders",
+                &listing,
+                &settings,
+                1
+            ),
+        );
+        a?;
+        b?;
+    }
+    assert_eq!(committed_records(&setup).await?, (120, 12));
+    assert!(ledger_a.list(Some("pending"), None).await?.is_empty());
+    Ok(())
+}
+
+/// A ledger whose `mark_committed` fails a number of times after the commit landed.
+struct LosesMarks<L> {
+    inner: L,
+    failures_left: AtomicUsize,
+}
+
+impl<L: Ledger> Ledger for LosesMarks<L> {
+    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
+        self.inner.get(segment).await
+    }
+    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
+        self.inner.insert(entry).await
+    }
+    async fn list(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+        self.inner.list(state, table).await
+    }
+    async fn mark_committed(
+        &self,
+        segments: &[String],
+        snapshot_id: i64,
+        now_ms: i64,
+    ) -> Result<usize, LedgerError> {
+        if self
+            .failures_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(LedgerError::Store {
+                message: "injected: connection lost".into(),
+                retryable: true,
+            });
+        }
+        self.inner
+            .mark_committed(segments, snapshot_id, now_ms)
+            .await
+    }
+}
+
+#[tokio::test]
+async fn a_commit_whose_marking_was_lost_is_recovered_not_repeated() -> TestResult {
+    let setup = setup().await?;
+    let ledger = LosesMarks {
+        inner: SqliteLedger::open(&setup.ledger_path).await?,
+        failures_left: AtomicUsize::new(1),
+    };
+    let bases = [0, 10, 20];
+    convert(&setup, &ledger, &bases).await?;
+    let name = TableNaming::default().table_for("orders");
+    let settings = CommitSettings::default();
+    let first = commit_table(
+        &setup.catalog,
+        &ledger,
+        &name,
+        "orders",
+        &listing(&bases),
+        &settings,
+        1,
+    )
+    .await;
+    assert!(first.is_err_and(|e| e.is_retryable()));
+    assert_eq!(
+        ledger.list(Some("pending"), None).await?.len(),
+        3,
+        "the commit landed but nothing was marked"
+    );
+    let second = commit_table(
+        &setup.catalog,
+        &ledger,
+        &name,
+        "orders",
+        &listing(&bases),
+        &settings,
+        2,
+    )
+    .await?;
+    assert_eq!(second.snapshot_id, None, "no second snapshot");
+    assert_eq!(second.recovered, 3);
+    assert!(ledger.list(Some("pending"), None).await?.is_empty());
+    assert_eq!(committed_records(&setup).await?, (30, 3));
+    Ok(())
+}
+
+#[tokio::test]
+async fn gaps_wait_for_listed_segments_and_are_recorded_once_none_is_listed() -> TestResult {
+    let setup = setup().await?;
+    let ledger = SqliteLedger::open(&setup.ledger_path).await?;
+    let name = TableNaming::default().table_for("orders");
+    let settings = CommitSettings::default();
+    // Segment 10 is listed but not converted yet: segment 20 must wait behind it.
+    convert(&setup, &ledger, &[0, 20]).await?;
+    let outcome = commit_table(
+        &setup.catalog,
+        &ledger,
+        &name,
+        "orders",
+        &listing(&[0, 10, 20]),
+        &settings,
+        1,
+    )
+    .await?;
+    assert_eq!(
+        (outcome.segments, outcome.watermarks.get(&0).copied()),
+        (1, Some(10))
+    );
+    assert_eq!(outcome.holds.len(), 1);
+    assert!(outcome.gaps.is_empty());
+    // The listing no longer shows segment 10 (its upload failed): the gap is recorded.
+    let outcome = commit_table(
+        &setup.catalog,
+        &ledger,
+        &name,
+        "orders",
+        &listing(&[0, 20]),
+        &settings,
+        2,
+    )
+    .await?;
+    assert_eq!(outcome.segments, 1);
+    assert_eq!(
+        outcome.gaps,
+        vec![Gap {
+            partition: 0,
+            from: 10,
+            to: 19,
+            reason: GapReason::NoSegment
+        }]
+    );
+    assert_eq!(outcome.watermarks.get(&0), Some(&30));
+    // A segment that shows up after its range was recorded as a gap is not slipped in
+    // behind the watermark: it stays pending, visible to the operator.
+    convert(&setup, &ledger, &[10]).await?;
+    let outcome = commit_table(
+        &setup.catalog,
+        &ledger,
+        &name,
+        "orders",
+        &listing(&[0, 10, 20]),
+        &settings,
+        3,
+    )
+    .await?;
+    assert_eq!((outcome.snapshot_id, outcome.recovered), (None, 0));
+    assert_eq!(ledger.list(Some("pending"), None).await?.len(), 1);
+    assert_eq!(committed_records(&setup).await?, (20, 2));
+    use iceberg::Catalog;
+    let table = setup
+        .catalog
+        .load_table(&kfs_core::catalog::table_ident(&name))
+        .await?;
+    assert_eq!(table_watermarks(&table)?, BTreeMap::from([(0, 30)]));
+    Ok(())
+}

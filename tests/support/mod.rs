@@ -1,0 +1,70 @@
+//! Helpers shared by the end-to-end tests: paths, processes and files.
+
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A command running the built `kfs-iceberg` binary.
+pub fn kfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kfs-iceberg"))
+}
+
+/// Runs a command and returns its output, panicking if it cannot start.
+pub fn output_of(command: &mut Command) -> Output {
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"))
+}
+
+/// Runs a command that must succeed.
+pub fn succeed(command: &mut Command, what: &str) -> Output {
+    let output = output_of(command);
+    assert!(
+        output.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    output
+}
+
+/// A fresh temporary directory.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"))
+}
+
+/// Every file below `dir`, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Writes the independent Python encoder's bucket for `seed` into `out`.
+pub fn independent_bucket(seed: u64, out: &Path) {
+    succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/independent/make_segments.py"))
+            .arg("--out")
+            .arg(out)
+            .args(["--seed", &seed.to_string()]),
+        "make_segments.py (pip install -r tests/requirements.txt)",
+    );
+}
