@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kfs_testkit::Moto;
 use serde_json::Value;
 use support::{files_under, independent_bucket, kfs, repo, succeed, tempdir};
 
@@ -259,72 +260,20 @@ fn runs_killed_at_random_moments_still_end_with_every_record_exactly_once() {
     );
 }
 
-/// A moto server on a free local port, stopped on drop.
-struct Moto {
-    child: Child,
-    endpoint: String,
-}
-
-impl Moto {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap_or_else(|e| panic!("no free port: {e}"));
-        let child = Command::new("moto_server")
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("moto_server (pip install -r tests/requirements.txt): {e}"));
-        let endpoint = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not start on {endpoint}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Self { child, endpoint }
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn s3_source_and_warehouse_against_moto() {
     let moto = Moto::start();
-    let env = [
-        ("AWS_ENDPOINT_URL", moto.endpoint.as_str()),
-        ("AWS_ACCESS_KEY_ID", "test"),
-        ("AWS_SECRET_ACCESS_KEY", "test"),
-        ("AWS_REGION", "us-east-1"),
-    ];
+    let env_owned = moto.env();
+    let env: Vec<(&str, &str)> = env_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env = env.as_slice();
     let bucket = tempdir();
     independent_bucket(5, bucket.path());
-    let tool = repo().join("tests/python/s3_tool.py");
-    succeed(
-        Command::new("python3")
-            .arg(&tool)
-            .args(["mb", "kafscale-segments", "lakehouse"])
-            .envs(env),
-        "mb",
-    );
-    succeed(
-        Command::new("python3")
-            .arg(&tool)
-            .arg("put")
-            .arg(bucket.path())
-            .arg("s3://kafscale-segments/cluster-a")
-            .envs(env),
+    moto.tool(&["mb", "kafscale-segments", "lakehouse"]);
+    moto.tool(&[
         "put",
-    );
+        &bucket.path().to_string_lossy(),
+        "s3://kafscale-segments/cluster-a",
+    ]);
     let state = tempdir();
     let state_dir = state.path().to_string_lossy().into_owned();
     let warehouse = "s3://lakehouse/warehouse";
@@ -332,7 +281,7 @@ fn s3_source_and_warehouse_against_moto() {
         "s3://kafscale-segments/cluster-a",
         warehouse,
         &["--state", &state_dir],
-        &env,
+        env,
     );
     assert!(
         summary.contains("0 quarantined") && summary.contains("1 incomplete"),
@@ -350,14 +299,14 @@ fn s3_source_and_warehouse_against_moto() {
         "--s3-endpoint",
         moto.endpoint.as_str(),
     ];
-    let first = verify(warehouse, bucket.path(), &extra, &env);
+    let first = verify(warehouse, bucket.path(), &extra, env);
     let again = run(
         "s3://kafscale-segments/cluster-a",
         warehouse,
         &["--state", &state_dir],
-        &env,
+        env,
     );
     assert!(again.contains("0 converted"), "{again}");
-    let second = verify(warehouse, bucket.path(), &extra, &env);
+    let second = verify(warehouse, bucket.path(), &extra, env);
     assert_eq!(snapshots(&first), snapshots(&second));
 }

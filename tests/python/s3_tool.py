@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Tiny S3 helper for tests against a local S3 server (moto): make buckets and upload
-a directory tree. Credentials and region from the AWS_* environment variables.
+"""Tiny AWS helper for tests against a local moto server: make buckets, upload a
+directory tree, create the ledger table from infra/ledger-table.json. Credentials,
+region and endpoint from the AWS_* environment variables.
 
     s3_tool.py mb BUCKET...
     s3_tool.py put DIR s3://bucket/prefix
+    s3_tool.py ledger TABLE_NAME DEFINITION.json
 """
+
+import json
 
 import os
 import sys
@@ -12,9 +16,9 @@ import sys
 import boto3
 
 
-def client():
+def client(service="s3"):
     return boto3.client(
-        "s3",
+        service,
         endpoint_url=os.environ["AWS_ENDPOINT_URL"],
         region_name=os.environ.get("AWS_REGION", "us-east-1"),
     )
@@ -38,6 +42,12 @@ def main():
                     s3.put_object(Bucket=bucket, Key=key, Body=f.read())
                 count += 1
         print(f"uploaded {count} objects to {url}")
+    elif command == "ledger":
+        name, definition = args
+        with open(definition) as f:
+            spec = json.load(f)
+        client("dynamodb").create_table(TableName=name, **spec)
+        print(f"created ledger table {name}")
     else:
         sys.exit(f"unknown command {command}")
 

@@ -427,86 +427,168 @@ impl Ledger for SqliteLedger {
     }
 }
 
+/// The behaviour every [`Ledger`] implementation must show, checked on an empty
+/// ledger by each implementation's tests: conditional inserts, transitions only from
+/// `pending`, and listings by state and table. Returns the first violation.
+pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
+    fn expect<T: PartialEq + std::fmt::Debug>(what: &str, got: T, want: T) -> Result<(), String> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{what}: got {got:?}, expected {want:?}"))
+        }
+    }
+    let store = |e: LedgerError| e.to_string();
+    let entry = |segment: &str, base_offset: i64, state: EntryState| LedgerEntry {
+        segment: segment.into(),
+        etag: "e1".into(),
+        table: "kafscale.orders".into(),
+        topic: "orders".into(),
+        partition: 0,
+        base_offset,
+        last_offset: base_offset + 9,
+        records: 10,
+        bytes: 1000,
+        data_files: vec!["{\"file_path\":\"x\"}".into()],
+        state,
+        created_ms: 1,
+        updated_ms: 1,
+    };
+    let pending = entry(
+        "ns/orders/0/segment-00000000000000000010.kfs",
+        10,
+        EntryState::Pending,
+    );
+    let later = entry(
+        "ns/orders/0/segment-00000000000000000030.kfs",
+        30,
+        EntryState::Pending,
+    );
+    expect(
+        "first insert",
+        ledger.insert(&later).await.map_err(store)?,
+        InsertOutcome::Inserted,
+    )?;
+    expect(
+        "second insert",
+        ledger.insert(&pending).await.map_err(store)?,
+        InsertOutcome::Inserted,
+    )?;
+    let mut rewritten = pending.clone();
+    rewritten.etag = "e2".into();
+    expect(
+        "insert over an existing entry",
+        ledger.insert(&rewritten).await.map_err(store)?,
+        InsertOutcome::Exists(Box::new(pending.clone())),
+    )?;
+    let bad = entry(
+        "ns/orders/0/segment-00000000000000000020.kfs",
+        20,
+        EntryState::Quarantined {
+            error: "at byte 3: bad".into(),
+        },
+    );
+    ledger.insert(&bad).await.map_err(store)?;
+    expect(
+        "pending, in offset order",
+        ledger.list(Some("pending"), None).await.map_err(store)?,
+        vec![pending.clone(), later.clone()],
+    )?;
+    expect(
+        "pending of the table",
+        ledger
+            .list(Some("pending"), Some("kafscale.orders"))
+            .await
+            .map_err(store)?
+            .len(),
+        2,
+    )?;
+    expect(
+        "pending of another table",
+        ledger
+            .list(Some("pending"), Some("kafscale.other"))
+            .await
+            .map_err(store)?,
+        vec![],
+    )?;
+    expect(
+        "quarantined",
+        ledger
+            .list(Some("quarantined"), Some("kafscale.orders"))
+            .await
+            .map_err(store)?,
+        vec![bad.clone()],
+    )?;
+    let both = vec![pending.segment.clone(), bad.segment.clone()];
+    expect(
+        "first marking",
+        ledger.mark_committed(&both, 77, 5).await.map_err(store)?,
+        1,
+    )?;
+    expect(
+        "repeated marking",
+        ledger.mark_committed(&both, 78, 6).await.map_err(store)?,
+        0,
+    )?;
+    let committed = ledger.get(&pending.segment).await.map_err(store)?;
+    expect(
+        "committed entry",
+        committed.map(|e| (e.state, e.updated_ms)),
+        Some((EntryState::Committed { snapshot_id: 77 }, 5)),
+    )?;
+    expect(
+        "quarantined entry untouched",
+        ledger
+            .get(&bad.segment)
+            .await
+            .map_err(store)?
+            .map(|e| e.state),
+        Some(bad.state.clone()),
+    )?;
+    expect(
+        "pending after marking",
+        ledger.list(Some("pending"), None).await.map_err(store)?,
+        vec![later],
+    )?;
+    expect(
+        "committed listing",
+        ledger
+            .list(Some("committed"), None)
+            .await
+            .map_err(store)?
+            .len(),
+        1,
+    )?;
+    expect(
+        "all entries",
+        ledger.list(None, None).await.map_err(store)?.len(),
+        3,
+    )?;
+    expect(
+        "unknown segment",
+        ledger.get("nope").await.map_err(store)?,
+        None,
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(segment: &str, state: EntryState) -> LedgerEntry {
-        LedgerEntry {
-            segment: segment.into(),
-            etag: "e1".into(),
-            table: "kafscale.orders".into(),
-            topic: "orders".into(),
-            partition: 0,
-            base_offset: 10,
-            last_offset: 19,
-            records: 10,
-            bytes: 1000,
-            data_files: vec!["{\"file_path\":\"x\"}".into()],
-            state,
-            created_ms: 1,
-            updated_ms: 1,
-        }
-    }
-
-    async fn transitions_are_conditional(ledger: &impl Ledger) -> Result<(), LedgerError> {
-        let pending = entry(
-            "ns/orders/0/segment-00000000000000000010.kfs",
-            EntryState::Pending,
-        );
-        assert_eq!(ledger.insert(&pending).await?, InsertOutcome::Inserted);
-        let mut other = pending.clone();
-        other.etag = "e2".into();
-        assert_eq!(
-            ledger.insert(&other).await?,
-            InsertOutcome::Exists(Box::new(pending.clone()))
-        );
-        let bad = entry(
-            "ns/orders/0/segment-00000000000000000020.kfs",
-            EntryState::Quarantined {
-                error: "at byte 3: bad".into(),
-            },
-        );
-        ledger.insert(&bad).await?;
-        assert_eq!(
-            ledger.list(Some("pending"), None).await?,
-            vec![pending.clone()]
-        );
-        assert_eq!(
-            ledger
-                .list(Some("quarantined"), Some("kafscale.orders"))
-                .await?,
-            vec![bad.clone()]
-        );
-        let both = vec![pending.segment.clone(), bad.segment.clone()];
-        assert_eq!(ledger.mark_committed(&both, 77, 5).await?, 1);
-        assert_eq!(ledger.mark_committed(&both, 78, 6).await?, 0);
-        let committed = ledger.get(&pending.segment).await?;
-        assert_eq!(
-            committed.map(|e| (e.state, e.updated_ms)),
-            Some((EntryState::Committed { snapshot_id: 77 }, 5))
-        );
-        assert_eq!(
-            ledger.get(&bad.segment).await?.map(|e| e.state),
-            Some(bad.state)
-        );
-        assert_eq!(ledger.list(None, None).await?.len(), 2);
-        Ok(())
+    #[tokio::test]
+    async fn memory_ledger_keeps_the_contract() -> Result<(), String> {
+        check_contract(&MemoryLedger::default()).await
     }
 
     #[tokio::test]
-    async fn memory_ledger_transitions_are_conditional() -> Result<(), LedgerError> {
-        transitions_are_conditional(&MemoryLedger::default()).await
-    }
-
-    #[tokio::test]
-    async fn sqlite_ledger_transitions_are_conditional() -> Result<(), Box<dyn std::error::Error>> {
+    async fn sqlite_ledger_keeps_the_contract() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
-        transitions_are_conditional(&ledger).await?;
+        check_contract(&ledger).await?;
         // Reopening sees the same state.
         let reopened = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
-        assert_eq!(reopened.list(None, None).await?.len(), 2);
+        assert_eq!(reopened.list(None, None).await?.len(), 3);
         Ok(())
     }
 }

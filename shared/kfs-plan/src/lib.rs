@@ -3,6 +3,7 @@
 //! - [`keys`]: which objects of a bucket are segments, and what their keys say.
 //! - [`naming`]: the Iceberg table a topic lands in.
 //! - [`offsets`]: the per-partition offset map carried in every snapshot summary.
+//! - [`events`]: what S3, SQS and EventBridge events announce.
 //! - [`commit`]: which pending segments a commit may take, in what order, and what
 //!   the table's watermarks become.
 //!
@@ -10,6 +11,7 @@
 //! functions as data, and carry out the plans they return.
 
 pub mod commit;
+pub mod events;
 pub mod keys;
 pub mod naming;
 pub mod offsets;

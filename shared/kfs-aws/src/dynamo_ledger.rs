@@ -1,0 +1,422 @@
+//! The ledger on DynamoDB.
+//!
+//! Table design (`infra/ledger-table.json`, the same definition the SAM template
+//! declares):
+//! - partition key `segment_key` (S): the `.kfs` object key; one item per segment;
+//! - sparse GSI `work` (keys only): partition key `work_key` = `pending#<table>` or
+//!   `quarantined#<table>`, sort key `work_order` = `<partition:010>#<base offset:020>`.
+//!   Committed items drop both attributes, so the index holds only open work and a
+//!   query for a table's pending segments reads nothing else;
+//! - optional TTL attribute `expires_at` (epoch seconds) on committed items. Leave TTL
+//!   off unless the segment bucket expires segments first: an expired entry whose
+//!   segment is still listed would be converted again (harmlessly, as the committer
+//!   finds its range already in the table, but at a cost).
+//!
+//! Every state change is a conditional write (`attribute_not_exists` on insert,
+//! `entry_state = pending` on commit). The GSI is eventually consistent, so every item
+//! found through it is re-read from the base table with a consistent read before it
+//! is acted on.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use kfs_core::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
+
+/// Name of the sparse work index.
+pub const WORK_INDEX: &str = "work";
+
+type Item = HashMap<String, AttributeValue>;
+
+/// The ledger on a DynamoDB table.
+#[derive(Debug, Clone)]
+pub struct DynamoLedger {
+    client: Client,
+    table: String,
+}
+
+fn store_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
+    e: SdkError<E, R>,
+) -> LedgerError {
+    let retryable = match &e {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(service) => {
+            let text = format!("{:?}", service.err());
+            [
+                "Throttling",
+                "ProvisionedThroughputExceeded",
+                "RequestLimitExceeded",
+                "InternalServerError",
+                "TransactionConflict",
+            ]
+            .iter()
+            .any(|kind| text.contains(kind))
+        }
+        _ => false,
+    };
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(inner) = source {
+        message.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    LedgerError::Store { message, retryable }
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+fn work_order(partition: i32, base_offset: i64) -> String {
+    format!("{partition:010}#{base_offset:020}")
+}
+
+fn to_item(entry: &LedgerEntry) -> Result<Item, LedgerError> {
+    let data_files =
+        serde_json::to_string(&entry.data_files).map_err(|e| LedgerError::Corrupt {
+            segment: entry.segment.clone(),
+            reason: e.to_string(),
+        })?;
+    let mut item = Item::from([
+        ("segment_key".to_owned(), s(&entry.segment)),
+        ("etag".to_owned(), s(&entry.etag)),
+        ("table_name".to_owned(), s(&entry.table)),
+        ("topic".to_owned(), s(&entry.topic)),
+        ("partition_id".to_owned(), n(entry.partition)),
+        ("base_offset".to_owned(), n(entry.base_offset)),
+        ("last_offset".to_owned(), n(entry.last_offset)),
+        ("record_count".to_owned(), n(entry.records)),
+        ("byte_count".to_owned(), n(entry.bytes)),
+        ("data_files".to_owned(), s(&data_files)),
+        ("entry_state".to_owned(), s(entry.state.name())),
+        ("created_ms".to_owned(), n(entry.created_ms)),
+        ("updated_ms".to_owned(), n(entry.updated_ms)),
+    ]);
+    match &entry.state {
+        EntryState::Pending | EntryState::Quarantined { .. } => {
+            item.insert(
+                "work_key".into(),
+                s(&format!("{}#{}", entry.state.name(), entry.table)),
+            );
+            item.insert(
+                "work_order".into(),
+                s(&work_order(entry.partition, entry.base_offset)),
+            );
+        }
+        EntryState::Committed { snapshot_id } => {
+            item.insert("snapshot_id".into(), n(snapshot_id));
+        }
+    }
+    if let EntryState::Quarantined { error } = &entry.state {
+        item.insert("error_text".into(), s(error));
+    }
+    Ok(item)
+}
+
+fn from_item(item: &Item) -> Result<LedgerEntry, LedgerError> {
+    let segment = item
+        .get("segment_key")
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default();
+    let corrupt = |reason: String| LedgerError::Corrupt {
+        segment: segment.clone(),
+        reason,
+    };
+    let text = |name: &str| -> Result<String, LedgerError> {
+        item.get(name)
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .ok_or_else(|| corrupt(format!("missing text attribute {name}")))
+    };
+    fn number<T: std::str::FromStr>(item: &Item, name: &str) -> Option<T> {
+        item.get(name)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+    }
+    let num = |name: &str| -> Result<i64, LedgerError> {
+        number::<i64>(item, name).ok_or_else(|| corrupt(format!("missing number attribute {name}")))
+    };
+    let state = match text("entry_state")?.as_str() {
+        "pending" => EntryState::Pending,
+        "committed" => EntryState::Committed {
+            snapshot_id: num("snapshot_id")?,
+        },
+        "quarantined" => EntryState::Quarantined {
+            error: text("error_text").unwrap_or_default(),
+        },
+        other => return Err(corrupt(format!("unknown state {other:?}"))),
+    };
+    let data_files: Vec<String> =
+        serde_json::from_str(&text("data_files")?).map_err(|e| corrupt(e.to_string()))?;
+    Ok(LedgerEntry {
+        etag: text("etag")?,
+        table: text("table_name")?,
+        topic: text("topic")?,
+        partition: number::<i32>(item, "partition_id")
+            .ok_or_else(|| corrupt("missing partition_id".into()))?,
+        base_offset: num("base_offset")?,
+        last_offset: num("last_offset")?,
+        records: num("record_count")? as u64,
+        bytes: num("byte_count")? as u64,
+        data_files,
+        state,
+        created_ms: num("created_ms")?,
+        updated_ms: num("updated_ms")?,
+        segment: segment.clone(),
+    })
+}
+
+impl DynamoLedger {
+    /// A ledger on `table` through `client`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// Reads items by key with consistent reads, 100 at a time.
+    async fn consistent_get_many(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(100) {
+            let mut pending: Vec<Item> = chunk
+                .iter()
+                .map(|k| Item::from([("segment_key".to_owned(), s(k))]))
+                .collect();
+            let mut rounds = 0;
+            while !pending.is_empty() {
+                rounds += 1;
+                if rounds > 20 {
+                    return Err(LedgerError::Store {
+                        message: "BatchGetItem kept returning unprocessed keys".into(),
+                        retryable: true,
+                    });
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut pending)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| LedgerError::Store {
+                        message: e.to_string(),
+                        retryable: false,
+                    })?;
+                let response = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(store_error)?;
+                if let Some(items) = response.responses().and_then(|r| r.get(&self.table)) {
+                    for item in items {
+                        out.push(from_item(item)?);
+                    }
+                }
+                if let Some(left) = response.unprocessed_keys().and_then(|u| u.get(&self.table)) {
+                    pending = left.keys().to_vec();
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Segment keys in the work index under `work_key`, in partition and offset order.
+    async fn work_keys(&self, work_key: &str) -> Result<Vec<String>, LedgerError> {
+        let mut keys = Vec::new();
+        let mut start = None;
+        loop {
+            let response = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(WORK_INDEX)
+                .key_condition_expression("#w = :w")
+                .expression_attribute_names("#w", "work_key")
+                .expression_attribute_values(":w", s(work_key))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(store_error)?;
+            keys.extend(
+                response
+                    .items()
+                    .iter()
+                    .filter_map(|i| i.get("segment_key")?.as_s().ok().cloned()),
+            );
+            start = response.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(keys);
+            }
+        }
+    }
+
+    /// Every item of the table or of the work index, by a paginated scan.
+    async fn scan(&self, index: Option<&str>) -> Result<Vec<Item>, LedgerError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let response = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .set_index_name(index.map(str::to_owned))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(store_error)?;
+            items.extend(response.items().iter().cloned());
+            start = response.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(items);
+            }
+        }
+    }
+}
+
+fn sort(entries: &mut [LedgerEntry]) {
+    entries.sort_by(|a, b| {
+        (&a.table, a.partition, a.base_offset).cmp(&(&b.table, b.partition, b.base_offset))
+    });
+}
+
+impl Ledger for DynamoLedger {
+    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
+        let response = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("segment_key", s(segment))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(store_error)?;
+        response.item().map(from_item).transpose()
+    }
+
+    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(entry)?))
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", "segment_key")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(InsertOutcome::Inserted),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                match self.get(&entry.segment).await? {
+                    Some(existing) => Ok(InsertOutcome::Exists(Box::new(existing))),
+                    None => Err(LedgerError::Store {
+                        message: format!(
+                            "{} exists by its condition but cannot be read",
+                            entry.segment
+                        ),
+                        retryable: true,
+                    }),
+                }
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    async fn list(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+        let keys: Vec<String> = match (state, table) {
+            (Some(state @ ("pending" | "quarantined")), Some(table)) => {
+                self.work_keys(&format!("{state}#{table}")).await?
+            }
+            (Some(state @ ("pending" | "quarantined")), None) => {
+                let prefix = format!("{state}#");
+                self.scan(Some(WORK_INDEX))
+                    .await?
+                    .iter()
+                    .filter(|i| {
+                        i.get("work_key")
+                            .and_then(|v| v.as_s().ok())
+                            .is_some_and(|w| w.starts_with(&prefix))
+                    })
+                    .filter_map(|i| i.get("segment_key")?.as_s().ok().cloned())
+                    .collect()
+            }
+            _ => {
+                let mut entries: Vec<LedgerEntry> = self
+                    .scan(None)
+                    .await?
+                    .iter()
+                    .map(from_item)
+                    .collect::<Result<Vec<_>, _>>()?
+                    .into_iter()
+                    .filter(|e| {
+                        state.is_none_or(|s| e.state.name() == s)
+                            && table.is_none_or(|t| e.table == t)
+                    })
+                    .collect();
+                sort(&mut entries);
+                return Ok(entries);
+            }
+        };
+        // The index is eventually consistent: act only on what the base table says now.
+        let mut entries: Vec<LedgerEntry> = self
+            .consistent_get_many(keys)
+            .await?
+            .into_iter()
+            .filter(|e| {
+                state.is_none_or(|s| e.state.name() == s) && table.is_none_or(|t| e.table == t)
+            })
+            .collect();
+        sort(&mut entries);
+        Ok(entries)
+    }
+
+    async fn mark_committed(
+        &self,
+        segments: &[String],
+        snapshot_id: i64,
+        now_ms: i64,
+    ) -> Result<usize, LedgerError> {
+        let mut moved = 0;
+        for segment in segments {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("segment_key", s(segment))
+                .update_expression("SET #s = :committed, snapshot_id = :snapshot, updated_ms = :now REMOVE work_key, work_order")
+                .condition_expression("#s = :pending")
+                .expression_attribute_names("#s", "entry_state")
+                .expression_attribute_values(":committed", s("committed"))
+                .expression_attribute_values(":pending", s("pending"))
+                .expression_attribute_values(":snapshot", n(snapshot_id))
+                .expression_attribute_values(":now", n(now_ms))
+                .send()
+                .await;
+            match result {
+                Ok(_) => moved += 1,
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_conditional_check_failed_exception()) => {}
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+        Ok(moved)
+    }
+}
