@@ -126,7 +126,14 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     .map_err(|e| CliError::Pipeline(e.to_string()))?;
     bar.finish_and_clear();
     print_report(&report);
-    Ok(())
+    if report.failed_tables.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Pipeline(format!(
+            "{} table(s) could not be committed; their files stay pending for the next run",
+            report.failed_tables.len()
+        )))
+    }
 }
 
 fn print_report(report: &RunReport) {
@@ -143,6 +150,9 @@ fn print_report(report: &RunReport) {
     );
     for (segment, error) in &report.quarantined {
         println!("  quarantined {segment}: {error}");
+    }
+    for (table, error) in &report.failed_tables {
+        println!("table {table}: commit failed: {error}");
     }
     for segment in &report.rewritten {
         println!(

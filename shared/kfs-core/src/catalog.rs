@@ -162,6 +162,59 @@ pub async fn open_sql_catalog(
     builder.load(LOCAL_CATALOG_NAME, props).await
 }
 
+/// Which catalog holds the tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogKind {
+    /// The Iceberg SQL catalog on a SQLite file (the embedded default).
+    Sql {
+        /// The SQLite file.
+        database: PathBuf,
+    },
+    /// AWS Glue Data Catalog.
+    Glue {
+        /// A custom Glue endpoint (`AWS_ENDPOINT_URL_GLUE` or `AWS_ENDPOINT_URL`).
+        endpoint: Option<String>,
+    },
+}
+
+/// Opens the configured catalog over `warehouse`.
+pub async fn open_catalog(
+    kind: &CatalogKind,
+    warehouse: &Warehouse,
+    s3: &S3Settings,
+) -> iceberg::Result<Arc<dyn Catalog>> {
+    match kind {
+        CatalogKind::Sql { database } => {
+            Ok(Arc::new(open_sql_catalog(database, warehouse, s3).await?))
+        }
+        CatalogKind::Glue { endpoint } => {
+            use iceberg_catalog_glue::{
+                GLUE_CATALOG_PROP_URI, GLUE_CATALOG_PROP_WAREHOUSE, GlueCatalogBuilder,
+            };
+            let mut props = s3.file_io_properties();
+            props.insert(GLUE_CATALOG_PROP_WAREHOUSE.to_owned(), warehouse.location());
+            props.insert("region_name".to_owned(), s3.region.clone());
+            if let Some(endpoint) = endpoint {
+                props.insert(GLUE_CATALOG_PROP_URI.to_owned(), endpoint.clone());
+            }
+            if let (Some(key), Some(secret)) = (&s3.access_key_id, &s3.secret_access_key) {
+                props.insert("aws_access_key_id".to_owned(), key.clone());
+                props.insert("aws_secret_access_key".to_owned(), secret.clone());
+                if let Some(token) = &s3.session_token {
+                    props.insert("aws_session_token".to_owned(), token.clone());
+                }
+            }
+            let catalog = GlueCatalogBuilder::default()
+                .with_storage_factory(Arc::new(OpenDalStorageFactory::S3 {
+                    customized_credential_load: None,
+                }))
+                .load(LOCAL_CATALOG_NAME, props)
+                .await?;
+            Ok(Arc::new(catalog))
+        }
+    }
+}
+
 /// The identifier of a table.
 pub fn table_ident(name: &TableName) -> TableIdent {
     TableIdent::new(

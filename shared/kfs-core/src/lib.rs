@@ -6,7 +6,9 @@
 pub mod catalog;
 pub mod committer;
 pub mod convert;
+pub mod converter;
 pub mod ledger;
+pub mod metrics;
 pub mod pipeline;
 pub mod source;
 pub mod table;

@@ -3,6 +3,9 @@
 //! or quarantined), then commit each table's pending segments.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
 
 use iceberg::Catalog;
 use iceberg::spec::serialize_data_file_to_json;
@@ -28,6 +31,15 @@ pub struct PipelineConfig {
     pub commit: CommitSettings,
     /// Start offsets of partitions seen for the first time, per topic.
     pub start_offsets: BTreeMap<String, BTreeMap<i32, i64>>,
+    /// Most segments converted in one pass (the sweep's bound); `None` for all.
+    pub max_conversions: Option<usize>,
+    /// When the pass must be done: conversions stop early enough to leave
+    /// `commit_reserve` for the commits, and tables not reached by then wait.
+    pub deadline: Option<Instant>,
+    /// Time kept for commits before the deadline.
+    pub commit_reserve: Duration,
+    /// Tables committed at the same time (at least one).
+    pub table_concurrency: usize,
 }
 
 /// Progress of a pass, for progress bars and logs.
@@ -86,6 +98,10 @@ pub struct RunReport {
     pub rewritten: Vec<String>,
     /// Commit outcome per table.
     pub tables: BTreeMap<String, CommitOutcome>,
+    /// Tables whose commit failed this pass, with the error; their files stay pending.
+    pub failed_tables: BTreeMap<String, String>,
+    /// New segments left for the next pass (conversion bound or deadline reached).
+    pub deferred: usize,
 }
 
 /// A pass failed; what it did before the failure stands (the ledger is durable).
@@ -287,8 +303,16 @@ pub async fn run_once(
         segments: listing.complete.len(),
         new: work.len(),
     });
+    let conversion_deadline = config
+        .deadline
+        .map(|d| d.checked_sub(config.commit_reserve).unwrap_or(d));
+    let budget = config.max_conversions.unwrap_or(usize::MAX);
     let mut tables = Tables::default();
-    for (key, object) in work {
+    for (done, (key, object)) in work.iter().enumerate() {
+        if done >= budget || conversion_deadline.is_some_and(|d| Instant::now() >= d) {
+            report.deferred = work.len() - done;
+            break;
+        }
         let (name, table) = tables.get(catalog, &config.naming, &key.topic).await?;
         let entry = ingest_segment(source, table, name, ledger, key, object, config.limits).await?;
         match &entry.state {
@@ -314,6 +338,7 @@ pub async fn run_once(
     // Commit every table that has pending work, with the listing of its topic.
     let pending = ledger.list(Some("pending"), None).await?;
     let topics: BTreeSet<&str> = pending.iter().map(|e| e.topic.as_str()).collect();
+    let mut jobs = Vec::new();
     for topic in topics {
         let mut topic_listing: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
         for key in listing.complete.iter().filter(|k| k.topic == topic) {
@@ -323,26 +348,51 @@ pub async fn run_once(
                 .insert(key.base_offset);
         }
         let (name, _) = tables.get(catalog, &config.naming, topic).await?;
-        let name = name.clone();
         let settings = CommitSettings {
             start_offsets: config.start_offsets.get(topic).cloned().unwrap_or_default(),
             ..config.commit.clone()
         };
-        let outcome = commit_table(
-            catalog,
-            ledger,
-            &name,
-            topic,
-            &topic_listing,
-            &settings,
-            now_ms(),
-        )
-        .await?;
-        progress(&Progress::Committed {
-            table: name.to_string(),
-            snapshot_id: outcome.snapshot_id,
-        });
-        report.tables.insert(name.to_string(), outcome);
+        jobs.push((topic.to_owned(), name.clone(), topic_listing, settings));
+    }
+    let results: Vec<_> = futures::stream::iter(jobs)
+        .map(|(topic, name, topic_listing, settings)| async move {
+            if config.deadline.is_some_and(|d| Instant::now() >= d) {
+                return (name, None);
+            }
+            let outcome = commit_table(
+                catalog,
+                ledger,
+                &name,
+                &topic,
+                &topic_listing,
+                &settings,
+                now_ms(),
+            )
+            .await;
+            (name, Some(outcome))
+        })
+        .buffer_unordered(config.table_concurrency.max(1))
+        .collect()
+        .await;
+    for (name, outcome) in results {
+        match outcome {
+            Some(Ok(outcome)) => {
+                progress(&Progress::Committed {
+                    table: name.to_string(),
+                    snapshot_id: outcome.snapshot_id,
+                });
+                report.tables.insert(name.to_string(), outcome);
+            }
+            Some(Err(e)) => {
+                report.failed_tables.insert(name.to_string(), e.to_string());
+            }
+            None => {
+                report.failed_tables.insert(
+                    name.to_string(),
+                    "deadline reached before its commit".into(),
+                );
+            }
+        }
     }
     Ok(report)
 }

@@ -40,6 +40,11 @@ pub trait SegmentSource: Send + Sync {
     fn list(&self) -> impl Future<Output = Result<Vec<SourceObject>, SourceError>> + Send;
     /// The bytes of one object.
     fn read(&self, key: &str) -> impl Future<Output = Result<Vec<u8>, SourceError>> + Send;
+    /// Size and ETag of one object, or `None` when it does not exist.
+    fn stat(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<SourceObject>, SourceError>> + Send;
     /// A readable location for messages (`s3://bucket/prefix/key` or a path).
     fn describe(&self, key: &str) -> String;
 }
@@ -148,6 +153,18 @@ impl SegmentSource for OpendalSource {
         Ok(buffer.to_vec())
     }
 
+    async fn stat(&self, key: &str) -> Result<Option<SourceObject>, SourceError> {
+        match self.operator.stat(key).await {
+            Ok(meta) => Ok(Some(SourceObject {
+                key: key.to_owned(),
+                size: meta.content_length(),
+                etag: meta.etag().map(|e| e.trim_matches('"').to_owned()),
+            })),
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(error(&self.describe(key), e)),
+        }
+    }
+
     fn describe(&self, key: &str) -> String {
         format!("{}/{key}", self.base.trim_end_matches('/'))
     }
@@ -197,6 +214,16 @@ impl SegmentSource for MemorySource {
                 message: "no such object".into(),
                 retryable: false,
             })
+    }
+
+    async fn stat(&self, key: &str) -> Result<Option<SourceObject>, SourceError> {
+        self.locked(|objects| {
+            objects.get(key).map(|bytes| SourceObject {
+                key: key.to_owned(),
+                size: bytes.len() as u64,
+                etag: None,
+            })
+        })
     }
 
     fn describe(&self, key: &str) -> String {

@@ -76,3 +76,155 @@ impl Drop for Moto {
         let _ = self.child.wait();
     }
 }
+
+/// A segment of `count` records from offset `base`, with its index: keys `k<offset>`,
+/// 100-byte values, zstd.
+pub fn sample_segment(base: i64, count: i64, value_byte: u8) -> kfs_segment::EncodedSegment {
+    use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
+    let records = (base..base + count)
+        .map(|offset| OwnedRecord {
+            offset,
+            timestamp_ms: 1_700_000_000_000 + offset,
+            key: Some(format!("k{offset}").into_bytes()),
+            value: Some(vec![value_byte; 100]),
+            headers: vec![("h".to_owned(), Some(b"x".to_vec()))],
+        })
+        .collect();
+    encode_segment(
+        &[BatchSpec::new(records, Compression::Zstd)],
+        1_700_000_000_000,
+    )
+    .unwrap_or_else(|e| panic!("encode: {e}"))
+}
+
+/// Source, ledger and catalog on a moto server: the world the Lambda functions see,
+/// with the ledger table made from `infra/ledger-table.json`. The catalog is the SQL
+/// catalog on a local SQLite file over the S3 warehouse: iceberg-rust 0.10.1's Glue
+/// catalog cannot register timestamptz columns, which the topic tables have.
+pub struct LocalStack {
+    /// The server.
+    pub moto: Moto,
+    /// The S3 settings pointing at it.
+    pub s3: kfs_core::catalog::S3Settings,
+    /// Segment bucket.
+    pub bucket: String,
+    /// Ledger table.
+    pub ledger_table: String,
+    /// Warehouse.
+    pub warehouse: kfs_core::catalog::Warehouse,
+    /// Holds the catalog's SQLite file.
+    state: tempfile::TempDir,
+}
+
+impl LocalStack {
+    /// Starts moto and creates the buckets and the ledger table.
+    pub fn start() -> Self {
+        let moto = Moto::start();
+        moto.tool(&["mb", "kafscale-segments", "lakehouse"]);
+        let definition = workspace_root().join("infra/ledger-table.json");
+        moto.tool(&["ledger", "kfs-ledger", &definition.to_string_lossy()]);
+        let s3 = kfs_core::catalog::S3Settings {
+            endpoint: Some(moto.endpoint.clone()),
+            region: "us-east-1".into(),
+            access_key_id: Some("test".into()),
+            secret_access_key: Some("test".into()),
+            session_token: None,
+        };
+        Self {
+            moto,
+            s3,
+            bucket: "kafscale-segments".into(),
+            ledger_table: "kfs-ledger".into(),
+            warehouse: kfs_core::catalog::Warehouse::S3 {
+                bucket: "lakehouse".into(),
+                prefix: "warehouse".into(),
+            },
+            state: tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}")),
+        }
+    }
+
+    /// Uploads objects (key, bytes) to the segment bucket.
+    pub fn put(&self, objects: &[(&str, &[u8])]) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        for (key, bytes) in objects {
+            let path = dir.path().join(key);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+            }
+            std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{e}"));
+        }
+        self.moto.tool(&[
+            "put",
+            &dir.path().to_string_lossy(),
+            &format!("s3://{}", self.bucket),
+        ]);
+    }
+
+    /// The segment source at the bucket root.
+    pub fn source(&self) -> kfs_core::source::OpendalSource {
+        kfs_core::source::OpendalSource::s3(&self.bucket, "", &self.s3)
+            .unwrap_or_else(|e| panic!("source: {e}"))
+    }
+
+    /// The DynamoDB ledger.
+    pub fn ledger(&self) -> kfs_aws::dynamo_ledger::DynamoLedger {
+        use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(&self.moto.endpoint)
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .build();
+        kfs_aws::dynamo_ledger::DynamoLedger::new(
+            aws_sdk_dynamodb::Client::from_conf(config),
+            self.ledger_table.clone(),
+        )
+    }
+
+    /// The catalog (see the type's docs).
+    pub async fn catalog(&self) -> std::sync::Arc<dyn iceberg::Catalog> {
+        let kind = kfs_core::catalog::CatalogKind::Sql {
+            database: self.state.path().join("catalog.db"),
+        };
+        kfs_core::catalog::open_catalog(&kind, &self.warehouse, &self.s3)
+            .await
+            .unwrap_or_else(|e| panic!("catalog: {e}"))
+    }
+}
+
+/// Records and distinct data files live in a table's current snapshot.
+pub async fn table_contents(catalog: &dyn iceberg::Catalog, table: &str) -> (u64, usize) {
+    let (namespace, name) = table.split_once('.').unwrap_or(("kafscale", table));
+    let ident = iceberg::TableIdent::new(
+        iceberg::NamespaceIdent::new(namespace.to_owned()),
+        name.to_owned(),
+    );
+    let table = catalog
+        .load_table(&ident)
+        .await
+        .unwrap_or_else(|e| panic!("load {ident}: {e}"));
+    let Some(snapshot) = table.metadata().current_snapshot() else {
+        return (0, 0);
+    };
+    let list = table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .unwrap_or_else(|e| panic!("manifest list: {e}"));
+    let mut records = 0;
+    let mut paths = std::collections::BTreeSet::new();
+    for manifest in list.entries() {
+        let manifest = manifest
+            .load_manifest(table.file_io())
+            .await
+            .unwrap_or_else(|e| panic!("manifest: {e}"));
+        for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
+            records += entry.data_file().record_count();
+            assert!(
+                paths.insert(entry.data_file().file_path().to_owned()),
+                "a data file is registered twice"
+            );
+        }
+    }
+    (records, paths.len())
+}

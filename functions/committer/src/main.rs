@@ -1,0 +1,50 @@
+//! The committer Lambda function: builds its clients once, then runs
+//! [`kfs_committer::handle`] on every schedule tick, within the invocation's deadline.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kfs_aws::function_env::FunctionEnv;
+use kfs_committer::Committer;
+use kfs_core::pipeline::PipelineConfig;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use serde_json::Value;
+
+/// The invocation's deadline as an `Instant`.
+fn deadline_of(deadline_ms: u64) -> Instant {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_target(false)
+        .with_current_span(false)
+        .without_time()
+        .init();
+    let env = FunctionEnv::from_env()?;
+    let committer = std::sync::Arc::new(Committer {
+        source: env.source()?,
+        catalog: env.catalog().await?,
+        ledger: env.ledger().await,
+        config: PipelineConfig {
+            naming: env.naming.clone(),
+            max_conversions: Some(env.sweep_max_segments),
+            commit_reserve: Duration::from_secs(120),
+            table_concurrency: 8,
+            ..PipelineConfig::default()
+        },
+    });
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+        let committer = committer.clone();
+        async move {
+            let deadline = deadline_of(event.context.deadline);
+            Ok::<Value, Error>(kfs_committer::handle(&committer, &event.payload, deadline).await?)
+        }
+    }))
+    .await
+}

@@ -1,0 +1,38 @@
+//! The converter Lambda function: builds its clients once, then hands every event to
+//! [`kfs_converter::handle`].
+
+use std::sync::Arc;
+
+use kfs_aws::function_env::FunctionEnv;
+use kfs_core::converter::{ConverterService, ConverterSettings};
+use kfs_segment::DecodeLimits;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_target(false)
+        .with_current_span(false)
+        .without_time()
+        .init();
+    let env = FunctionEnv::from_env()?;
+    let service = Arc::new(ConverterService::new(
+        env.source()?,
+        env.catalog().await?,
+        env.ledger().await,
+        ConverterSettings {
+            bucket: env.bucket.clone(),
+            prefix: env.prefix.clone(),
+            naming: env.naming.clone(),
+            limits: DecodeLimits::default(),
+            concurrency: env.convert_concurrency,
+        },
+    ));
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+        let service = service.clone();
+        async move { Ok::<Value, Error>(kfs_converter::handle(&service, &event.payload).await?) }
+    }))
+    .await
+}
