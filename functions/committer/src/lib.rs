@@ -100,7 +100,19 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
             .put("QuarantinedSegments", *quarantined as f64, "Count")
             .emit(now);
     }
+    let max_pending_age = backlog
+        .values()
+        .map(|(_, _, oldest, _)| (now - oldest).max(0) / 1000)
+        .max()
+        .unwrap_or(0);
+    let total_quarantined: u64 = backlog.values().map(|(_, _, _, q)| q).sum();
     MetricSet::new(&[("Function", "committer")])
+        .put("MaxOldestPendingAge", max_pending_age as f64, "Seconds")
+        .put(
+            "TotalQuarantinedSegments",
+            total_quarantined as f64,
+            "Count",
+        )
         .put("SegmentsSwept", report.converted as f64, "Count")
         .put("SegmentsDeferred", report.deferred as f64, "Count")
         .put("CommitFailures", report.failed_tables.len() as f64, "Count")
