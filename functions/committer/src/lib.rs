@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iceberg::Catalog;
+use kfs_core::etcd::read_etcd;
 use kfs_core::ledger::{EntryState, Ledger};
 use kfs_core::metrics::MetricSet;
 use kfs_core::pipeline::{PipelineConfig, PipelineError, run_once};
@@ -22,12 +23,17 @@ pub struct Committer<S, L> {
     pub catalog: Arc<dyn Catalog>,
     /// Ledger.
     pub ledger: L,
-    /// Pass settings (`deadline` is set per invocation).
+    /// Pass settings (`deadline` and `etcd` are set per invocation).
     pub config: PipelineConfig,
+    /// etcd endpoints of the offset cross-check (empty: off).
+    pub etcd_endpoints: Vec<String>,
 }
 
 /// Time kept free at the end of an invocation, so that it always ends cleanly.
 pub const SAFETY_MARGIN: Duration = Duration::from_secs(20);
+
+/// How long reading etcd may take.
+pub const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs one tick (`event` is the scheduler's payload, logged for tracing);
 /// `deadline` is when the invocation must have returned.
@@ -39,8 +45,13 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
     let started = Instant::now();
     let tick = event.get("id").and_then(|id| id.as_str()).unwrap_or("-");
     tracing::info!(tick, "committer tick");
+    let etcd = read_etcd(&committer.etcd_endpoints, ETCD_TIMEOUT).await;
+    if let kfs_plan::crosscheck::EtcdState::Unreachable(reason) = &etcd {
+        tracing::warn!(reason = %reason, "etcd unreachable: the cross-check holds commits per its policy");
+    }
     let config = PipelineConfig {
         deadline: Some(deadline.checked_sub(SAFETY_MARGIN).unwrap_or(deadline)),
+        etcd,
         ..committer.config.clone()
     };
     let report = run_once(
@@ -63,7 +74,25 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
             .put("RecordsCommitted", outcome.records as f64, "Count")
             .put("GapsRecorded", outcome.gaps.len() as f64, "Count")
             .put("PartitionsHeld", outcome.holds.len() as f64, "Count")
+            .put("EtcdHolds", outcome.crosscheck.held.len() as f64, "Count")
+            .put(
+                "EtcdUnconfirmedCommits",
+                outcome.crosscheck.unconfirmed.len() as f64,
+                "Count",
+            )
+            .put(
+                "PartitionsStopped",
+                outcome.crosscheck.stopped.len() as f64,
+                "Count",
+            )
             .emit(now);
+        for (partition, next_offset, watermark) in &outcome.crosscheck.stopped {
+            tracing::error!(table = %table, partition, next_offset, watermark,
+                "etcd next_offset is below the table's watermark (topic recreated or etcd reset): partition stopped until an operator acts");
+        }
+        if outcome.crosscheck.topic_missing {
+            tracing::warn!(table = %table, "the topic has segments but is absent from etcd's cluster snapshot");
+        }
     }
     for (table, error) in &report.failed_tables {
         tracing::error!(table = %table, error = %error, "commit failed; files stay pending");
@@ -100,6 +129,12 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
             .put("QuarantinedSegments", *quarantined as f64, "Count")
             .emit(now);
     }
+    let stopped: usize = report
+        .tables
+        .values()
+        .map(|o| o.crosscheck.stopped.len())
+        .sum();
+    let unreachable = report.tables.values().any(|o| o.crosscheck.unreachable);
     let max_pending_age = backlog
         .values()
         .map(|(_, _, oldest, _)| (now - oldest).max(0) / 1000)
@@ -113,6 +148,8 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
             total_quarantined as f64,
             "Count",
         )
+        .put("TotalPartitionsStopped", stopped as f64, "Count")
+        .put("EtcdUnreachable", f64::from(u8::from(unreachable)), "Count")
         .put("SegmentsSwept", report.converted as f64, "Count")
         .put("SegmentsDeferred", report.deferred as f64, "Count")
         .put("CommitFailures", report.failed_tables.len() as f64, "Count")
@@ -125,7 +162,19 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
     let tables: BTreeMap<&String, Value> = report
         .tables
         .iter()
-        .map(|(table, o)| (table, json!({"snapshot_id": o.snapshot_id, "segments": o.segments, "records": o.records, "watermarks": o.watermarks})))
+        .map(|(table, o)| {
+            (
+                table,
+                json!({
+                    "snapshot_id": o.snapshot_id,
+                    "segments": o.segments,
+                    "records": o.records,
+                    "watermarks": o.watermarks,
+                    "etcd_held": o.crosscheck.held,
+                    "stopped_partitions": o.crosscheck.stopped,
+                }),
+            )
+        })
         .collect();
     Ok(json!({
         "swept": report.converted,

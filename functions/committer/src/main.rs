@@ -38,6 +38,7 @@ async fn main() -> Result<(), Error> {
             table_concurrency: 8,
             ..PipelineConfig::default()
         },
+        etcd_endpoints: env.etcd_endpoints.clone(),
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let committer = committer.clone();

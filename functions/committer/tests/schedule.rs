@@ -90,6 +90,7 @@ async fn the_schedule_commits_announced_and_swept_segments_exactly_once() {
             table_concurrency: 4,
             ..PipelineConfig::default()
         },
+        etcd_endpoints: Vec::new(),
     };
     // Out of time: nothing is done, nothing is lost.
     let late = handle(&committer, &schedule(), Instant::now())

@@ -11,6 +11,7 @@
 //! | `TABLE_NAMESPACE` | namespace of the topic tables (default `kafscale`) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
 //! | `SWEEP_MAX_SEGMENTS` | segments the committer's sweep converts per run (default 200) |
+//! | `ETCD_ENDPOINTS` | comma-separated etcd endpoints of the offset cross-check (empty: off) |
 //!
 //! Credentials come from the function's role (the standard AWS chain); endpoints from
 //! `AWS_ENDPOINT_URL` for local stacks.
@@ -51,6 +52,8 @@ pub struct FunctionEnv {
     pub sweep_max_segments: usize,
     /// S3 settings.
     pub s3: S3Settings,
+    /// etcd endpoints of the cross-check.
+    pub etcd_endpoints: Vec<String>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -101,6 +104,14 @@ impl FunctionEnv {
             convert_concurrency: number("CONVERT_CONCURRENCY", 4)?,
             sweep_max_segments: number("SWEEP_MAX_SEGMENTS", 200)?,
             s3: S3Settings::from_env(),
+            etcd_endpoints: var("ETCD_ENDPOINTS")
+                .map(|v| {
+                    v.split(',')
+                        .map(|e| e.trim().to_owned())
+                        .filter(|e| !e.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
     }
 

@@ -204,12 +204,28 @@ pub async fn open_catalog(
                     props.insert("aws_session_token".to_owned(), token.clone());
                 }
             }
-            let catalog = GlueCatalogBuilder::default()
+            let inner = GlueCatalogBuilder::default()
                 .with_storage_factory(Arc::new(OpenDalStorageFactory::S3 {
                     customized_credential_load: None,
                 }))
                 .load(LOCAL_CATALOG_NAME, props)
                 .await?;
+            let mut config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .region(aws_config::Region::new(s3.region.clone()));
+            if let Some(endpoint) = endpoint {
+                config = config.endpoint_url(endpoint);
+            }
+            if let (Some(key), Some(secret)) = (&s3.access_key_id, &s3.secret_access_key) {
+                config = config.credentials_provider(aws_sdk_glue::config::Credentials::new(
+                    key,
+                    secret,
+                    s3.session_token.clone(),
+                    None,
+                    "environment",
+                ));
+            }
+            let glue = aws_sdk_glue::Client::new(&config.load().await);
+            let catalog = crate::glue::GlueTables::new(inner, glue, warehouse.location())?;
             Ok(Arc::new(catalog))
         }
     }

@@ -15,6 +15,7 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind};
 use kfs_plan::commit::{CommitPlan, Hold, PendingSegment, PlanInput, plan_commit};
+use kfs_plan::crosscheck::{AgedSegment, CrossCheck, CrossCheckPolicy, EtcdView, cross_check};
 use kfs_plan::naming::TableName;
 use kfs_plan::offsets::{
     COMMIT_ID_KEY, Gap, OffsetMap, SummaryError, gaps_from_summary, offsets_from_summary,
@@ -37,6 +38,10 @@ pub struct CommitSettings {
     pub max_attempts: usize,
     /// Configured start offsets of partitions seen for the first time.
     pub start_offsets: BTreeMap<i32, i64>,
+    /// What etcd says about the topic (the cross-check; `Disabled` by default).
+    pub etcd: EtcdView,
+    /// How the cross-check treats lag and outages.
+    pub crosscheck: CrossCheckPolicy,
 }
 
 impl Default for CommitSettings {
@@ -45,6 +50,8 @@ impl Default for CommitSettings {
             max_segments: 10_000,
             max_attempts: 8,
             start_offsets: BTreeMap::new(),
+            etcd: EtcdView::Disabled,
+            crosscheck: CrossCheckPolicy::default(),
         }
     }
 }
@@ -71,6 +78,8 @@ pub struct CommitOutcome {
     pub recovered: usize,
     /// Attempts used.
     pub attempts: usize,
+    /// The etcd cross-check's verdict (held, unconfirmed and stopped partitions).
+    pub crosscheck: CrossCheck,
 }
 
 /// A commit cycle failed; nothing was lost, the pending files stay pending.
@@ -236,9 +245,26 @@ pub async fn commit_table(
         .iter()
         .map(|e| (e.segment.as_str(), e))
         .collect();
-    let mut pending: Vec<PendingSegment> = pending_entries.iter().map(pending_segment).collect();
     let mut outcome = CommitOutcome::default();
     let mut table = catalog.load_table(&ident).await.map_err(catalog_error)?;
+    // The etcd cross-check decides which pending segments this cycle may consider;
+    // a held segment stays listed, so the planner holds its partition behind it.
+    let aged: Vec<AgedSegment> = pending_entries
+        .iter()
+        .map(|e| AgedSegment {
+            segment: pending_segment(e),
+            created_ms: e.created_ms,
+        })
+        .collect();
+    let watermarks = table_watermarks(&table).map_err(summary_error)?;
+    outcome.crosscheck = cross_check(
+        &aged,
+        &watermarks,
+        &settings.etcd,
+        settings.crosscheck,
+        now_ms,
+    );
+    let mut pending: Vec<PendingSegment> = outcome.crosscheck.allowed.clone();
     for attempt in 1..=settings.max_attempts {
         outcome.attempts = attempt;
         let watermarks = table_watermarks(&table).map_err(summary_error)?;

@@ -7,6 +7,8 @@ pub mod catalog;
 pub mod committer;
 pub mod convert;
 pub mod converter;
+pub mod etcd;
+pub mod glue;
 pub mod ledger;
 pub mod metrics;
 pub mod pipeline;

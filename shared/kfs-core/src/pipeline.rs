@@ -40,6 +40,10 @@ pub struct PipelineConfig {
     pub commit_reserve: Duration,
     /// Tables committed at the same time (at least one).
     pub table_concurrency: usize,
+    /// What etcd said at the start of the pass (the cross-check; `Disabled` by default).
+    pub etcd: kfs_plan::crosscheck::EtcdState,
+    /// How the cross-check treats etcd lag and outages.
+    pub crosscheck: kfs_plan::crosscheck::CrossCheckPolicy,
 }
 
 /// Progress of a pass, for progress bars and logs.
@@ -350,6 +354,8 @@ pub async fn run_once(
         let (name, _) = tables.get(catalog, &config.naming, topic).await?;
         let settings = CommitSettings {
             start_offsets: config.start_offsets.get(topic).cloned().unwrap_or_default(),
+            etcd: config.etcd.view(topic),
+            crosscheck: config.crosscheck,
             ..config.commit.clone()
         };
         jobs.push((topic.to_owned(), name.clone(), topic_listing, settings));

@@ -4,6 +4,7 @@
 //! - [`naming`]: the Iceberg table a topic lands in.
 //! - [`offsets`]: the per-partition offset map carried in every snapshot summary.
 //! - [`events`]: what S3, SQS and EventBridge events announce.
+//! - [`crosscheck`]: what etcd's offsets allow a commit to take.
 //! - [`commit`]: which pending segments a commit may take, in what order, and what
 //!   the table's watermarks become.
 //!
@@ -11,6 +12,7 @@
 //! functions as data, and carry out the plans they return.
 
 pub mod commit;
+pub mod crosscheck;
 pub mod events;
 pub mod keys;
 pub mod naming;

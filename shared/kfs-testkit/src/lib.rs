@@ -181,6 +181,16 @@ impl LocalStack {
         )
     }
 
+    /// The Glue catalog on moto.
+    pub async fn glue_catalog(&self) -> std::sync::Arc<dyn iceberg::Catalog> {
+        let kind = kfs_core::catalog::CatalogKind::Glue {
+            endpoint: Some(self.moto.endpoint.clone()),
+        };
+        kfs_core::catalog::open_catalog(&kind, &self.warehouse, &self.s3)
+            .await
+            .unwrap_or_else(|e| panic!("glue catalog: {e}"))
+    }
+
     /// The catalog (see the type's docs).
     pub async fn catalog(&self) -> std::sync::Arc<dyn iceberg::Catalog> {
         let kind = kfs_core::catalog::CatalogKind::Sql {
@@ -227,4 +237,95 @@ pub async fn table_contents(catalog: &dyn iceberg::Catalog, table: &str) -> (u64
         }
     }
     (records, paths.len())
+}
+
+/// A single-node etcd (Debian's `etcd-server`) on free local ports, killed on drop.
+#[derive(Debug)]
+pub struct Etcd {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+    _data: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it accepts connections.
+    pub fn start() -> Self {
+        let data = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let (client, peer) = (free_port(), free_port());
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(data.path())
+            .args([
+                "--listen-client-urls",
+                &endpoint,
+                "--advertise-client-urls",
+                &endpoint,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("etcd (apt-get install etcd-server): {e}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not start on {endpoint}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let etcd = Self {
+            child,
+            endpoint,
+            _data: data,
+        };
+        // The first request can race the server's election: wait for a clean write.
+        while etcd.try_put("/kfs-testkit/ready", "1").is_err() {
+            assert!(Instant::now() < deadline, "etcd did not become ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        etcd
+    }
+
+    fn try_put(&self, key: &str, value: &str) -> Result<(), String> {
+        let output = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint, "put", key, value])
+            .output()
+            .map_err(|e| format!("etcdctl (apt-get install etcd-client): {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    }
+
+    /// Writes a key, as the broker does.
+    pub fn put(&self, key: &str, value: &str) {
+        self.try_put(key, value)
+            .unwrap_or_else(|e| panic!("etcdctl put {key}: {e}"));
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

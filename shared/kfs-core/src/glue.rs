@@ -1,0 +1,355 @@
+//! The Glue Data Catalog for topic tables.
+//!
+//! iceberg-rust 0.10.1's `GlueCatalog` refuses to register a table with a `timestamptz`
+//! column (its Glue column conversion has no mapping for it), and our tables have one.
+//! [`GlueTables`] keeps that catalog for everything it does well (namespaces, listing,
+//! dropping) and does table creation, loading and commits itself:
+//! - columns map to Glue/Hive types with `timestamptz` as `timestamp` (what Athena and
+//!   Spark write for Iceberg timestamptz columns);
+//! - loading reads the table's `VersionId` and its metadata from the same `GetTable`
+//!   answer, so a commit can never pair one version's metadata with another's id;
+//! - a commit writes the new metadata file, then swaps the pointer with `UpdateTable`
+//!   conditional on that `VersionId`: a concurrent commit makes it fail with a conflict,
+//!   which the committer answers by re-reading the table and re-planning.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use aws_sdk_glue::types::{Column, StorageDescriptor, TableInput};
+use iceberg::io::FileIO;
+use iceberg::spec::{NestedFieldRef, PrimitiveType, TableMetadata, TableMetadataBuilder, Type};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, Runtime,
+    TableCommit, TableCreation, TableIdent,
+};
+use iceberg_catalog_glue::GlueCatalog;
+
+/// The Glue catalog with timestamptz support (see the module docs).
+#[derive(Debug)]
+pub struct GlueTables {
+    inner: GlueCatalog,
+    glue: aws_sdk_glue::Client,
+    file_io: FileIO,
+    warehouse: String,
+    runtime: Runtime,
+}
+
+/// The Glue database of a one-level namespace.
+fn database(namespace: &NamespaceIdent) -> Result<String> {
+    match namespace.as_ref().as_slice() {
+        [name] => Ok(name.clone()),
+        _ => Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!("Glue namespaces have one level, not {namespace:?}"),
+        )),
+    }
+}
+
+fn glue_error(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::new(ErrorKind::Unexpected, format!("Glue {what} failed: {e:?}"))
+}
+
+/// The Glue/Hive type of an Iceberg type.
+fn glue_type(t: &Type) -> String {
+    match t {
+        Type::Primitive(p) => match p {
+            PrimitiveType::Boolean => "boolean".into(),
+            PrimitiveType::Int => "int".into(),
+            PrimitiveType::Long => "bigint".into(),
+            PrimitiveType::Float => "float".into(),
+            PrimitiveType::Double => "double".into(),
+            PrimitiveType::Date => "date".into(),
+            PrimitiveType::Timestamp
+            | PrimitiveType::Timestamptz
+            | PrimitiveType::TimestampNs
+            | PrimitiveType::TimestamptzNs => "timestamp".into(),
+            PrimitiveType::Time | PrimitiveType::String | PrimitiveType::Uuid => "string".into(),
+            PrimitiveType::Binary | PrimitiveType::Fixed(_) => "binary".into(),
+            PrimitiveType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+        },
+        Type::Struct(s) => {
+            let fields: Vec<String> = s
+                .fields()
+                .iter()
+                .map(|f| format!("{}:{}", f.name, glue_type(&f.field_type)))
+                .collect();
+            format!("struct<{}>", fields.join(","))
+        }
+        Type::List(l) => format!("array<{}>", glue_type(&l.element_field.field_type)),
+        Type::Map(m) => format!(
+            "map<{},{}>",
+            glue_type(&m.key_field.field_type),
+            glue_type(&m.value_field.field_type)
+        ),
+    }
+}
+
+fn column(field: &NestedFieldRef) -> Result<Column> {
+    Column::builder()
+        .name(&field.name)
+        .r#type(glue_type(&field.field_type))
+        .parameters("iceberg.field.id", field.id.to_string())
+        .parameters("iceberg.field.optional", (!field.required).to_string())
+        .parameters("iceberg.field.current", "true")
+        .build()
+        .map_err(|e| glue_error("column", e))
+}
+
+fn table_input(
+    name: &str,
+    metadata: &TableMetadata,
+    location: &str,
+    previous: Option<&str>,
+) -> Result<TableInput> {
+    let columns = metadata
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(column)
+        .collect::<Result<Vec<_>>>()?;
+    let mut input = TableInput::builder()
+        .name(name)
+        .table_type("EXTERNAL_TABLE")
+        .parameters("table_type", "ICEBERG")
+        .parameters("metadata_location", location)
+        .storage_descriptor(
+            StorageDescriptor::builder()
+                .location(metadata.location())
+                .set_columns(Some(columns))
+                .build(),
+        );
+    if let Some(previous) = previous {
+        input = input.parameters("previous_metadata_location", previous);
+    }
+    input.build().map_err(|e| glue_error("table input", e))
+}
+
+impl GlueTables {
+    /// Wraps `inner`, with a Glue client for the same account and endpoint. Must be
+    /// called inside the tokio runtime the tables will be used on.
+    pub fn new(inner: GlueCatalog, glue: aws_sdk_glue::Client, warehouse: String) -> Result<Self> {
+        let file_io = inner.file_io();
+        Ok(Self {
+            inner,
+            glue,
+            file_io,
+            warehouse,
+            runtime: Runtime::try_current()?,
+        })
+    }
+
+    /// The table, with the Glue `VersionId` its metadata belongs to.
+    async fn load_versioned(&self, ident: &TableIdent) -> Result<(Table, Option<String>)> {
+        let database = database(ident.namespace())?;
+        let response = self
+            .glue
+            .get_table()
+            .database_name(&database)
+            .name(ident.name())
+            .send()
+            .await
+            .map_err(|e| {
+                let service = e.into_service_error();
+                if service.is_entity_not_found_exception() {
+                    Error::new(
+                        ErrorKind::TableNotFound,
+                        format!("table {ident} is not found"),
+                    )
+                } else {
+                    glue_error("GetTable", service)
+                }
+            })?;
+        let table = response.table().ok_or_else(|| {
+            Error::new(
+                ErrorKind::TableNotFound,
+                format!("table {ident} is not found"),
+            )
+        })?;
+        let location = table
+            .parameters()
+            .and_then(|p| p.get("metadata_location"))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::DataInvalid,
+                    format!("Glue table {ident} has no metadata_location"),
+                )
+            })?;
+        let metadata = TableMetadata::read_from(&self.file_io, location).await?;
+        let table = Table::builder()
+            .file_io(self.file_io.clone())
+            .runtime(self.runtime.clone())
+            .metadata_location(location.clone())
+            .metadata(metadata)
+            .identifier(ident.clone())
+            .build()?;
+        Ok((table, table_version(response.table())))
+    }
+}
+
+fn table_version(table: Option<&aws_sdk_glue::types::Table>) -> Option<String> {
+    table.and_then(|t| t.version_id()).map(str::to_owned)
+}
+
+#[async_trait::async_trait]
+impl Catalog for GlueTables {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Vec<NamespaceIdent>> {
+        self.inner.list_namespaces(parent).await
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        self.inner.create_namespace(namespace, properties).await
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
+        self.inner.get_namespace(namespace).await
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        self.inner.namespace_exists(namespace).await
+    }
+
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<()> {
+        self.inner.update_namespace(namespace, properties).await
+    }
+
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+        self.inner.drop_namespace(namespace).await
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        self.inner.list_tables(namespace).await
+    }
+
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        mut creation: TableCreation,
+    ) -> Result<Table> {
+        let database = database(namespace)?;
+        let name = creation.name.clone();
+        let location = match &creation.location {
+            Some(location) => location.clone(),
+            None => {
+                let location = format!(
+                    "{}/{database}.db/{name}",
+                    self.warehouse.trim_end_matches('/')
+                );
+                creation.location = Some(location.clone());
+                location
+            }
+        };
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
+        metadata.write_to(&self.file_io, &metadata_location).await?;
+        let input = table_input(&name, &metadata, &metadata_location.to_string(), None)?;
+        self.glue
+            .create_table()
+            .database_name(&database)
+            .table_input(input)
+            .send()
+            .await
+            .map_err(|e| {
+                let service = e.into_service_error();
+                if service.is_already_exists_exception() {
+                    Error::new(
+                        ErrorKind::TableAlreadyExists,
+                        format!("table {database}.{name} already exists"),
+                    )
+                } else {
+                    glue_error("CreateTable", service)
+                }
+            })?;
+        Table::builder()
+            .file_io(self.file_io.clone())
+            .runtime(self.runtime.clone())
+            .metadata_location(metadata_location.to_string())
+            .metadata(metadata)
+            .identifier(TableIdent::new(namespace.clone(), name))
+            .build()
+    }
+
+    async fn load_table(&self, table: &TableIdent) -> Result<Table> {
+        Ok(self.load_versioned(table).await?.0)
+    }
+
+    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.drop_table(table).await
+    }
+
+    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.purge_table(table).await
+    }
+
+    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
+        self.inner.table_exists(table).await
+    }
+
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
+        self.inner.rename_table(src, dest).await
+    }
+
+    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
+        self.inner.register_table(table, metadata_location).await
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+        let ident = commit.identifier().clone();
+        let (current, version) = self.load_versioned(&ident).await?;
+        let current_location = current.metadata_location_result()?.to_owned();
+        let staged = commit.apply(current)?;
+        let staged_location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
+        staged
+            .metadata()
+            .write_to(staged.file_io(), &staged_location)
+            .await?;
+        let input = table_input(
+            ident.name(),
+            staged.metadata(),
+            &staged_location.to_string(),
+            Some(&current_location),
+        )?;
+        let mut request = self
+            .glue
+            .update_table()
+            .database_name(database(ident.namespace())?)
+            .skip_archive(true)
+            .table_input(input);
+        if let Some(version) = version {
+            request = request.version_id(version);
+        }
+        request.send().await.map_err(|e| {
+            let service = e.into_service_error();
+            if service.is_concurrent_modification_exception() {
+                Error::new(
+                    ErrorKind::CatalogCommitConflicts,
+                    format!("commit to {ident} lost a race"),
+                )
+                .with_retryable(true)
+            } else {
+                glue_error("UpdateTable", service)
+            }
+        })?;
+        Table::builder()
+            .file_io(self.file_io.clone())
+            .runtime(self.runtime.clone())
+            .metadata_location(staged_location.to_string())
+            .metadata(staged.metadata().clone())
+            .identifier(ident)
+            .build()
+    }
+}
