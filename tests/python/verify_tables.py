@@ -142,6 +142,7 @@ def main():
     parser.add_argument("--no-duckdb", action="store_true")
     parser.add_argument("--catalog-db", help="the SQLite catalog file (default: <warehouse>/catalog.db)")
     parser.add_argument("--s3-endpoint", help="S3 endpoint of an s3:// warehouse (credentials from AWS_* variables)")
+    parser.add_argument("--glue-endpoint", help="read the tables from this Glue endpoint instead of the SQL catalog")
     args = parser.parse_args()
 
     from pyiceberg.catalog.sql import SqlCatalog
@@ -151,7 +152,19 @@ def main():
         with open(args.only) as f:
             only = {line.strip() for line in f if line.strip()}
     expected = load_expected(args.expected, only)
-    if args.warehouse.startswith("s3://"):
+    if args.glue_endpoint:
+        from pyiceberg.catalog.glue import GlueCatalog
+
+        key = os.environ.get("AWS_ACCESS_KEY_ID", "test")
+        secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "test")
+        region = os.environ.get("AWS_REGION", "us-east-1")
+        catalog = GlueCatalog("glue", **{
+            "glue.endpoint": args.glue_endpoint, "glue.region": region,
+            "glue.access-key-id": key, "glue.secret-access-key": secret,
+            "s3.endpoint": args.s3_endpoint or args.glue_endpoint, "s3.region": region,
+            "s3.access-key-id": key, "s3.secret-access-key": secret,
+        })
+    elif args.warehouse.startswith("s3://"):
         properties = {
             "s3.endpoint": args.s3_endpoint,
             "s3.access-key-id": os.environ.get("AWS_ACCESS_KEY_ID", "test"),
