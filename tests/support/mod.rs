@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::path::{Path, PathBuf};
+
+pub use kfs_testkit::files_under;
 use std::process::{Command, Output};
 
 /// The workspace root.
@@ -37,24 +39,6 @@ pub fn succeed(command: &mut Command, what: &str) -> Output {
 /// A fresh temporary directory.
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"))
-}
-
-/// Every file below `dir`, sorted.
-pub fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Writes the independent Python encoder's bucket for `seed` into `out`.

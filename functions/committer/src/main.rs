@@ -20,12 +20,7 @@ fn deadline_of(deadline_ms: u64) -> Instant {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_target(false)
-        .with_current_span(false)
-        .without_time()
-        .init();
+    kfs_aws::function_env::init_logging();
     let env = FunctionEnv::from_env()?;
     let committer = std::sync::Arc::new(Committer {
         source: env.source()?,

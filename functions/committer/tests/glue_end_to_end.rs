@@ -9,28 +9,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kfs_committer::{Committer, handle};
-use kfs_core::converter::{ConverterService, ConverterSettings};
 use kfs_core::pipeline::PipelineConfig;
-use kfs_plan::naming::TableNaming;
-use kfs_segment::DecodeLimits;
-use kfs_testkit::{Etcd, LocalStack, workspace_root};
+use kfs_testkit::{Etcd, LocalStack, files_under, workspace_root};
 use serde_json::{Value, json};
 
+/// The files below `dir`, as keys relative to it.
 fn files(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if let Ok(relative) = path.strip_prefix(dir) {
-                out.push(relative.to_string_lossy().into_owned());
-            }
-        }
-    }
-    out.sort();
-    out
+    files_under(dir)
+        .iter()
+        .filter_map(|p| {
+            p.strip_prefix(dir)
+                .ok()
+                .map(|r| r.to_string_lossy().into_owned())
+        })
+        .collect()
 }
 
 fn sqs_event(keys: &[&String]) -> Value {
@@ -89,18 +81,7 @@ async fn independent_segments_land_in_glue_tables_exactly_once() {
     );
 
     let catalog = stack.glue_catalog().await;
-    let converter = ConverterService::new(
-        stack.source(),
-        catalog.clone(),
-        stack.ledger(),
-        ConverterSettings {
-            bucket: stack.bucket.clone(),
-            prefix: String::new(),
-            naming: TableNaming::default(),
-            limits: DecodeLimits::default(),
-            concurrency: 4,
-        },
-    );
+    let converter = stack.converter(catalog.clone(), 4);
     // Events for every object, in reverse order, the first third delivered twice, and
     // the events of every fifth segment file dropped.
     let mut announced: Vec<&String> = keys

@@ -7,11 +7,8 @@
 use std::time::{Duration, Instant};
 
 use kfs_committer::{Committer, handle};
-use kfs_core::converter::{ConverterService, ConverterSettings};
 use kfs_core::ledger::Ledger;
 use kfs_core::pipeline::PipelineConfig;
-use kfs_plan::naming::TableNaming;
-use kfs_segment::DecodeLimits;
 use kfs_testkit::{LocalStack, sample_segment, table_contents, workspace_root};
 use serde_json::{Value, json};
 
@@ -60,18 +57,7 @@ async fn the_schedule_commits_announced_and_swept_segments_exactly_once() {
     stack.put(&refs);
     let catalog = stack.catalog().await;
     // Two segments arrive through the converter; the events of the others were dropped.
-    let converter = ConverterService::new(
-        stack.source(),
-        catalog.clone(),
-        stack.ledger(),
-        ConverterSettings {
-            bucket: stack.bucket.clone(),
-            prefix: String::new(),
-            naming: TableNaming::default(),
-            limits: DecodeLimits::default(),
-            concurrency: 2,
-        },
-    );
+    let converter = stack.converter(catalog.clone(), 2);
     let announced = json!({"Records": [
         {"eventSource": "aws:s3", "eventName": "ObjectCreated:Put", "s3": {"bucket": {"name": "kafscale-segments"}, "object": {"key": "default/orders/0/segment-00000000000000000010.index"}}},
         {"eventSource": "aws:s3", "eventName": "ObjectCreated:Put", "s3": {"bucket": {"name": "kafscale-segments"}, "object": {"key": "default/clicks/0/segment-00000000000000000000.kfs"}}}

@@ -11,12 +11,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_target(false)
-        .with_current_span(false)
-        .without_time()
-        .init();
+    kfs_aws::function_env::init_logging();
     let env = FunctionEnv::from_env()?;
     let service = Arc::new(ConverterService::new(
         env.source()?,

@@ -5,10 +5,7 @@
 //! message is reported as that message's failure alone.
 
 use kfs_converter::handle;
-use kfs_core::converter::{ConverterService, ConverterSettings};
 use kfs_core::ledger::{EntryState, Ledger};
-use kfs_plan::naming::TableNaming;
-use kfs_segment::DecodeLimits;
 use kfs_testkit::{LocalStack, sample_segment, workspace_root};
 use serde_json::{Value, json};
 
@@ -29,18 +26,7 @@ async fn every_sample_event_through_the_handler() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let stack = LocalStack::start();
     let ledger = stack.ledger();
-    let service = ConverterService::new(
-        stack.source(),
-        stack.catalog().await,
-        stack.ledger(),
-        ConverterSettings {
-            bucket: stack.bucket.clone(),
-            prefix: String::new(),
-            naming: TableNaming::default(),
-            limits: DecodeLimits::default(),
-            concurrency: 4,
-        },
-    );
+    let service = stack.converter(stack.catalog().await, 4);
     let a = "default/orders/0/segment-00000000000000000000";
     let seg_a = sample_segment(0, 10, b'a');
     let seg_b = sample_segment(10, 10, b'b');

@@ -26,6 +26,18 @@ use kfs_plan::naming::TableNaming;
 
 use crate::dynamo_ledger::DynamoLedger;
 
+/// Structured JSON logs on stdout (CloudWatch adds the timestamps), filtered by
+/// `RUST_LOG`.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_target(false)
+        .with_current_span(false)
+        .without_time()
+        .init();
+}
+
 /// A missing or invalid setting.
 #[derive(Debug, thiserror::Error)]
 #[error("configuration: {0}")]

@@ -10,6 +10,24 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Every file below `dir`, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// A running `moto_server`, killed on drop.
 #[derive(Debug)]
 pub struct Moto {
@@ -178,6 +196,30 @@ impl LocalStack {
         kfs_aws::dynamo_ledger::DynamoLedger::new(
             aws_sdk_dynamodb::Client::from_conf(config),
             self.ledger_table.clone(),
+        )
+    }
+
+    /// The converter service on this stack: segments at the bucket root, default naming
+    /// and limits.
+    pub fn converter(
+        &self,
+        catalog: std::sync::Arc<dyn iceberg::Catalog>,
+        concurrency: usize,
+    ) -> kfs_core::converter::ConverterService<
+        kfs_core::source::OpendalSource,
+        kfs_aws::dynamo_ledger::DynamoLedger,
+    > {
+        kfs_core::converter::ConverterService::new(
+            self.source(),
+            catalog,
+            self.ledger(),
+            kfs_core::converter::ConverterSettings {
+                bucket: self.bucket.clone(),
+                prefix: String::new(),
+                naming: kfs_core::pipeline::PipelineConfig::default().naming,
+                limits: kfs_segment::DecodeLimits::default(),
+                concurrency,
+            },
         )
     }
 
