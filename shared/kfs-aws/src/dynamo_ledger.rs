@@ -22,7 +22,9 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
-use kfs_core::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
+use kfs_core::ledger::{
+    EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, existing_entry, sort_entries,
+};
 
 /// Name of the sparse work index.
 pub const WORK_INDEX: &str = "work";
@@ -284,12 +286,6 @@ impl DynamoLedger {
     }
 }
 
-fn sort(entries: &mut [LedgerEntry]) {
-    entries.sort_by(|a, b| {
-        (&a.table, a.partition, a.base_offset).cmp(&(&b.table, b.partition, b.base_offset))
-    });
-}
-
 impl Ledger for DynamoLedger {
     async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
         let response = self
@@ -320,16 +316,7 @@ impl Ledger for DynamoLedger {
                 if e.as_service_error()
                     .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
             {
-                match self.get(&entry.segment).await? {
-                    Some(existing) => Ok(InsertOutcome::Exists(Box::new(existing))),
-                    None => Err(LedgerError::Store {
-                        message: format!(
-                            "{} exists by its condition but cannot be read",
-                            entry.segment
-                        ),
-                        retryable: true,
-                    }),
-                }
+                existing_entry(self, &entry.segment).await
             }
             Err(e) => Err(store_error(e)),
         }
@@ -370,7 +357,7 @@ impl Ledger for DynamoLedger {
                             && table.is_none_or(|t| e.table == t)
                     })
                     .collect();
-                sort(&mut entries);
+                sort_entries(&mut entries);
                 return Ok(entries);
             }
         };
@@ -383,7 +370,7 @@ impl Ledger for DynamoLedger {
                 state.is_none_or(|s| e.state.name() == s) && table.is_none_or(|t| e.table == t)
             })
             .collect();
-        sort(&mut entries);
+        sort_entries(&mut entries);
         Ok(entries)
     }
 

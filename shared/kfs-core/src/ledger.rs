@@ -165,6 +165,20 @@ pub trait Ledger: Send + Sync {
     ) -> impl Future<Output = Result<usize, LedgerError>> + Send;
 }
 
+/// After a conditional insert found the segment taken: the entry that is there.
+pub async fn existing_entry(
+    ledger: &impl Ledger,
+    segment: &str,
+) -> Result<InsertOutcome, LedgerError> {
+    match ledger.get(segment).await? {
+        Some(existing) => Ok(InsertOutcome::Exists(Box::new(existing))),
+        None => Err(LedgerError::Store {
+            message: format!("{segment} exists by its insert condition but cannot be read"),
+            retryable: true,
+        }),
+    }
+}
+
 /// An in-memory ledger for unit tests and fault injection.
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
@@ -184,7 +198,8 @@ impl MemoryLedger {
     }
 }
 
-fn sort_entries(entries: &mut [LedgerEntry]) {
+/// Orders entries by table, partition and base offset, as `Ledger::list` returns them.
+pub fn sort_entries(entries: &mut [LedgerEntry]) {
     entries.sort_by(|a, b| {
         (&a.table, a.partition, a.base_offset).cmp(&(&b.table, b.partition, b.base_offset))
     });
@@ -375,16 +390,7 @@ impl Ledger for SqliteLedger {
         if result.rows_affected() == 1 {
             return Ok(InsertOutcome::Inserted);
         }
-        match self.get(&entry.segment).await? {
-            Some(existing) => Ok(InsertOutcome::Exists(Box::new(existing))),
-            None => Err(LedgerError::Store {
-                message: format!(
-                    "insert of {} neither wrote nor found an entry",
-                    entry.segment
-                ),
-                retryable: true,
-            }),
-        }
+        existing_entry(self, &entry.segment).await
     }
 
     async fn list(
