@@ -13,6 +13,7 @@ use kfs_core::ledger::{EntryState, Ledger};
 use kfs_core::metrics::MetricSet;
 use kfs_core::pipeline::{PipelineConfig, PipelineError, run_once};
 use kfs_core::source::SegmentSource;
+use kfs_plan::shard::Shard;
 use serde_json::{Value, json};
 
 /// The committer's clients and settings.
@@ -35,13 +36,46 @@ pub const SAFETY_MARGIN: Duration = Duration::from_secs(20);
 /// How long reading etcd may take.
 pub const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The shard a tick handles: `{"shard": i, "shards": n}` in the schedule's input
+/// (top level, or under `detail`); every topic when absent.
+pub fn shard_of(event: &Value) -> Result<Shard, InvalidTick> {
+    let fields = [event, &event["detail"]];
+    let Some(source) = fields.iter().find(|v| v.get("shards").is_some()) else {
+        return Ok(Shard::default());
+    };
+    let number = |name: &str| {
+        source
+            .get(name)
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| InvalidTick(format!("\"{name}\" must be a small non-negative integer")))
+    };
+    Shard::new(number("shard")?, number("shards")?).map_err(InvalidTick)
+}
+
+/// A tick's input is malformed (a permanent error: fix the schedule's input).
+#[derive(Debug, thiserror::Error)]
+#[error("invalid committer tick input: {0}")]
+pub struct InvalidTick(pub String);
+
+/// Why a tick failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TickError {
+    /// The schedule's input is malformed.
+    #[error(transparent)]
+    Input(#[from] InvalidTick),
+    /// The pass failed.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+}
+
 /// Runs one tick (`event` is the scheduler's payload, logged for tracing);
 /// `deadline` is when the invocation must have returned.
 pub async fn handle<S: SegmentSource, L: Ledger>(
     committer: &Committer<S, L>,
     event: &Value,
     deadline: Instant,
-) -> Result<Value, PipelineError> {
+) -> Result<Value, TickError> {
     let started = Instant::now();
     let tick = event.get("id").and_then(|id| id.as_str()).unwrap_or("-");
     tracing::info!(tick, "committer tick");
@@ -49,9 +83,11 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
     if let kfs_plan::crosscheck::EtcdState::Unreachable(reason) = &etcd {
         tracing::warn!(reason = %reason, "etcd unreachable: the cross-check holds commits per its policy");
     }
+    let shard = shard_of(event)?;
     let config = PipelineConfig {
         deadline: Some(deadline.checked_sub(SAFETY_MARGIN).unwrap_or(deadline)),
         etcd,
+        shard,
         ..committer.config.clone()
     };
     let report = run_once(
@@ -63,8 +99,16 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
     )
     .await?;
     let now = kfs_core::pipeline::now_ms();
+    let freshness = |o: &kfs_core::committer::CommitOutcome| {
+        o.newest_record_ms
+            .map(|newest| ((now - newest).max(0) / 1000) as f64)
+    };
     for (table, outcome) in &report.tables {
-        MetricSet::new(&[("Table", table)])
+        let mut metrics = MetricSet::new(&[("Table", table)]);
+        if let Some(seconds) = freshness(outcome) {
+            metrics = metrics.put("Freshness", seconds, "Seconds");
+        }
+        metrics
             .put(
                 "SnapshotsCommitted",
                 f64::from(u8::from(outcome.snapshot_id.is_some())),
@@ -98,8 +142,16 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         tracing::error!(table = %table, error = %error, "commit failed; files stay pending");
     }
     // The backlog the alarms watch, per table.
-    let open = committer.ledger.list(Some("pending"), None).await?;
-    let quarantined = committer.ledger.list(Some("quarantined"), None).await?;
+    let open = committer
+        .ledger
+        .list(Some("pending"), None)
+        .await
+        .map_err(PipelineError::from)?;
+    let quarantined = committer
+        .ledger
+        .list(Some("quarantined"), None)
+        .await
+        .map_err(PipelineError::from)?;
     let mut backlog: BTreeMap<&str, (u64, u64, i64, u64)> = BTreeMap::new();
     for entry in &open {
         let slot = backlog
@@ -141,7 +193,16 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         .max()
         .unwrap_or(0);
     let total_quarantined: u64 = backlog.values().map(|(_, _, _, q)| q).sum();
-    MetricSet::new(&[("Function", "committer")])
+    let mut totals = MetricSet::new(&[("Function", "committer")]);
+    if let Some(worst) = report
+        .tables
+        .values()
+        .filter_map(freshness)
+        .reduce(f64::max)
+    {
+        totals = totals.put("MaxFreshness", worst, "Seconds");
+    }
+    totals
         .put("MaxOldestPendingAge", max_pending_age as f64, "Seconds")
         .put(
             "TotalQuarantinedSegments",
@@ -170,6 +231,7 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
                     "segments": o.segments,
                     "records": o.records,
                     "watermarks": o.watermarks,
+                    "newest_record_ms": o.newest_record_ms,
                     "etcd_held": o.crosscheck.held,
                     "stopped_partitions": o.crosscheck.stopped,
                 }),
@@ -177,6 +239,7 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         })
         .collect();
     Ok(json!({
+        "shard": [shard.index, shard.count],
         "swept": report.converted,
         "quarantined": report.quarantined.len(),
         "deferred": report.deferred,

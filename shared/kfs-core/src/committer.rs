@@ -18,12 +18,14 @@ use kfs_plan::commit::{CommitPlan, Hold, PendingSegment, PlanInput, plan_commit}
 use kfs_plan::crosscheck::{AgedSegment, CrossCheck, CrossCheckPolicy, EtcdView, cross_check};
 use kfs_plan::naming::TableName;
 use kfs_plan::offsets::{
-    COMMIT_ID_KEY, Gap, OffsetMap, SummaryError, gaps_from_summary, offsets_from_summary,
-    ranges_from_summary,
+    COMMIT_ID_KEY, Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, gaps_from_summary,
+    offsets_from_summary, ranges_from_summary,
 };
+use kfs_plan::sweep::TableProgress;
 
 use crate::catalog::table_ident;
 use crate::ledger::{Ledger, LedgerEntry, LedgerError};
+use crate::table::TIMESTAMP_MS_FIELD_ID;
 
 /// How far back in a table's history the committer looks for its own commits and
 /// for the last offset map.
@@ -80,6 +82,9 @@ pub struct CommitOutcome {
     pub attempts: usize,
     /// The etcd cross-check's verdict (held, unconfirmed and stopped partitions).
     pub crosscheck: CrossCheck,
+    /// Timestamp (Unix ms) of the newest record in the table after the cycle, when
+    /// known: what the freshness metric (now − this) measures.
+    pub newest_record_ms: Option<i64>,
 }
 
 /// A commit cycle failed; nothing was lost, the pending files stay pending.
@@ -166,6 +171,42 @@ pub fn table_watermarks(table: &Table) -> Result<OffsetMap, SummaryError> {
         }
     }
     Ok(OffsetMap::new())
+}
+
+/// The table's watermarks and every gap its history records.
+pub fn table_progress(table: &Table) -> Result<TableProgress, SummaryError> {
+    let mut gaps = Vec::new();
+    for snapshot in ancestry(table) {
+        gaps.extend(gaps_from_summary(
+            &snapshot.summary().additional_properties,
+        )?);
+    }
+    Ok(TableProgress {
+        watermarks: table_watermarks(table)?,
+        gaps,
+    })
+}
+
+/// The newest record timestamp (Unix ms) the table's snapshots have recorded, if any.
+pub fn newest_record_ms(table: &Table) -> Option<i64> {
+    ancestry(table).find_map(|s| {
+        s.summary()
+            .additional_properties
+            .get(MAX_TIMESTAMP_KEY)
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+/// The newest record timestamp among data files, from their `timestamp_ms` upper bounds.
+fn newest_in_files(files: &[iceberg::spec::DataFile]) -> Option<i64> {
+    files
+        .iter()
+        .filter_map(|f| f.upper_bounds().get(&TIMESTAMP_MS_FIELD_ID))
+        .filter_map(|bound| match bound.literal() {
+            iceberg::spec::PrimitiveLiteral::Long(ms) => Some(*ms),
+            _ => None,
+        })
+        .max()
 }
 
 /// The snapshot in the current ancestry that carries `commit_id`, if any.
@@ -286,18 +327,25 @@ pub async fn commit_table(
         pending.retain(|s| !covered.contains(s.id.as_str()));
         outcome.holds = plan.holds.clone();
         outcome.watermarks = plan.offsets.clone();
+        let previous_newest = newest_record_ms(&table);
         if plan.is_empty() {
             outcome.watermarks = watermarks;
+            outcome.newest_record_ms = previous_newest;
             return Ok(outcome);
         }
         let commit_id = plan.commit_id(topic);
         let data_files = data_files_of(&table, &plan, &entries, &table_name)?;
         let file_count = data_files.len();
+        let newest = previous_newest.max(newest_in_files(&data_files));
+        let mut properties = plan.summary(topic).properties();
+        if let Some(newest) = newest {
+            properties.insert(MAX_TIMESTAMP_KEY.to_owned(), newest.to_string());
+        }
         let tx = Transaction::new(&table);
         let tx = tx
             .fast_append()
             .add_data_files(data_files)
-            .set_snapshot_properties(plan.summary(topic).properties())
+            .set_snapshot_properties(properties)
             .apply(tx)
             .map_err(catalog_error)?;
         let committed = tx.commit(catalog).await;
@@ -317,6 +365,7 @@ pub async fn commit_table(
             outcome.files = file_count;
             outcome.records = plan.records();
             outcome.gaps = plan.gaps.clone();
+            outcome.newest_record_ms = newest_record_ms(&table);
             return Ok(outcome);
         }
         match answer_error {

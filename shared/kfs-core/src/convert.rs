@@ -108,14 +108,8 @@ pub fn data_file_stem(key: &SegmentKey, etag: &str) -> String {
         sanitize(&key.topic),
         key.partition,
         key.base_offset,
-        fnv1a(etag.as_bytes())
+        kfs_plan::hash::fnv1a(etag.as_bytes())
     )
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// Always the same name: one segment version, one file.

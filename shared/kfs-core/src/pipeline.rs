@@ -12,10 +12,13 @@ use iceberg::spec::serialize_data_file_to_json;
 use iceberg::table::Table;
 use kfs_plan::keys::{SegmentFile, SegmentKey, SegmentListing};
 use kfs_plan::naming::{TableName, TableNaming};
+use kfs_plan::offsets::SummaryError;
+use kfs_plan::shard::Shard;
+use kfs_plan::sweep::{ListedSegment, TableProgress};
 use kfs_segment::DecodeLimits;
 
 use crate::catalog::ensure_topic_table;
-use crate::committer::{CommitError, CommitOutcome, CommitSettings, commit_table};
+use crate::committer::{CommitError, CommitOutcome, CommitSettings, commit_table, table_progress};
 use crate::convert::{ConvertError, SegmentInput, convert_segment};
 use crate::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
 use crate::source::{SegmentSource, SourceError, SourceObject};
@@ -44,6 +47,8 @@ pub struct PipelineConfig {
     pub etcd: kfs_plan::crosscheck::EtcdState,
     /// How the cross-check treats etcd lag and outages.
     pub crosscheck: kfs_plan::crosscheck::CrossCheckPolicy,
+    /// The topics this pass handles (all by default; see [`Shard`]).
+    pub shard: Shard,
 }
 
 /// Progress of a pass, for progress bars and logs.
@@ -90,8 +95,10 @@ pub struct RunReport {
     pub incomplete: usize,
     /// Complete segments.
     pub segments: usize,
-    /// Segments the ledger already knew.
+    /// Segments the ledger already knew, or below their table's watermark.
     pub known: usize,
+    /// Segments of topics another shard handles.
+    pub other_shards: usize,
     /// Segments converted in this pass.
     pub converted: usize,
     /// Records converted in this pass.
@@ -131,6 +138,14 @@ pub enum PipelineError {
     /// A commit cycle failed.
     #[error("{0}")]
     Commit(#[from] CommitError),
+    /// A table's snapshot summary is unreadable.
+    #[error("table {table}: {source}")]
+    Summary {
+        /// Table.
+        table: String,
+        /// What is wrong.
+        source: SummaryError,
+    },
 }
 
 impl PipelineError {
@@ -142,6 +157,7 @@ impl PipelineError {
             Self::Catalog { source, .. } => source.retryable(),
             Self::Convert(e) => !e.is_permanent(),
             Self::Commit(e) => e.is_retryable(),
+            Self::Summary { .. } => false,
         }
     }
 }
@@ -162,10 +178,10 @@ pub fn version_tag(object: &SourceObject, bytes: &[u8]) -> String {
     }
 }
 
-/// Tables opened in this pass, by topic.
+/// Tables opened in this pass, by topic, with their progress at opening.
 #[derive(Default)]
 struct Tables {
-    by_topic: HashMap<String, (TableName, Table)>,
+    by_topic: HashMap<String, (TableName, Table, TableProgress)>,
 }
 
 impl Tables {
@@ -174,7 +190,7 @@ impl Tables {
         catalog: &dyn Catalog,
         naming: &TableNaming,
         topic: &str,
-    ) -> Result<&(TableName, Table), PipelineError> {
+    ) -> Result<&(TableName, Table, TableProgress), PipelineError> {
         if !self.by_topic.contains_key(topic) {
             let name = naming.table_for(topic);
             let table = ensure_topic_table(catalog, &name, topic)
@@ -183,7 +199,12 @@ impl Tables {
                     table: name.to_string(),
                     source: Box::new(source),
                 })?;
-            self.by_topic.insert(topic.to_owned(), (name, table));
+            let progress = table_progress(&table).map_err(|source| PipelineError::Summary {
+                table: name.to_string(),
+                source,
+            })?;
+            self.by_topic
+                .insert(topic.to_owned(), (name, table, progress));
         }
         self.by_topic.get(topic).ok_or_else(|| {
             PipelineError::Ledger(LedgerError::Store {
@@ -195,7 +216,9 @@ impl Tables {
 }
 
 /// Converts one segment and records the result in the ledger: pending with its data
-/// files, or quarantined with the error. Returns the entry as recorded.
+/// files, or quarantined with the error. A segment that arrives after its offsets were
+/// committed as a gap is quarantined unconverted (the table has moved past it).
+/// Returns the entry as recorded.
 pub async fn ingest_segment(
     source: &impl SegmentSource,
     table: &Table,
@@ -223,6 +246,26 @@ pub async fn ingest_segment(
         created_ms: now,
         updated_ms: now,
     };
+    let progress = table_progress(table).map_err(|source| PipelineError::Summary {
+        table: table_name.to_string(),
+        source,
+    })?;
+    if let ListedSegment::LateAfterGap(gap) = progress.classify(key.partition, key.base_offset) {
+        entry.state = EntryState::Quarantined {
+            error: format!(
+                "{}: arrived after offsets {}..={} of partition {} were committed as a gap ({:?}); not ingested behind the watermark: load it elsewhere or skip it",
+                source.describe(&object.key),
+                gap.from,
+                gap.to,
+                gap.partition,
+                gap.reason
+            ),
+        };
+        return match ledger.insert(&entry).await? {
+            InsertOutcome::Inserted => Ok(entry),
+            InsertOutcome::Exists(existing) => Ok(*existing),
+        };
+    }
     match convert_segment(
         table,
         SegmentInput {
@@ -288,11 +331,23 @@ pub async fn run_once(
         ..RunReport::default()
     };
     let mut work = Vec::new();
+    let mut tables = Tables::default();
     for key in &listing.complete {
+        if !config.shard.owns(&key.topic) {
+            report.other_shards += 1;
+            continue;
+        }
         let object_key = key.object_key(SegmentFile::Data);
         let Some(object) = by_key.get(object_key.as_str()) else {
             continue;
         };
+        // Segments below the watermark are in the table: no ledger read for them, so a
+        // sweep costs one read per segment not yet committed, not per segment listed.
+        let (_, _, progress) = tables.get(catalog, &config.naming, &key.topic).await?;
+        if progress.classify(key.partition, key.base_offset) == ListedSegment::Committed {
+            report.known += 1;
+            continue;
+        }
         match ledger.get(&object_key).await? {
             Some(entry) => {
                 report.known += 1;
@@ -311,13 +366,12 @@ pub async fn run_once(
         .deadline
         .map(|d| d.checked_sub(config.commit_reserve).unwrap_or(d));
     let budget = config.max_conversions.unwrap_or(usize::MAX);
-    let mut tables = Tables::default();
     for (done, (key, object)) in work.iter().enumerate() {
         if done >= budget || conversion_deadline.is_some_and(|d| Instant::now() >= d) {
             report.deferred = work.len() - done;
             break;
         }
-        let (name, table) = tables.get(catalog, &config.naming, &key.topic).await?;
+        let (name, table, _) = tables.get(catalog, &config.naming, &key.topic).await?;
         let entry = ingest_segment(source, table, name, ledger, key, object, config.limits).await?;
         match &entry.state {
             EntryState::Quarantined { error } => {
@@ -341,7 +395,11 @@ pub async fn run_once(
     }
     // Commit every table that has pending work, with the listing of its topic.
     let pending = ledger.list(Some("pending"), None).await?;
-    let topics: BTreeSet<&str> = pending.iter().map(|e| e.topic.as_str()).collect();
+    let topics: BTreeSet<&str> = pending
+        .iter()
+        .map(|e| e.topic.as_str())
+        .filter(|topic| config.shard.owns(topic))
+        .collect();
     let mut jobs = Vec::new();
     for topic in topics {
         let mut topic_listing: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
@@ -351,7 +409,7 @@ pub async fn run_once(
                 .or_default()
                 .insert(key.base_offset);
         }
-        let (name, _) = tables.get(catalog, &config.naming, topic).await?;
+        let (name, _, _) = tables.get(catalog, &config.naming, topic).await?;
         let settings = CommitSettings {
             start_offsets: config.start_offsets.get(topic).cloned().unwrap_or_default(),
             etcd: config.etcd.view(topic),

@@ -25,6 +25,9 @@ use iceberg::spec::{ListType, NestedField, PrimitiveType, Schema, StructType, Ty
 /// Table property recording the topic a table is fed from.
 pub const TOPIC_PROPERTY: &str = "kfs.topic";
 
+/// Field id of `timestamp_ms`, whose upper bounds give the newest record of a file.
+pub const TIMESTAMP_MS_FIELD_ID: i32 = 5;
+
 /// The schema of every topic table.
 pub fn topic_schema() -> iceberg::Result<Schema> {
     let header = StructType::new(vec![
@@ -37,7 +40,12 @@ pub fn topic_schema() -> iceberg::Result<Schema> {
             NestedField::required(2, "topic", Type::Primitive(PrimitiveType::String)).into(),
             NestedField::required(3, "partition", Type::Primitive(PrimitiveType::Int)).into(),
             NestedField::required(4, "offset", Type::Primitive(PrimitiveType::Long)).into(),
-            NestedField::required(5, "timestamp_ms", Type::Primitive(PrimitiveType::Long)).into(),
+            NestedField::required(
+                TIMESTAMP_MS_FIELD_ID,
+                "timestamp_ms",
+                Type::Primitive(PrimitiveType::Long),
+            )
+            .into(),
             NestedField::optional(6, "key", Type::Primitive(PrimitiveType::Binary)).into(),
             NestedField::optional(7, "value", Type::Primitive(PrimitiveType::Binary)).into(),
             NestedField::required(

@@ -113,19 +113,10 @@ impl CommitPlan {
     /// A commit id that depends only on the topic and the segments taken, so that a
     /// retried plan finds its own earlier commit.
     pub fn commit_id(&self, topic: &str) -> String {
-        // FNV-1a, 64 bits: stable across Rust versions, unlike the std hasher.
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut feed = |bytes: &[u8]| {
-            for &b in bytes {
-                hash ^= u64::from(b);
-                hash = hash.wrapping_mul(0x0100_0000_01b3);
-            }
-            hash ^= 0xff;
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        };
-        feed(topic.as_bytes());
+        let mut hash = crate::hash::Fnv1a::default();
+        hash.write_field(topic.as_bytes());
         for segment in &self.take {
-            feed(
+            hash.write_field(
                 format!(
                     "{}:{}-{}",
                     segment.id, segment.base_offset, segment.last_offset
@@ -134,8 +125,9 @@ impl CommitPlan {
             );
         }
         for gap in &self.gaps {
-            feed(format!("{}:{}-{}", gap.partition, gap.from, gap.to).as_bytes());
+            hash.write_field(format!("{}:{}-{}", gap.partition, gap.from, gap.to).as_bytes());
         }
+        let hash = hash.finish();
         format!("{hash:016x}")
     }
 

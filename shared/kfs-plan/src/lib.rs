@@ -5,6 +5,9 @@
 //! - [`offsets`]: the per-partition offset map carried in every snapshot summary.
 //! - [`events`]: what S3, SQS and EventBridge events announce.
 //! - [`crosscheck`]: what etcd's offsets allow a commit to take.
+//! - [`sweep`]: which listed segments a sweep must look up, and which came too late.
+//! - [`shard`]: which committer schedule handles which topic.
+//! - [`hash`]: the stable hash behind file names, commit ids and shards.
 //! - [`commit`]: which pending segments a commit may take, in what order, and what
 //!   the table's watermarks become.
 //!
@@ -14,6 +17,9 @@
 pub mod commit;
 pub mod crosscheck;
 pub mod events;
+pub mod hash;
 pub mod keys;
 pub mod naming;
 pub mod offsets;
+pub mod shard;
+pub mod sweep;

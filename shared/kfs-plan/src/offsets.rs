@@ -21,6 +21,9 @@ pub const TOPIC_KEY: &str = "kfs.topic";
 pub const SEGMENTS_KEY: &str = "kfs.segments";
 /// Summary key: number of data records in this commit.
 pub const RECORDS_KEY: &str = "kfs.records";
+/// Summary key: the newest record timestamp (Unix ms) in the table after this
+/// snapshot, carried forward like the offset map; what the freshness metric measures.
+pub const MAX_TIMESTAMP_KEY: &str = "kfs.max-timestamp-ms";
 
 /// A summary property could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

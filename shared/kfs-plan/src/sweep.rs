@@ -1,0 +1,71 @@
+//! What a listed segment is, given the table's progress, before any ledger lookup:
+//! a segment wholly below its partition's watermark and outside every recorded gap is
+//! in the table already, so the sweep need not read the ledger for it; a segment
+//! inside a recorded gap arrived after its offsets were committed as missing and must
+//! be surfaced to an operator, never ingested behind the watermark and never dropped
+//! without a word.
+
+use crate::offsets::{Gap, OffsetMap};
+
+/// A table's progress as its snapshots record it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableProgress {
+    /// Next offset per partition (the current offset map).
+    pub watermarks: OffsetMap,
+    /// Every gap the table's history records.
+    pub gaps: Vec<Gap>,
+}
+
+/// Where a listed segment stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListedSegment {
+    /// At or above the watermark (or its partition is new): look it up, convert it if new.
+    Open,
+    /// Below the watermark, outside every gap: already in the table.
+    Committed,
+    /// Below the watermark, inside this recorded gap: it came too late.
+    LateAfterGap(Gap),
+}
+
+impl TableProgress {
+    /// Classifies the segment of `partition` starting at `base_offset`.
+    pub fn classify(&self, partition: i32, base_offset: i64) -> ListedSegment {
+        match self.watermarks.get(&partition) {
+            Some(&next) if base_offset < next => self
+                .gaps
+                .iter()
+                .find(|g| g.partition == partition && g.from <= base_offset && base_offset <= g.to)
+                .map_or(ListedSegment::Committed, |gap| {
+                    ListedSegment::LateAfterGap(*gap)
+                }),
+            _ => ListedSegment::Open,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::offsets::GapReason;
+
+    #[test]
+    fn classifies_against_watermarks_and_gaps() {
+        let progress = TableProgress {
+            watermarks: OffsetMap::from([(0, 100)]),
+            gaps: vec![Gap {
+                partition: 0,
+                from: 20,
+                to: 29,
+                reason: GapReason::NoSegment,
+            }],
+        };
+        assert_eq!(progress.classify(0, 0), ListedSegment::Committed);
+        assert_eq!(progress.classify(0, 100), ListedSegment::Open);
+        assert_eq!(progress.classify(1, 0), ListedSegment::Open);
+        assert!(matches!(
+            progress.classify(0, 20),
+            ListedSegment::LateAfterGap(_)
+        ));
+        assert_eq!(progress.classify(0, 30), ListedSegment::Committed);
+    }
+}
