@@ -6,6 +6,7 @@ region and endpoint from the AWS_* environment variables.
     s3_tool.py mb BUCKET...
     s3_tool.py put DIR s3://bucket/prefix
     s3_tool.py ledger TABLE_NAME DEFINITION.json
+    s3_tool.py secret NAME VALUE          (prints the secret's ARN)
 """
 
 import json
@@ -48,6 +49,10 @@ def main():
             spec = json.load(f)
         client("dynamodb").create_table(TableName=name, **spec)
         print(f"created ledger table {name}")
+    elif command == "secret":
+        name, value = args
+        created = client("secretsmanager").create_secret(Name=name, SecretString=value)
+        print(created["ARN"])
     else:
         sys.exit(f"unknown command {command}")
 

@@ -143,6 +143,10 @@ def main():
     parser.add_argument("--catalog-db", help="the SQLite catalog file (default: <warehouse>/catalog.db)")
     parser.add_argument("--s3-endpoint", help="S3 endpoint of an s3:// warehouse (credentials from AWS_* variables)")
     parser.add_argument("--glue-endpoint", help="read the tables from this Glue endpoint instead of the SQL catalog")
+    parser.add_argument("--rest-uri", help="read the tables from this Iceberg REST catalog instead")
+    parser.add_argument("--rest-warehouse", help="the REST catalog's warehouse name")
+    parser.add_argument("--rest-credential", help="OAuth2 client_id:client_secret for the REST catalog")
+    parser.add_argument("--rest-scope", help="OAuth2 scope for the REST catalog")
     args = parser.parse_args()
 
     from pyiceberg.catalog.sql import SqlCatalog
@@ -152,7 +156,17 @@ def main():
         with open(args.only) as f:
             only = {line.strip() for line in f if line.strip()}
     expected = load_expected(args.expected, only)
-    if args.glue_endpoint:
+    if args.rest_uri:
+        from pyiceberg.catalog.rest import RestCatalog
+
+        properties = {"uri": args.rest_uri}
+        for name, value in (("warehouse", args.rest_warehouse), ("credential", args.rest_credential),
+                            ("scope", args.rest_scope)):
+            if value:
+                properties[name] = value
+        # Storage settings come from the server's config defaults.
+        catalog = RestCatalog("rest", **properties)
+    elif args.glue_endpoint:
         from pyiceberg.catalog.glue import GlueCatalog
 
         key = os.environ.get("AWS_ACCESS_KEY_ID", "test")

@@ -7,20 +7,26 @@
 //! | `SEGMENT_PREFIX` | key prefix of the segments in it (empty for the bucket root) |
 //! | `LEDGER_TABLE` | DynamoDB ledger table |
 //! | `WAREHOUSE` | `s3://bucket/prefix` of the Iceberg warehouse |
-//! | `CATALOG_TYPE` | `glue` (default) or `sql` (SQLite file at `CATALOG_URI`, tests only) |
+//! | `CATALOG_TYPE` | `glue` (default), `rest`, or `sql` (SQLite file at `CATALOG_URI`, tests only) |
+//! | `CATALOG_URI` | the REST catalog's base URI |
+//! | `CATALOG_WAREHOUSE` | the REST catalog's warehouse *name* (Polaris catalog, Unity catalog) |
+//! | `CATALOG_SECRET_ARN` | Secrets Manager secret holding the REST credentials as JSON: `{"client_id", "client_secret", "scope", "oauth2-server-uri"}` or `{"token"}` |
 //! | `TABLE_NAMESPACE` | namespace of the topic tables (default `kafscale`) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
 //! | `SWEEP_MAX_SEGMENTS` | segments the committer's sweep converts per run (default 200) |
 //! | `ETCD_ENDPOINTS` | comma-separated etcd endpoints of the offset cross-check (empty: off) |
 //!
-//! Credentials come from the function's role (the standard AWS chain); endpoints from
-//! `AWS_ENDPOINT_URL` for local stacks.
+//! AWS credentials come from the function's role (the standard AWS chain); endpoints
+//! from `AWS_ENDPOINT_URL` for local stacks. REST catalog credentials are read from
+//! Secrets Manager at cold start, never from plain variables, and never logged.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use iceberg::Catalog;
-use kfs_core::catalog::{CatalogKind, S3Settings, Warehouse, open_catalog};
+use kfs_core::catalog::{
+    CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse, open_catalog,
+};
 use kfs_core::source::OpendalSource;
 use kfs_plan::naming::TableNaming;
 
@@ -66,37 +72,43 @@ pub struct FunctionEnv {
     pub s3: S3Settings,
     /// etcd endpoints of the cross-check.
     pub etcd_endpoints: Vec<String>,
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-fn required(name: &str) -> Result<String, ConfigError> {
-    var(name).ok_or_else(|| ConfigError(format!("{name} is not set")))
-}
-
-fn number(name: &str, default: usize) -> Result<usize, ConfigError> {
-    var(name).map_or(Ok(default), |v| {
-        v.parse()
-            .map_err(|_| ConfigError(format!("{name}={v:?} is not a number")))
-    })
+    /// Secrets Manager secret of the REST catalog's credentials.
+    pub catalog_secret_arn: Option<String>,
 }
 
 impl FunctionEnv {
     /// Reads the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads the variables `lookup` returns (empty values count as unset).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
+        let required =
+            |name: &str| var(name).ok_or_else(|| ConfigError(format!("{name} is not set")));
+        let number = |name: &str, default: usize| {
+            var(name).map_or(Ok(default), |v| {
+                v.parse()
+                    .map_err(|_| ConfigError(format!("{name}={v:?} is not a number")))
+            })
+        };
         let warehouse = Warehouse::parse(&required("WAREHOUSE")?).map_err(ConfigError)?;
         let catalog = match var("CATALOG_TYPE").as_deref().unwrap_or("glue") {
             "glue" => CatalogKind::Glue {
                 endpoint: var("AWS_ENDPOINT_URL_GLUE").or_else(|| var("AWS_ENDPOINT_URL")),
             },
+            "rest" => CatalogKind::Rest(RestSettings {
+                uri: required("CATALOG_URI")?,
+                warehouse: var("CATALOG_WAREHOUSE"),
+                credentials: RestCredentials::default(),
+            }),
             "sql" => CatalogKind::Sql {
                 database: PathBuf::from(required("CATALOG_URI")?),
             },
             other => {
                 return Err(ConfigError(format!(
-                    "CATALOG_TYPE={other:?}: expected glue or sql"
+                    "CATALOG_TYPE={other:?}: expected glue, rest or sql"
                 )));
             }
         };
@@ -115,7 +127,7 @@ impl FunctionEnv {
             },
             convert_concurrency: number("CONVERT_CONCURRENCY", 4)?,
             sweep_max_segments: number("SWEEP_MAX_SEGMENTS", 200)?,
-            s3: S3Settings::from_env(),
+            s3: S3Settings::from_lookup(lookup),
             etcd_endpoints: var("ETCD_ENDPOINTS")
                 .map(|v| {
                     v.split(',')
@@ -124,6 +136,7 @@ impl FunctionEnv {
                         .collect()
                 })
                 .unwrap_or_default(),
+            catalog_secret_arn: var("CATALOG_SECRET_ARN"),
         })
     }
 
@@ -133,16 +146,45 @@ impl FunctionEnv {
             .map_err(|e| ConfigError(e.to_string()))
     }
 
-    /// The catalog.
+    /// The catalog; a REST catalog gets its credentials from Secrets Manager first.
     pub async fn catalog(&self) -> Result<Arc<dyn Catalog>, ConfigError> {
-        open_catalog(&self.catalog, &self.warehouse, &self.s3)
+        let mut kind = self.catalog.clone();
+        if let (CatalogKind::Rest(rest), Some(arn)) = (&mut kind, &self.catalog_secret_arn) {
+            let config = self.aws_config().await;
+            rest.credentials = crate::secrets::rest_credentials(
+                &aws_sdk_secretsmanager::Client::new(&config),
+                arn,
+            )
+            .await?;
+        }
+        open_catalog(&kind, &self.warehouse, &self.s3)
             .await
             .map_err(|e| ConfigError(format!("catalog: {e}")))
     }
 
+    /// The AWS SDK configuration: the standard chain, with the region, endpoint and
+    /// static keys of these settings when they are given (local stacks).
+    pub async fn aws_config(&self) -> aws_config::SdkConfig {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(self.s3.region.clone()));
+        if let Some(endpoint) = &self.s3.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        if let (Some(key), Some(secret)) = (&self.s3.access_key_id, &self.s3.secret_access_key) {
+            loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                key,
+                secret,
+                self.s3.session_token.clone(),
+                None,
+                "environment",
+            ));
+        }
+        loader.load().await
+    }
+
     /// The DynamoDB ledger, with the standard AWS configuration chain.
     pub async fn ledger(&self) -> DynamoLedger {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let config = self.aws_config().await;
         DynamoLedger::new(
             aws_sdk_dynamodb::Client::new(&config),
             self.ledger_table.clone(),

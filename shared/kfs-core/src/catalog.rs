@@ -20,7 +20,7 @@ use iceberg_catalog_sql::{
     SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE, SqlBindStyle,
     SqlCatalogBuilder,
 };
-use iceberg_storage_opendal::OpenDalStorageFactory;
+use iceberg_storage_opendal::{OpenDalResolvingStorageFactory, OpenDalStorageFactory};
 use kfs_plan::naming::TableName;
 
 use crate::table::{COMMIT_RETRIES_PROPERTY, topic_schema, topic_table_properties};
@@ -89,7 +89,12 @@ pub struct S3Settings {
 impl S3Settings {
     /// Reads the environment.
     pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads the variables `lookup` returns (empty values count as unset).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Self {
+        let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
         Self {
             endpoint: var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL")),
             region: var("AWS_REGION")
@@ -99,6 +104,13 @@ impl S3Settings {
             secret_access_key: var("AWS_SECRET_ACCESS_KEY"),
             session_token: var("AWS_SESSION_TOKEN"),
         }
+    }
+
+    /// A FileIO over any supported scheme (`s3://`, `file://`) with these settings.
+    pub fn file_io(&self) -> iceberg::io::FileIO {
+        iceberg::io::FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
+            .with_props(self.file_io_properties())
+            .build()
     }
 
     /// The FileIO properties these settings give.
@@ -175,9 +187,96 @@ pub enum CatalogKind {
         /// A custom Glue endpoint (`AWS_ENDPOINT_URL_GLUE` or `AWS_ENDPOINT_URL`).
         endpoint: Option<String>,
     },
+    /// An Iceberg REST catalog (Apache Polaris, Unity Catalog, S3 Tables' endpoint).
+    Rest(RestSettings),
 }
 
-/// Opens the configured catalog over `warehouse`.
+/// Where a REST catalog is and how to authenticate to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestSettings {
+    /// Base URI; the client appends `/v1/...`.
+    pub uri: String,
+    /// The catalog's warehouse *name* (Polaris' catalog, Unity's catalog name), sent to
+    /// `/v1/config`; distinct from the storage location, which the server decides.
+    pub warehouse: Option<String>,
+    /// Credentials (from Secrets Manager in Lambda, the environment or a file locally).
+    pub credentials: RestCredentials,
+}
+
+/// REST catalog credentials: a bearer `token`, or OAuth2 client credentials
+/// (`credential` = `client_id:client_secret`, with `scope` and `oauth2-server-uri`).
+/// Its `Debug` shows which fields are set, never their values.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RestCredentials(HashMap<String, String>);
+
+impl std::fmt::Debug for RestCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut keys: Vec<&str> = self.0.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        write!(f, "RestCredentials({} = <redacted>)", keys.join(", "))
+    }
+}
+
+impl RestCredentials {
+    /// The keys a credentials document may hold.
+    pub const KEYS: [&'static str; 6] = [
+        "token",
+        "credential",
+        "client_id",
+        "client_secret",
+        "scope",
+        "oauth2-server-uri",
+    ];
+
+    /// Reads a JSON object such as `{"client_id": "...", "client_secret": "...",
+    /// "scope": "PRINCIPAL_ROLE:ALL"}` or `{"token": "..."}`. The error never quotes
+    /// the document.
+    pub fn from_json(document: &str) -> Result<Self, String> {
+        let map: HashMap<String, serde_json::Value> =
+            serde_json::from_str(document).map_err(|e| {
+                format!(
+                    "the credentials are not a JSON object (line {}, column {})",
+                    e.line(),
+                    e.column()
+                )
+            })?;
+        let mut fields = HashMap::new();
+        for (key, value) in map {
+            if !Self::KEYS.contains(&key.as_str()) {
+                return Err(format!(
+                    "unknown credentials field {key:?} (expected one of {})",
+                    Self::KEYS.join(", ")
+                ));
+            }
+            let serde_json::Value::String(value) = value else {
+                return Err(format!("credentials field {key:?} must be a string"));
+            };
+            fields.insert(key, value);
+        }
+        match (fields.remove("client_id"), fields.remove("client_secret")) {
+            (Some(id), Some(secret)) => {
+                fields.insert("credential".into(), format!("{id}:{secret}"));
+            }
+            (None, None) => {}
+            _ => return Err("client_id and client_secret go together".into()),
+        }
+        if !fields.contains_key("token") && !fields.contains_key("credential") {
+            return Err("the credentials hold neither a token nor client credentials".into());
+        }
+        Ok(Self(fields))
+    }
+
+    /// The client properties these credentials give.
+    pub fn properties(&self) -> &HashMap<String, String> {
+        &self.0
+    }
+}
+
+/// The catalog name REST clients are given (it names the client, not the warehouse).
+pub const REST_CATALOG_NAME: &str = "rest";
+
+/// Opens the configured catalog over `warehouse` (for a REST catalog, the server
+/// decides where tables live; `warehouse` is only the default location of the others).
 pub async fn open_catalog(
     kind: &CatalogKind,
     warehouse: &Warehouse,
@@ -186,6 +285,22 @@ pub async fn open_catalog(
     match kind {
         CatalogKind::Sql { database } => {
             Ok(Arc::new(open_sql_catalog(database, warehouse, s3).await?))
+        }
+        CatalogKind::Rest(rest) => {
+            use iceberg_catalog_rest::{
+                REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE, RestCatalogBuilder,
+            };
+            let mut props = s3.file_io_properties();
+            props.extend(rest.credentials.properties().clone());
+            props.insert(REST_CATALOG_PROP_URI.to_owned(), rest.uri.clone());
+            if let Some(name) = &rest.warehouse {
+                props.insert(REST_CATALOG_PROP_WAREHOUSE.to_owned(), name.clone());
+            }
+            let catalog = RestCatalogBuilder::default()
+                .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
+                .load(REST_CATALOG_NAME, props)
+                .await?;
+            Ok(Arc::new(catalog))
         }
         CatalogKind::Glue { endpoint } => {
             use iceberg_catalog_glue::{
@@ -309,5 +424,38 @@ mod tests {
             Ok("file:///tmp/wh".into())
         );
         assert!(Warehouse::parse("s3:///x").is_err());
+    }
+
+    #[test]
+    fn rest_credentials_are_checked_and_never_shown() {
+        let credentials = RestCredentials::from_json(
+            r#"{"client_id": "kfs", "client_secret": "s3cr3t", "scope": "PRINCIPAL_ROLE:ALL"}"#,
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            credentials
+                .properties()
+                .get("credential")
+                .map(String::as_str),
+            Some("kfs:s3cr3t")
+        );
+        let shown = format!("{credentials:?}");
+        assert!(
+            !shown.contains("s3cr3t") && shown.contains("credential"),
+            "{shown}"
+        );
+        for bad in [
+            "not json s3cr3t",
+            r#"{"client_id": "kfs"}"#,
+            r#"{"scope": "x"}"#,
+            r#"{"password": "s3cr3t"}"#,
+            r#"{"token": 5}"#,
+        ] {
+            let error = RestCredentials::from_json(bad).err().unwrap_or_default();
+            assert!(
+                !error.is_empty() && !error.contains("s3cr3t"),
+                "{bad}: {error}"
+            );
+        }
     }
 }

@@ -28,6 +28,8 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+pub mod rest_catalog;
+
 /// A running `moto_server`, killed on drop.
 #[derive(Debug)]
 pub struct Moto {
@@ -72,8 +74,8 @@ impl Moto {
         ]
     }
 
-    /// Runs `tests/python/s3_tool.py` against this server.
-    pub fn tool(&self, args: &[&str]) {
+    /// Runs `tests/python/s3_tool.py` against this server; returns its output.
+    pub fn tool(&self, args: &[&str]) -> String {
         let output = Command::new("python3")
             .arg(workspace_root().join("tests/python/s3_tool.py"))
             .args(args)
@@ -85,6 +87,7 @@ impl Moto {
             "s3_tool.py {args:?}: {}",
             String::from_utf8_lossy(&output.stderr)
         );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 }
 

@@ -1,12 +1,20 @@
-//! The deployed path end to end on moto (S3, DynamoDB, Glue) and a real etcd: segments
-//! written by the independent encoder are put in the bucket; S3 events built from the
-//! real objects reach the converter's handler duplicated and out of order, some never
-//! (the sweep finds those); the committer's handler commits to tables registered in
-//! Glue; pyiceberg reads them back through Glue and compares them row by row with what
-//! was encoded. A second tick adds nothing.
+//! The deployed path end to end on moto (S3, DynamoDB, Glue, Secrets Manager) and a
+//! real etcd: segments written by the independent encoder are put in the bucket; S3
+//! events built from the real objects reach the converter's handler duplicated and out
+//! of order, some never (the sweep finds those); the committer's handler commits to
+//! tables registered in Glue, or in a REST catalog whose OAuth2 credentials come from
+//! Secrets Manager and which answers one commit with a 503 after applying it;
+//! pyiceberg reads the tables back through the same catalog and compares them row by
+//! row with what was encoded. A second tick adds nothing.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use iceberg::Catalog;
+use kfs_aws::function_env::FunctionEnv;
+use kfs_testkit::rest_catalog::{RestCatalogServer, RestServerConfig};
 
 use kfs_committer::{Committer, handle};
 use kfs_core::pipeline::PipelineConfig;
@@ -42,6 +50,78 @@ fn sqs_event(keys: &[&String]) -> Value {
 async fn independent_segments_land_in_glue_tables_exactly_once() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let stack = LocalStack::start();
+    let catalog = stack.glue_catalog().await;
+    let glue = vec!["--glue-endpoint".to_owned(), stack.moto.endpoint.clone()];
+    deliver_commit_and_read_back(&stack, catalog, &glue).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn independent_segments_land_in_rest_catalog_tables_exactly_once() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let stack = LocalStack::start();
+    let secret = r#"{"client_id": "kfs-committer", "client_secret": "s3cr3t-value", "scope": "PRINCIPAL_ROLE:ALL"}"#;
+    let arn = stack.moto.tool(&["secret", "kfs-iceberg/catalog", secret]);
+    let server = RestCatalogServer::start(RestServerConfig {
+        warehouse_name: "analytics".into(),
+        storage_root: "s3://lakehouse/rest".into(),
+        file_io: stack.s3.file_io(),
+        client_defaults: stack.s3.file_io_properties(),
+        credential: Some(("kfs-committer".into(), "s3cr3t-value".into())),
+        scope: Some("PRINCIPAL_ROLE:ALL".into()),
+        static_tokens: Vec::new(),
+    })
+    .await
+    .unwrap_or_else(|e| panic!("rest server: {e}"));
+    // The function's own configuration path: variables, then the secret.
+    let mut vars: HashMap<String, String> = stack
+        .moto
+        .env()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    for (k, v) in [
+        ("SEGMENT_BUCKET", "kafscale-segments".to_owned()),
+        ("LEDGER_TABLE", "kfs-ledger".to_owned()),
+        ("WAREHOUSE", "s3://lakehouse/rest".to_owned()),
+        ("CATALOG_TYPE", "rest".to_owned()),
+        ("CATALOG_URI", server.uri()),
+        ("CATALOG_WAREHOUSE", "analytics".to_owned()),
+        ("CATALOG_SECRET_ARN", arn),
+    ] {
+        vars.insert(k.to_owned(), v);
+    }
+    let env =
+        FunctionEnv::from_lookup(&|name| vars.get(name).cloned()).unwrap_or_else(|e| panic!("{e}"));
+    let catalog = env.catalog().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(!format!("{env:?}").contains("s3cr3t"));
+    // The first commit is applied but answered with a 503: the committer must find it
+    // in the table, not commit again.
+    server.fail_commits_after_apply(1);
+    let rest = [
+        "--rest-uri",
+        &server.uri(),
+        "--rest-warehouse",
+        "analytics",
+        "--rest-credential",
+        "kfs-committer:s3cr3t-value",
+        "--rest-scope",
+        "PRINCIPAL_ROLE:ALL",
+    ]
+    .map(str::to_owned);
+    let tables = deliver_commit_and_read_back(&stack, catalog, &rest).await;
+    assert_eq!(server.commits_applied(), tables);
+    assert!(server.tokens_issued() >= 1);
+    assert_eq!(server.unauthorized(), 0);
+}
+
+/// Delivers the independent segments through the converter (duplicated, reordered,
+/// some dropped), runs two committer ticks, and reads the tables back with pyiceberg
+/// through `reader_args`' catalog; returns the number of tables.
+async fn deliver_commit_and_read_back(
+    stack: &LocalStack,
+    catalog: Arc<dyn Catalog>,
+    reader_args: &[String],
+) -> usize {
     let etcd = Etcd::start();
     let bucket = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let generated = std::process::Command::new("python3")
@@ -80,7 +160,6 @@ async fn independent_segments_land_in_glue_tables_exactly_once() {
         &json!({"Topics": snapshot}).to_string(),
     );
 
-    let catalog = stack.glue_catalog().await;
     let converter = stack.converter(catalog.clone(), 4);
     // Events for every object, in reverse order, the first third delivered twice, and
     // the events of every fifth segment file dropped.
@@ -136,11 +215,10 @@ async fn independent_segments_land_in_glue_tables_exactly_once() {
             "--warehouse",
             "s3://lakehouse/warehouse",
             "--no-duckdb",
-            "--glue-endpoint",
-            &stack.moto.endpoint,
             "--expected",
         ])
         .arg(bucket.path())
+        .args(reader_args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .unwrap_or_else(|e| panic!("verify_tables.py: {e}"));
@@ -151,7 +229,10 @@ async fn independent_segments_land_in_glue_tables_exactly_once() {
         String::from_utf8_lossy(&verify.stderr)
     );
     let facts: Value = serde_json::from_slice(&verify.stdout).unwrap_or(Value::Null);
+    let tables = facts.as_object().map_or(0, |t| t.len());
+    assert!(tables > 0, "{facts}");
     for (table, fact) in facts.as_object().into_iter().flatten() {
         assert_eq!(fact["snapshots"], 1, "{table}: {fact}");
     }
+    tables
 }
