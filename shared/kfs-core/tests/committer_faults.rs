@@ -299,7 +299,7 @@ async fn gaps_wait_for_listed_segments_and_are_recorded_once_none_is_listed() ->
     );
     assert_eq!(outcome.watermarks.get(&0), Some(&30));
     // A segment that shows up after its range was recorded as a gap is not slipped in
-    // behind the watermark: it stays pending, visible to the operator.
+    // behind the watermark: it is quarantined unconverted, visible to the operator.
     convert(&setup, &ledger, &[10]).await?;
     let outcome = commit_table(
         &setup.catalog,
@@ -312,7 +312,8 @@ async fn gaps_wait_for_listed_segments_and_are_recorded_once_none_is_listed() ->
     )
     .await?;
     assert_eq!((outcome.snapshot_id, outcome.recovered), (None, 0));
-    assert_eq!(ledger.list(Some("pending"), None).await?.len(), 1);
+    assert!(ledger.list(Some("pending"), None).await?.is_empty());
+    assert_eq!(ledger.list(Some("quarantined"), None).await?.len(), 1);
     assert_eq!(committed_records(&setup).await?, (20, 2));
     use iceberg::Catalog;
     let table = setup

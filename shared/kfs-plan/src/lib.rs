@@ -6,6 +6,7 @@
 //! - [`events`]: what S3, SQS and EventBridge events announce.
 //! - [`crosscheck`]: what etcd's offsets allow a commit to take.
 //! - [`sweep`]: which listed segments a sweep must look up, and which came too late.
+//! - [`compaction`]: which small files to rewrite together, which snapshots to expire.
 //! - [`shard`]: which committer schedule handles which topic.
 //! - [`hash`]: the stable hash behind file names, commit ids and shards.
 //! - [`commit`]: which pending segments a commit may take, in what order, and what
@@ -15,6 +16,7 @@
 //! functions as data, and carry out the plans they return.
 
 pub mod commit;
+pub mod compaction;
 pub mod crosscheck;
 pub mod events;
 pub mod hash;

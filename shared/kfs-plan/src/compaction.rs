@@ -1,0 +1,180 @@
+//! Maintenance planning, without I/O: which small data files to rewrite together
+//! (bin packing toward a target size, per partition value, in offset order), and which
+//! snapshots an expiry removes. The hosts read the table, call these functions, and
+//! carry out the plans.
+
+use std::collections::BTreeMap;
+
+/// A live data file as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStat {
+    /// Location of the file.
+    pub path: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// The partition value it belongs to, rendered (empty for an unpartitioned table).
+    pub partition: String,
+    /// Sort key inside the partition value (the file name encodes partition and base
+    /// offset, so the path keeps rewritten files in offset order).
+    pub order: String,
+}
+
+/// Settings of a compaction plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionPolicy {
+    /// The size rewritten files aim at (`write.target-file-size-bytes`).
+    pub target_bytes: u64,
+    /// Files at or above this size are left alone (default 75% of the target).
+    pub small_below_bytes: u64,
+    /// Most input bytes one group takes (bounds the memory and time of one rewrite).
+    pub max_group_bytes: u64,
+    /// Most groups one run plans (bounds the work of one invocation).
+    pub max_groups: usize,
+}
+
+impl CompactionPolicy {
+    /// The policy for a target size: small below 75% of it, groups of one target.
+    pub fn for_target(target_bytes: u64) -> Self {
+        Self {
+            target_bytes,
+            small_below_bytes: target_bytes / 4 * 3,
+            max_group_bytes: target_bytes,
+            max_groups: usize::MAX,
+        }
+    }
+}
+
+/// Files rewritten together into about one target-size file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewriteGroup {
+    /// The partition value.
+    pub partition: String,
+    /// The input files, in offset order.
+    pub files: Vec<FileStat>,
+}
+
+impl RewriteGroup {
+    /// Input bytes.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes).sum()
+    }
+}
+
+/// Groups the small files of each partition value, in offset order, into runs of about
+/// `max_group_bytes`; a run of one file is left as it is (rewriting it gains nothing).
+/// Every input file appears in at most one group.
+pub fn plan_compaction(files: &[FileStat], policy: &CompactionPolicy) -> Vec<RewriteGroup> {
+    let mut by_partition: BTreeMap<&str, Vec<&FileStat>> = BTreeMap::new();
+    for file in files.iter().filter(|f| f.bytes < policy.small_below_bytes) {
+        by_partition.entry(&file.partition).or_default().push(file);
+    }
+    let mut groups = Vec::new();
+    for (partition, mut small) in by_partition {
+        small.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.path.cmp(&b.path)));
+        let mut current: Vec<FileStat> = Vec::new();
+        let mut bytes = 0u64;
+        let mut flush = |current: &mut Vec<FileStat>, groups: &mut Vec<RewriteGroup>| {
+            if current.len() > 1 {
+                groups.push(RewriteGroup {
+                    partition: partition.to_owned(),
+                    files: std::mem::take(current),
+                });
+            } else {
+                current.clear();
+            }
+        };
+        for file in small {
+            if !current.is_empty() && bytes.saturating_add(file.bytes) > policy.max_group_bytes {
+                flush(&mut current, &mut groups);
+                bytes = 0;
+            }
+            bytes = bytes.saturating_add(file.bytes);
+            current.push(file.clone());
+        }
+        flush(&mut current, &mut groups);
+    }
+    groups.truncate(policy.max_groups);
+    groups
+}
+
+/// A snapshot as expiry sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotStat {
+    /// Snapshot id.
+    pub id: i64,
+    /// When it was committed, Unix ms.
+    pub timestamp_ms: i64,
+}
+
+/// The snapshots to remove: those older than `older_than_ms`, except the newest
+/// `retain_last` of the current branch's ancestry and any snapshot a ref points to.
+/// `ancestry` is the current branch from newest to oldest; `all` every snapshot;
+/// `referenced` the snapshot ids refs point to.
+pub fn plan_expiry(
+    ancestry: &[i64],
+    all: &[SnapshotStat],
+    referenced: &[i64],
+    older_than_ms: i64,
+    retain_last: usize,
+) -> Vec<i64> {
+    let kept: Vec<i64> = ancestry.iter().take(retain_last.max(1)).copied().collect();
+    let mut expired: Vec<i64> = all
+        .iter()
+        .filter(|s| s.timestamp_ms < older_than_ms)
+        .map(|s| s.id)
+        .filter(|id| !kept.contains(id) && !referenced.contains(id))
+        .collect();
+    expired.sort_unstable();
+    expired
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(partition: &str, order: u32, bytes: u64) -> FileStat {
+        FileStat {
+            path: format!("s3://w/t/data/{partition}-{order:04}.parquet"),
+            bytes,
+            partition: partition.into(),
+            order: format!("{order:08}"),
+        }
+    }
+
+    #[test]
+    fn packs_small_files_per_partition_in_order() {
+        let mut files: Vec<FileStat> = (0..10).rev().map(|i| file("a", i, 30)).collect();
+        files.push(file("b", 0, 30));
+        files.push(file("a", 99, 1_000));
+        let groups = plan_compaction(&files, &CompactionPolicy::for_target(100));
+        // a: 10 files of 30 bytes in runs of 3 (90 ≤ 100), the last single file stays.
+        assert_eq!(groups.len(), 3);
+        assert!(groups.iter().all(|g| g.partition == "a" && g.files.len() == 3));
+        let first: Vec<&str> = groups[0].files.iter().map(|f| f.order.as_str()).collect();
+        assert_eq!(first, ["00000000", "00000001", "00000002"]);
+        let limited = plan_compaction(
+            &files,
+            &CompactionPolicy {
+                max_groups: 1,
+                ..CompactionPolicy::for_target(100)
+            },
+        );
+        assert_eq!(limited.len(), 1);
+    }
+
+    #[test]
+    fn expiry_keeps_the_newest_and_referenced_snapshots() {
+        let all: Vec<SnapshotStat> = (1..=6)
+            .map(|id| SnapshotStat {
+                id,
+                timestamp_ms: id * 10,
+            })
+            .collect();
+        let ancestry = [6, 5, 4, 3, 2, 1];
+        assert_eq!(plan_expiry(&ancestry, &all, &[6], 45, 2), vec![1, 2, 3, 4]);
+        assert_eq!(plan_expiry(&ancestry, &all, &[6, 2], 100, 3), vec![1, 3]);
+        assert!(plan_expiry(&ancestry, &all, &[6], 0, 1).is_empty());
+        // retain_last 0 still keeps the current snapshot.
+        assert_eq!(plan_expiry(&ancestry, &all, &[], 100, 0), vec![1, 2, 3, 4, 5]);
+    }
+}
