@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use kfs_core::catalog::SqlCatalog;
-use kfs_core::catalog::{S3Settings, Warehouse, open_sql_catalog};
+use kfs_core::catalog::{LOCAL_CATALOG_NAME, S3Settings, Warehouse, open_sql_catalog};
 use kfs_core::ledger::SqliteLedger;
+use kfs_core::table_commit::SqlTableSwap;
 
 use crate::CliError;
 
@@ -28,6 +29,8 @@ pub struct WarehouseArgs {
 pub struct Embedded {
     /// The SQL catalog.
     pub catalog: SqlCatalog,
+    /// The SQL catalog's pointer swap (replace snapshots).
+    pub swap: SqlTableSwap,
     /// The ledger.
     pub ledger: SqliteLedger,
 }
@@ -61,9 +64,16 @@ impl WarehouseArgs {
             .map_err(|e| {
                 CliError::Pipeline(format!("opening catalog {}: {e}", catalog_path.display()))
             })?;
+        let swap = SqlTableSwap::open(&catalog_path, LOCAL_CATALOG_NAME)
+            .await
+            .map_err(|e| CliError::Pipeline(e.to_string()))?;
         let ledger_path = state.join("ledger.db");
         let ledger = open_ledger(&ledger_path).await?;
-        Ok(Embedded { catalog, ledger })
+        Ok(Embedded {
+            catalog,
+            swap,
+            ledger,
+        })
     }
 }
 

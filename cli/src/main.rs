@@ -1,12 +1,15 @@
 //! `kfs-iceberg`: the command-line face of the project.
 //!
 //! `dump` shows and verifies a segment, `gen` writes sample segments in the broker's
-//! bucket layout. Every failure prints one line on stderr naming the file, the byte
+//! bucket layout, `run` converts and commits, `status` reports, and `compact`,
+//! `expire-snapshots`, `remove-orphans` and `rewrite-manifests` maintain the tables.
+//! Every failure prints one line on stderr naming the file, the byte
 //! position and the reason, and exits non-zero.
 
 mod dump;
 mod embedded;
 mod gen_cmd;
+mod maintain_cmd;
 mod run_cmd;
 mod status_cmd;
 mod time;
@@ -34,6 +37,14 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// Show watermarks, pending work and quarantined segments per table.
     Status(status_cmd::StatusArgs),
+    /// Rewrite small data files into target-size files (replace snapshots).
+    Compact(maintain_cmd::CompactArgs),
+    /// Remove old snapshots and the files only they reached.
+    ExpireSnapshots(maintain_cmd::ExpireArgs),
+    /// Delete files under the tables that nothing references.
+    RemoveOrphans(maintain_cmd::OrphanArgs),
+    /// Merge a table's manifests into one.
+    RewriteManifests(maintain_cmd::RewriteManifestsArgs),
 }
 
 /// A failure of a command, worded for the operator.
@@ -83,6 +94,10 @@ fn main() -> ExitCode {
         Command::Gen(args) => gen_cmd::run(&args),
         Command::Run(args) => block_on(run_cmd::run(&args)),
         Command::Status(args) => block_on(status_cmd::run(&args)),
+        Command::Compact(args) => block_on(maintain_cmd::compact(&args)),
+        Command::ExpireSnapshots(args) => block_on(maintain_cmd::expire(&args)),
+        Command::RemoveOrphans(args) => block_on(maintain_cmd::orphans(&args)),
+        Command::RewriteManifests(args) => block_on(maintain_cmd::rewrite(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -147,6 +147,12 @@ def partition_plans(g: Gen, topic: str, part: int) -> list[tuple[list[Batch], li
         segs.append((list(batches), tags))
         g.gap()
 
+    if topic == "tiny":
+        # One small produce request per segment, back to back: what fills a table with
+        # small files (maintenance tests).
+        for _ in range(TINY_PER_PARTITION):
+            segs.append(([g.batch(g.normal_records(n(1, 3)), r.choice(list(CODECS)))], ["tiny"]))
+        return segs
     if topic == "orders" and part == 0:
         seg(["codec:none"], *[g.batch(g.normal_records(n(1, 6))) for _ in range(3)])
         seg(["codec:gzip"], *[g.batch(g.normal_records(n(2, 9)), "gzip") for _ in range(4)])
@@ -190,6 +196,7 @@ def partition_plans(g: Gen, topic: str, part: int) -> list[tuple[list[Batch], li
 
 
 TOPICS = [("orders", 3), ("Orders.v2-eu", 2), ("clickstream", 1)]
+TINY_PER_PARTITION = 0
 
 
 def write(path: str, data: bytes):
@@ -204,7 +211,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ns", default="default")
     ap.add_argument("--no-verify", action="store_true", help="skip decoding the output with kfs_check.py")
+    ap.add_argument("--tiny-segments", type=int, default=0,
+                    help="also write a topic 'tiny' of this many 1-3 record segments over 2 partitions")
     a = ap.parse_args()
+    global TINY_PER_PARTITION
+    TINY_PER_PARTITION = (a.tiny_segments + 1) // 2
+    topics = TOPICS + ([("tiny", 2)] if a.tiny_segments else [])
 
     rng = random.Random(a.seed)
     out, ns = a.out, a.ns
@@ -217,7 +229,7 @@ def main() -> int:
     write(os.path.join(out, probe), b"ok")
     manifest["unrelated"].append(probe)
 
-    for t_idx, (topic, nparts) in enumerate(TOPICS):
+    for t_idx, (topic, nparts) in enumerate(topics):
         for part in range(nparts):
             first = 0 if part == 0 else rng.randint(1, 20_000)
             g = Gen(rng, first, TS0 + t_idx * 86_400_000 + rng.randint(0, 3_600_000))

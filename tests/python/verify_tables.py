@@ -215,6 +215,10 @@ def main():
             "snapshots": len(table.metadata.snapshots),
             "offsets": offsets,
             "operation": str(snapshot.summary.operation),
+            "history": [str(table.snapshot_by_id(h.snapshot_id).summary.operation)
+                        for h in table.history() if table.snapshot_by_id(h.snapshot_id) is not None],
+            "data_files": sorted(task.file.file_path for task in table.scan().plan_files()),
+            "data_bytes": sum(task.file.file_size_in_bytes for task in table.scan().plan_files()),
         }
     print(json.dumps(facts, sort_keys=True))
 

@@ -39,6 +39,7 @@ async fn glue_tables_take_commits_with_the_offset_map() {
             key: object_key,
             size: segment.kfs.len() as u64,
             etag: None,
+            modified_ms: None,
         };
         ingest_segment(
             &source,

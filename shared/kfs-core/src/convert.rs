@@ -249,6 +249,29 @@ fn writer_properties() -> iceberg::Result<WriterProperties> {
         .build())
 }
 
+/// The writer of table data files: one Parquet file named `{stem}.parquet` in the
+/// table's data directory (the same name every time, so a retry overwrites), through
+/// iceberg-rust's writer stack. Returns the writer and the file's location.
+pub async fn data_file_writer(
+    table: &Table,
+    stem: String,
+) -> iceberg::Result<(impl IcebergWriter + use<>, String)> {
+    let metadata = table.metadata();
+    let location = DefaultLocationGenerator::new(metadata)?;
+    let path = location.generate_location(None, &format!("{stem}.parquet"));
+    let parquet =
+        ParquetWriterBuilder::new(writer_properties()?, metadata.current_schema().clone());
+    let rolling = RollingFileWriterBuilder::new(
+        parquet,
+        usize::MAX,
+        table.file_io().clone(),
+        location,
+        FixedFileName(stem),
+    );
+    let writer = DataFileWriterBuilder::new(rolling).build(None).await?;
+    Ok((writer, path))
+}
+
 /// Converts one segment into data files for `table`.
 pub async fn convert_segment(
     table: &Table,
@@ -267,23 +290,7 @@ pub async fn convert_segment(
     let metadata = table.metadata();
     let schema = arrow_schema(metadata.current_schema()).map_err(write_error)?;
     let stem = data_file_stem(input.key, input.etag);
-    let location = DefaultLocationGenerator::new(metadata).map_err(write_error)?;
-    let path = location.generate_location(None, &format!("{stem}.parquet"));
-    let parquet = ParquetWriterBuilder::new(
-        writer_properties().map_err(write_error)?,
-        metadata.current_schema().clone(),
-    );
-    let rolling = RollingFileWriterBuilder::new(
-        parquet,
-        usize::MAX,
-        table.file_io().clone(),
-        location,
-        FixedFileName(stem),
-    );
-    let mut writer = DataFileWriterBuilder::new(rolling)
-        .build(None)
-        .await
-        .map_err(write_error)?;
+    let (mut writer, path) = data_file_writer(table, stem).await.map_err(write_error)?;
     let mut columns = Columns::new(schema).map_err(write_error)?;
     let mut decoder = SegmentDecoder::from_slice(input.bytes, limits).map_err(malformed)?;
     if decoder.header().base_offset != input.key.base_offset {

@@ -15,13 +15,14 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 
+use async_trait::async_trait;
 use aws_sdk_glue::types::{Column, StorageDescriptor, TableInput};
 use iceberg::io::FileIO;
 use iceberg::spec::{NestedFieldRef, PrimitiveType, TableMetadata, TableMetadataBuilder, Type};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, Runtime,
-    TableCommit, TableCreation, TableIdent,
+    TableCommit, TableCreation, TableIdent, TableRequirement, TableUpdate,
 };
 use iceberg_catalog_glue::GlueCatalog;
 
@@ -313,15 +314,58 @@ impl Catalog for GlueTables {
         let current_location = current.metadata_location_result()?.to_owned();
         let staged = commit.apply(current)?;
         let staged_location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
-        staged
-            .metadata()
-            .write_to(staged.file_io(), &staged_location)
-            .await?;
+        self.publish(
+            &ident,
+            version,
+            &current_location,
+            staged.metadata().clone(),
+            staged_location,
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl crate::table_commit::TableSwap for GlueTables {
+    async fn commit(
+        &self,
+        table: &Table,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<Table> {
+        let ident = table.identifier().clone();
+        // Stage against what Glue holds now, with its VersionId: the requirements
+        // decide whether the change still applies.
+        let (current, version) = self.load_versioned(&ident).await?;
+        let current_location = current.metadata_location_result()?.to_owned();
+        let (staged, location) = crate::table_commit::stage_updates(
+            current.metadata(),
+            &current_location,
+            &requirements,
+            updates,
+        )?;
+        self.publish(&ident, version, &current_location, staged, location)
+            .await
+    }
+}
+
+impl GlueTables {
+    /// Writes the staged metadata and swaps Glue's pointer to it, conditional on the
+    /// table's `VersionId`.
+    async fn publish(
+        &self,
+        ident: &TableIdent,
+        version: Option<String>,
+        current_location: &str,
+        staged: TableMetadata,
+        staged_location: MetadataLocation,
+    ) -> Result<Table> {
+        staged.write_to(&self.file_io, &staged_location).await?;
         let input = table_input(
             ident.name(),
-            staged.metadata(),
+            &staged,
             &staged_location.to_string(),
-            Some(&current_location),
+            Some(current_location),
         )?;
         let mut request = self
             .glue
@@ -348,8 +392,8 @@ impl Catalog for GlueTables {
             .file_io(self.file_io.clone())
             .runtime(self.runtime.clone())
             .metadata_location(staged_location.to_string())
-            .metadata(staged.metadata().clone())
-            .identifier(ident)
+            .metadata(staged)
+            .identifier(ident.clone())
             .build()
     }
 }

@@ -20,6 +20,8 @@ pub struct SourceObject {
     pub size: u64,
     /// ETag, when the store has one.
     pub etag: Option<String>,
+    /// Last modification, Unix ms, when the store says (always from `stat`).
+    pub modified_ms: Option<i64>,
 }
 
 /// Reading the source failed.
@@ -112,6 +114,14 @@ impl OpendalSource {
     }
 }
 
+fn modified_ms(meta: &opendal::Metadata) -> Option<i64> {
+    let modified = std::time::SystemTime::from(meta.last_modified()?);
+    modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_millis() as i64)
+}
+
 fn error(location: &str, e: opendal::Error) -> SourceError {
     SourceError {
         location: location.to_owned(),
@@ -138,6 +148,7 @@ impl SegmentSource for OpendalSource {
                     .metadata()
                     .etag()
                     .map(|e| e.trim_matches('"').to_owned()),
+                modified_ms: modified_ms(entry.metadata()),
             })
             .collect();
         objects.sort_by(|a, b| a.key.cmp(&b.key));
@@ -159,6 +170,7 @@ impl SegmentSource for OpendalSource {
                 key: key.to_owned(),
                 size: meta.content_length(),
                 etag: meta.etag().map(|e| e.trim_matches('"').to_owned()),
+                modified_ms: modified_ms(&meta),
             })),
             Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(error(&self.describe(key), e)),
@@ -202,6 +214,7 @@ impl SegmentSource for MemorySource {
                     key: key.clone(),
                     size: bytes.len() as u64,
                     etag: None,
+                    modified_ms: None,
                 })
                 .collect()
         })
@@ -222,6 +235,7 @@ impl SegmentSource for MemorySource {
                 key: key.to_owned(),
                 size: bytes.len() as u64,
                 etag: None,
+                modified_ms: None,
             })
         })
     }

@@ -25,6 +25,10 @@ use iceberg::spec::{ListType, NestedField, PrimitiveType, Schema, StructType, Ty
 /// Table property recording the topic a table is fed from.
 pub const TOPIC_PROPERTY: &str = "kfs.topic";
 
+/// Field id of `partition` (the Kafka partition).
+pub const PARTITION_FIELD_ID: i32 = 3;
+/// Field id of `offset`.
+pub const OFFSET_FIELD_ID: i32 = 4;
 /// Field id of `timestamp_ms`, whose upper bounds give the newest record of a file.
 pub const TIMESTAMP_MS_FIELD_ID: i32 = 5;
 
@@ -38,8 +42,18 @@ pub fn topic_schema() -> iceberg::Result<Schema> {
         .with_fields(vec![
             NestedField::required(1, "record_id", Type::Primitive(PrimitiveType::String)).into(),
             NestedField::required(2, "topic", Type::Primitive(PrimitiveType::String)).into(),
-            NestedField::required(3, "partition", Type::Primitive(PrimitiveType::Int)).into(),
-            NestedField::required(4, "offset", Type::Primitive(PrimitiveType::Long)).into(),
+            NestedField::required(
+                PARTITION_FIELD_ID,
+                "partition",
+                Type::Primitive(PrimitiveType::Int),
+            )
+            .into(),
+            NestedField::required(
+                OFFSET_FIELD_ID,
+                "offset",
+                Type::Primitive(PrimitiveType::Long),
+            )
+            .into(),
             NestedField::required(
                 TIMESTAMP_MS_FIELD_ID,
                 "timestamp_ms",

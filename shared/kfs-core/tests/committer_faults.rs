@@ -79,6 +79,7 @@ async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResu
             key: object_key,
             size: 0,
             etag: None,
+            modified_ms: None,
         };
         ingest_segment(
             &setup.source,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 pub struct FileStat {
     /// Location of the file.
     pub path: String,
-    /// Size in bytes.
+    /// Size in bytes (of its column data: what it adds to a merged file).
     pub bytes: u64,
     /// The partition value it belongs to, rendered (empty for an unpartitioned table).
     pub partition: String,
@@ -73,7 +73,7 @@ pub fn plan_compaction(files: &[FileStat], policy: &CompactionPolicy) -> Vec<Rew
         small.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.path.cmp(&b.path)));
         let mut current: Vec<FileStat> = Vec::new();
         let mut bytes = 0u64;
-        let mut flush = |current: &mut Vec<FileStat>, groups: &mut Vec<RewriteGroup>| {
+        let flush = |current: &mut Vec<FileStat>, groups: &mut Vec<RewriteGroup>| {
             if current.len() > 1 {
                 groups.push(RewriteGroup {
                     partition: partition.to_owned(),
@@ -149,7 +149,11 @@ mod tests {
         let groups = plan_compaction(&files, &CompactionPolicy::for_target(100));
         // a: 10 files of 30 bytes in runs of 3 (90 ≤ 100), the last single file stays.
         assert_eq!(groups.len(), 3);
-        assert!(groups.iter().all(|g| g.partition == "a" && g.files.len() == 3));
+        assert!(
+            groups
+                .iter()
+                .all(|g| g.partition == "a" && g.files.len() == 3)
+        );
         let first: Vec<&str> = groups[0].files.iter().map(|f| f.order.as_str()).collect();
         assert_eq!(first, ["00000000", "00000001", "00000002"]);
         let limited = plan_compaction(
@@ -175,6 +179,9 @@ mod tests {
         assert_eq!(plan_expiry(&ancestry, &all, &[6, 2], 100, 3), vec![1, 3]);
         assert!(plan_expiry(&ancestry, &all, &[6], 0, 1).is_empty());
         // retain_last 0 still keeps the current snapshot.
-        assert_eq!(plan_expiry(&ancestry, &all, &[], 100, 0), vec![1, 2, 3, 4, 5]);
+        assert_eq!(
+            plan_expiry(&ancestry, &all, &[], 100, 0),
+            vec![1, 2, 3, 4, 5]
+        );
     }
 }

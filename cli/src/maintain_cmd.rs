@@ -1,0 +1,250 @@
+//! The maintenance commands on the embedded catalog: `compact`, `expire-snapshots`,
+//! `remove-orphans` and `rewrite-manifests`, for one table or every table.
+
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use kfs_core::maintenance::{compact_table, expire_snapshots, remove_orphans, rewrite_manifests};
+use kfs_core::pipeline::now_ms;
+use kfs_plan::compaction::CompactionPolicy;
+use kfs_plan::naming::TableName;
+
+use crate::CliError;
+use crate::embedded::{Embedded, WarehouseArgs};
+use crate::time::parse_duration;
+
+/// Which tables, and whether to act.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    #[command(flatten)]
+    warehouse: WarehouseArgs,
+    /// One table, `namespace.name` (default: every table of the catalog).
+    #[arg(long)]
+    table: Option<String>,
+    /// Report what would be done, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Arguments of `compact`.
+#[derive(Debug, clap::Args)]
+pub struct CompactArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Target data file size in bytes (default: the table's
+    /// `write.target-file-size-bytes`, else 512 MiB); files below 75% of it are rewritten.
+    #[arg(long)]
+    target_file_size: Option<u64>,
+}
+
+/// Arguments of `expire-snapshots`.
+#[derive(Debug, clap::Args)]
+pub struct ExpireArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Expire snapshots older than this (e.g. `0s`, `12h`, `5d`).
+    #[arg(long, default_value = "5d")]
+    older_than: String,
+    /// Always keep this many of the newest snapshots.
+    #[arg(long, default_value_t = 1)]
+    retain_last: usize,
+}
+
+/// Arguments of `remove-orphans`.
+#[derive(Debug, clap::Args)]
+pub struct OrphanArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Only delete unreferenced files older than this. Keep it longer than any
+    /// conversion takes: a file being written is not in the ledger yet.
+    #[arg(long, default_value = "3d")]
+    older_than: String,
+}
+
+/// Arguments of `rewrite-manifests`.
+#[derive(Debug, clap::Args)]
+pub struct RewriteManifestsArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Rewrite when a table has more data manifests than this.
+    #[arg(long, default_value_t = 1)]
+    max_manifests: usize,
+}
+
+fn pipeline(e: impl std::fmt::Display) -> CliError {
+    CliError::Pipeline(e.to_string())
+}
+
+async fn tables(embedded: &Embedded, target: &Target) -> Result<Vec<TableIdent>, CliError> {
+    if let Some(table) = &target.table {
+        let name = TableName::parse(table)
+            .ok_or_else(|| CliError::Usage(format!("--table {table}: expected namespace.name")))?;
+        return Ok(vec![kfs_core::catalog::table_ident(&name)]);
+    }
+    let mut all = Vec::new();
+    for namespace in embedded
+        .catalog
+        .list_namespaces(None)
+        .await
+        .map_err(pipeline)?
+    {
+        all.extend(list(&embedded.catalog, &namespace).await?);
+    }
+    Ok(all)
+}
+
+async fn list(
+    catalog: &dyn Catalog,
+    namespace: &NamespaceIdent,
+) -> Result<Vec<TableIdent>, CliError> {
+    catalog.list_tables(namespace).await.map_err(pipeline)
+}
+
+fn cutoff(older_than: &str) -> Result<i64, CliError> {
+    let age =
+        parse_duration(older_than).map_err(|e| CliError::Usage(format!("--older-than {e}")))?;
+    Ok(now_ms().saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX)))
+}
+
+/// Runs `compact`.
+pub async fn compact(args: &CompactArgs) -> Result<(), CliError> {
+    let embedded = args.target.warehouse.open().await?;
+    for ident in tables(&embedded, &args.target).await? {
+        let policy = args.target_file_size.map(CompactionPolicy::for_target);
+        if args.target.dry_run {
+            let table = embedded
+                .catalog
+                .load_table(&ident)
+                .await
+                .map_err(pipeline)?;
+            let policy = policy.unwrap_or_else(|| {
+                CompactionPolicy::for_target(kfs_core::maintenance::target_file_size(&table))
+            });
+            let live = kfs_core::rewrite::live_entries(&table)
+                .await
+                .map_err(pipeline)?;
+            let small = live
+                .iter()
+                .filter(|e| e.file_size_in_bytes() < policy.small_below_bytes)
+                .count();
+            println!(
+                "{ident}: {} live files, {small} below {} bytes would be rewritten",
+                live.len(),
+                policy.small_below_bytes
+            );
+            continue;
+        }
+        let report = compact_table(
+            &embedded.catalog,
+            &embedded.swap,
+            &ident,
+            policy,
+            None,
+            now_ms(),
+        )
+        .await
+        .map_err(pipeline)?;
+        println!(
+            "{ident}: {} groups, {} files -> {} files ({} -> {} bytes), {} replace snapshots, {} stale groups",
+            report.groups,
+            report.files_removed,
+            report.files_added,
+            report.bytes_read,
+            report.bytes_written,
+            report.snapshots.len(),
+            report.stale_groups
+        );
+    }
+    Ok(())
+}
+
+/// Runs `expire-snapshots`.
+pub async fn expire(args: &ExpireArgs) -> Result<(), CliError> {
+    let embedded = args.target.warehouse.open().await?;
+    let older_than = cutoff(&args.older_than)?;
+    for ident in tables(&embedded, &args.target).await? {
+        let report = expire_snapshots(
+            &embedded.catalog,
+            &ident,
+            older_than,
+            args.retain_last,
+            args.target.dry_run,
+        )
+        .await
+        .map_err(pipeline)?;
+        let verb = if args.target.dry_run {
+            "would expire"
+        } else {
+            "expired"
+        };
+        println!(
+            "{ident}: {verb} {} snapshots ({} kept), {} files unreachable",
+            report.expired.len(),
+            report.retained,
+            report.deleted_files.len()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `remove-orphans`.
+pub async fn orphans(args: &OrphanArgs) -> Result<(), CliError> {
+    let embedded = args.target.warehouse.open().await?;
+    let older_than = cutoff(&args.older_than)?;
+    let s3 = kfs_core::catalog::S3Settings::from_env();
+    for ident in tables(&embedded, &args.target).await? {
+        let report = remove_orphans(
+            &embedded.catalog,
+            &embedded.ledger,
+            &ident,
+            &s3,
+            older_than,
+            args.target.dry_run,
+        )
+        .await
+        .map_err(pipeline)?;
+        for path in &report.orphans {
+            println!(
+                "{}{path}",
+                if args.target.dry_run {
+                    "would delete "
+                } else {
+                    "deleted "
+                }
+            );
+        }
+        println!(
+            "{ident}: {} files listed, {} orphans, {} unreferenced but younger than --older-than",
+            report.listed,
+            report.orphans.len(),
+            report.too_young
+        );
+    }
+    Ok(())
+}
+
+/// Runs `rewrite-manifests`.
+pub async fn rewrite(args: &RewriteManifestsArgs) -> Result<(), CliError> {
+    let embedded = args.target.warehouse.open().await?;
+    for ident in tables(&embedded, &args.target).await? {
+        if args.target.dry_run {
+            println!("{ident}: --dry-run: nothing rewritten");
+            continue;
+        }
+        match rewrite_manifests(
+            &embedded.catalog,
+            &embedded.swap,
+            &ident,
+            args.max_manifests,
+            now_ms(),
+        )
+        .await
+        .map_err(pipeline)?
+        {
+            Some(snapshot) => println!("{ident}: manifests merged in snapshot {snapshot}"),
+            None => println!(
+                "{ident}: at most {} manifests, nothing to do",
+                args.max_manifests
+            ),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,534 @@
+//! Table maintenance: compaction (bin-packing small files into target-size files with
+//! replace snapshots), snapshot expiry (and deletion of what only expired snapshots
+//! reached), orphan cleanup (files under the table no snapshot and no pending ledger
+//! entry references), and manifest rewrites. Plans come from
+//! [`kfs_plan::compaction`]; commits go through the catalog ([`iceberg::Catalog`]) or
+//! its pointer swap ([`TableSwap`]) for replace snapshots.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Instant;
+
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, ErrorKind, TableIdent};
+use kfs_plan::compaction::{
+    CompactionPolicy, FileStat, SnapshotStat, plan_compaction, plan_expiry,
+};
+use kfs_plan::hash::Fnv1a;
+
+use crate::committer::ancestry;
+use crate::ledger::Ledger;
+use crate::rewrite::{Replacement, find_maintenance, live_entries, rewrite_files, stage_replace};
+use crate::source::{OpendalSource, SegmentSource};
+use crate::table::{OFFSET_FIELD_ID, PARTITION_FIELD_ID};
+use crate::table_commit::TableSwap;
+
+/// Table property of the target data file size.
+pub const TARGET_FILE_SIZE_PROPERTY: &str = "write.target-file-size-bytes";
+/// Default target data file size (512 MiB, what S3 Tables and Flink use).
+pub const DEFAULT_TARGET_FILE_SIZE: u64 = 512 << 20;
+
+/// Maintenance failed; what was committed before the failure stands.
+#[derive(Debug, thiserror::Error)]
+pub enum MaintenanceError {
+    /// The catalog or storage failed.
+    #[error("table {table}: {source}")]
+    Iceberg {
+        /// Table.
+        table: String,
+        /// The error.
+        source: Box<iceberg::Error>,
+    },
+    /// Listing the table's files failed.
+    #[error("table {table}: {source}")]
+    Listing {
+        /// Table.
+        table: String,
+        /// The error.
+        source: crate::source::SourceError,
+    },
+    /// The ledger failed.
+    #[error("table {table}: {source}")]
+    Ledger {
+        /// Table.
+        table: String,
+        /// The error.
+        source: crate::ledger::LedgerError,
+    },
+}
+
+impl MaintenanceError {
+    /// Whether running again may succeed without anyone acting.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Iceberg { source, .. } => {
+                source.retryable() || source.kind() == ErrorKind::CatalogCommitConflicts
+            }
+            Self::Listing { source, .. } => source.retryable,
+            Self::Ledger { source, .. } => source.is_retryable(),
+        }
+    }
+}
+
+/// The table's target file size (its property, else the default).
+pub fn target_file_size(table: &Table) -> u64 {
+    table
+        .metadata()
+        .properties()
+        .get(TARGET_FILE_SIZE_PROPERTY)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_TARGET_FILE_SIZE)
+}
+
+/// The bytes of a file's column data (without footer and page indexes), what it adds
+/// to a merged file; the file size when the file does not say.
+fn data_bytes(file: &DataFile) -> u64 {
+    let columns: u64 = file.column_sizes().values().sum();
+    if columns == 0 {
+        file.file_size_in_bytes()
+    } else {
+        columns.min(file.file_size_in_bytes())
+    }
+}
+
+/// Where a file's records sit in the topic: its lowest Kafka partition and offset
+/// (from the column bounds), so merged files keep offset order; the name otherwise.
+fn offset_order(file: &DataFile) -> String {
+    let bound = |field: i32| match file.lower_bounds().get(&field).map(|d| d.literal()) {
+        Some(iceberg::spec::PrimitiveLiteral::Int(v)) => Some(i64::from(*v)),
+        Some(iceberg::spec::PrimitiveLiteral::Long(v)) => Some(*v),
+        _ => None,
+    };
+    match (bound(PARTITION_FIELD_ID), bound(OFFSET_FIELD_ID)) {
+        (Some(partition), Some(offset)) => format!("{partition:011}-{offset:020}"),
+        _ => file
+            .file_path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+/// Most planning rounds of one compaction run.
+const COMPACTION_ROUNDS: usize = 4;
+
+/// What a compaction run did.
+#[derive(Debug, Clone, Default)]
+pub struct CompactionReport {
+    /// Groups planned (over every round).
+    pub groups: usize,
+    /// Replace snapshots committed (one per group).
+    pub snapshots: Vec<i64>,
+    /// Files replaced.
+    pub files_removed: usize,
+    /// Files written.
+    pub files_added: usize,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Groups given up because their files were replaced meanwhile.
+    pub stale_groups: usize,
+    /// Groups left for the next run (deadline).
+    pub deferred_groups: usize,
+}
+
+/// Compacts a table: plans groups of small files, rewrites each into one file and
+/// commits it as a replace snapshot, one group at a time (bounded work, and an
+/// append landing meanwhile costs one re-staged snapshot, not the rewrite).
+pub async fn compact_table(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    ident: &TableIdent,
+    policy: Option<CompactionPolicy>,
+    deadline: Option<Instant>,
+    now_ms: i64,
+) -> Result<CompactionReport, MaintenanceError> {
+    let name = ident.to_string();
+    let iceberg = |source: iceberg::Error| MaintenanceError::Iceberg {
+        table: name.clone(),
+        source: Box::new(source),
+    };
+    let mut table = catalog.load_table(ident).await.map_err(iceberg)?;
+    let policy = policy.unwrap_or_else(|| CompactionPolicy::for_target(target_file_size(&table)));
+    let mut report = CompactionReport::default();
+    // Merged files compress far better than their tiny inputs, so one round can leave
+    // files well below the target: plan again on the result, a few rounds at most.
+    for _round in 0..COMPACTION_ROUNDS {
+        let live = live_entries(&table).await.map_err(iceberg)?;
+        let stats: Vec<FileStat> = live
+            .iter()
+            .map(|e| FileStat {
+                path: e.file_path().to_owned(),
+                bytes: data_bytes(e.data_file()),
+                partition: format!("{:?}", e.data_file().partition()),
+                order: offset_order(e.data_file()),
+            })
+            .collect();
+        let groups = plan_compaction(&stats, &policy);
+        if groups.is_empty() {
+            break;
+        }
+        report.groups += groups.len();
+        let by_path: std::collections::HashMap<&str, &DataFile> = live
+            .iter()
+            .map(|e| (e.file_path(), e.data_file()))
+            .collect();
+        for (done, group) in groups.iter().enumerate() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                report.deferred_groups = groups.len() - done;
+                return Ok(report);
+            }
+            let mut id = Fnv1a::default();
+            for file in &group.files {
+                id.write_field(file.path.as_bytes());
+            }
+            let group_id = format!("{:016x}", id.finish());
+            let inputs: Vec<&DataFile> = group
+                .files
+                .iter()
+                .filter_map(|f| by_path.get(f.path.as_str()).copied())
+                .collect();
+            let written = rewrite_files(&table, &inputs, format!("compacted-{group_id}"))
+                .await
+                .map_err(iceberg)?;
+            let change = Replacement {
+                remove: group.files.iter().map(|f| f.path.clone()).collect(),
+                add: written.clone(),
+                merge_manifests: false,
+                maintenance_id: format!("compaction-{group_id}"),
+            };
+            match commit_replace(catalog, swap, ident, &mut table, &change, now_ms).await {
+                Ok(Some(snapshot_id)) => {
+                    report.snapshots.push(snapshot_id);
+                    report.files_removed += group.files.len();
+                    report.files_added += written.len();
+                    report.bytes_read += group.bytes();
+                    report.bytes_written +=
+                        written.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+                }
+                Ok(None) => {
+                    report.stale_groups += 1;
+                    for file in &written {
+                        let _ = table.file_io().delete(file.file_path()).await;
+                    }
+                }
+                Err(e) => return Err(iceberg(e)),
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Commits a replace snapshot, re-staging it on the new head after a conflict. Returns
+/// the snapshot id, or `None` when its files are no longer live (replaced by someone
+/// else). An unknown outcome is settled by looking for the maintenance id.
+async fn commit_replace(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    ident: &TableIdent,
+    table: &mut Table,
+    change: &Replacement,
+    now_ms: i64,
+) -> iceberg::Result<Option<i64>> {
+    const ATTEMPTS: usize = 8;
+    let mut last_error = None;
+    for _ in 0..ATTEMPTS {
+        let staged = match stage_replace(table, change, now_ms).await {
+            Ok(staged) => staged,
+            Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match swap
+            .commit(table, staged.requirements, staged.updates)
+            .await
+        {
+            Ok(committed) => {
+                *table = committed;
+                return Ok(Some(staged.snapshot_id));
+            }
+            Err(e) => {
+                *table = catalog.load_table(ident).await?;
+                if let Some(id) = find_maintenance(table, &change.maintenance_id) {
+                    return Ok(Some(id));
+                }
+                if e.kind() != ErrorKind::CatalogCommitConflicts && !e.retryable() {
+                    return Err(e);
+                }
+                last_error = Some(e);
+            }
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        iceberg::Error::new(ErrorKind::CatalogCommitConflicts, "commit kept conflicting")
+    }))
+}
+
+/// Rewrites the table's data manifests into one when there are more than
+/// `max_manifests`, as a replace snapshot that changes no data. Returns the snapshot.
+pub async fn rewrite_manifests(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    ident: &TableIdent,
+    max_manifests: usize,
+    now_ms: i64,
+) -> Result<Option<i64>, MaintenanceError> {
+    let name = ident.to_string();
+    let iceberg = |source: iceberg::Error| MaintenanceError::Iceberg {
+        table: name.clone(),
+        source: Box::new(source),
+    };
+    let mut table = catalog.load_table(ident).await.map_err(iceberg)?;
+    let Some(current) = table.metadata().current_snapshot().cloned() else {
+        return Ok(None);
+    };
+    let list = table
+        .manifest_list_reader(&current)
+        .load()
+        .await
+        .map_err(iceberg)?;
+    if list.entries().len() <= max_manifests {
+        return Ok(None);
+    }
+    let change = Replacement {
+        merge_manifests: true,
+        maintenance_id: format!("manifest-rewrite-{}", current.snapshot_id()),
+        ..Replacement::default()
+    };
+    commit_replace(catalog, swap, ident, &mut table, &change, now_ms)
+        .await
+        .map_err(iceberg)
+}
+
+/// Every file a snapshot reaches: its manifest list, its manifests and the data files
+/// their live entries name (a DELETED entry records a removal; the snapshot does not
+/// read that file).
+async fn files_of(table: &Table, snapshot_id: i64) -> iceberg::Result<HashSet<String>> {
+    let mut files = HashSet::new();
+    let Some(snapshot) = table.metadata().snapshot_by_id(snapshot_id) else {
+        return Ok(files);
+    };
+    files.insert(snapshot.manifest_list().to_owned());
+    let list = table.manifest_list_reader(snapshot).load().await?;
+    for manifest in list.entries() {
+        files.insert(manifest.manifest_path.clone());
+        let loaded = manifest.load_manifest(table.file_io()).await?;
+        for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+            files.insert(entry.file_path().to_owned());
+        }
+    }
+    Ok(files)
+}
+
+/// What an expiry did (or, dry, would do).
+#[derive(Debug, Clone, Default)]
+pub struct ExpiryReport {
+    /// Snapshots removed.
+    pub expired: Vec<i64>,
+    /// Snapshots left.
+    pub retained: usize,
+    /// Files deleted: reachable only from the expired snapshots.
+    pub deleted_files: Vec<String>,
+}
+
+/// Expires snapshots older than `older_than_ms`, keeping the newest `retain_last` of
+/// the current branch and every ref's head; then deletes the manifest lists,
+/// manifests and data files that no remaining snapshot reaches. With `dry_run`, only
+/// reports.
+pub async fn expire_snapshots(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    older_than_ms: i64,
+    retain_last: usize,
+    dry_run: bool,
+) -> Result<ExpiryReport, MaintenanceError> {
+    let name = ident.to_string();
+    let iceberg = |source: iceberg::Error| MaintenanceError::Iceberg {
+        table: name.clone(),
+        source: Box::new(source),
+    };
+    let table = catalog.load_table(ident).await.map_err(iceberg)?;
+    let metadata = table.metadata();
+    let lineage: Vec<i64> = ancestry(&table).map(|s| s.snapshot_id()).collect();
+    let all: Vec<SnapshotStat> = metadata
+        .snapshots()
+        .map(|s| SnapshotStat {
+            id: s.snapshot_id(),
+            timestamp_ms: s.timestamp_ms(),
+        })
+        .collect();
+    let referenced: Vec<i64> = serde_json::to_value(metadata)
+        .ok()
+        .and_then(|v| v.get("refs").cloned())
+        .and_then(|refs| refs.as_object().cloned())
+        .map(|refs| {
+            refs.values()
+                .filter_map(|r| r.get("snapshot-id").and_then(|id| id.as_i64()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let expired = plan_expiry(&lineage, &all, &referenced, older_than_ms, retain_last);
+    let mut report = ExpiryReport {
+        retained: all.len() - expired.len(),
+        ..ExpiryReport::default()
+    };
+    if expired.is_empty() {
+        return Ok(report);
+    }
+    let expired_set: BTreeSet<i64> = expired.iter().copied().collect();
+    let mut keep = HashSet::new();
+    for snapshot in all.iter().filter(|s| !expired_set.contains(&s.id)) {
+        keep.extend(files_of(&table, snapshot.id).await.map_err(iceberg)?);
+    }
+    let mut doomed = BTreeSet::new();
+    for id in &expired {
+        for file in files_of(&table, *id).await.map_err(iceberg)? {
+            if !keep.contains(&file) {
+                doomed.insert(file);
+            }
+        }
+    }
+    report.expired = expired.clone();
+    report.deleted_files = doomed.into_iter().collect();
+    if dry_run {
+        return Ok(report);
+    }
+    // Our plan names the snapshots; the action keeps nothing else from expiring
+    // (no age cutoff of its own) and commits through the catalog.
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .expire_snapshots()
+        .expire_snapshot_ids(expired)
+        .expire_older_than_ms(i64::MIN)
+        .retain_last(1)
+        .apply(tx)
+        .map_err(iceberg)?;
+    let committed = tx.commit(catalog).await;
+    // The table is the truth: only delete once the snapshots are gone from it.
+    let now = catalog.load_table(ident).await.map_err(iceberg)?;
+    if report
+        .expired
+        .iter()
+        .any(|id| now.metadata().snapshot_by_id(*id).is_some())
+    {
+        return Err(iceberg(committed.err().unwrap_or_else(|| {
+            iceberg::Error::new(ErrorKind::CatalogCommitConflicts, "the expiry did not land")
+        })));
+    }
+    for file in &report.deleted_files {
+        table.file_io().delete(file).await.map_err(iceberg)?;
+    }
+    Ok(report)
+}
+
+/// What an orphan cleanup did (or, dry, would do).
+#[derive(Debug, Clone, Default)]
+pub struct OrphanReport {
+    /// Files under the table location.
+    pub listed: usize,
+    /// Unreferenced files old enough, deleted (or to delete).
+    pub orphans: Vec<String>,
+    /// Unreferenced files younger than the window, kept.
+    pub too_young: usize,
+}
+
+/// Deletes files under the table's location that no snapshot, no metadata file in
+/// the log and no pending ledger entry references, and that are older than
+/// `older_than_ms` (Unix ms). With `dry_run`, only lists them.
+pub async fn remove_orphans(
+    catalog: &dyn Catalog,
+    ledger: &impl Ledger,
+    ident: &TableIdent,
+    s3: &crate::catalog::S3Settings,
+    older_than_ms: i64,
+    dry_run: bool,
+) -> Result<OrphanReport, MaintenanceError> {
+    let name = ident.to_string();
+    let iceberg = |source: iceberg::Error| MaintenanceError::Iceberg {
+        table: name.clone(),
+        source: Box::new(source),
+    };
+    let listing = |source| MaintenanceError::Listing {
+        table: name.clone(),
+        source,
+    };
+    let table = catalog.load_table(ident).await.map_err(iceberg)?;
+    let metadata = table.metadata();
+    let mut referenced = HashSet::new();
+    for snapshot in metadata.snapshots() {
+        referenced.extend(
+            files_of(&table, snapshot.snapshot_id())
+                .await
+                .map_err(iceberg)?,
+        );
+    }
+    referenced.insert(
+        table
+            .metadata_location_result()
+            .map_err(iceberg)?
+            .to_owned(),
+    );
+    referenced.extend(
+        metadata
+            .metadata_log()
+            .iter()
+            .map(|m| m.metadata_file.clone()),
+    );
+    for statistics in metadata.statistics_iter() {
+        referenced.insert(statistics.statistics_path.clone());
+    }
+    let pending = ledger
+        .list(Some("pending"), Some(&name))
+        .await
+        .map_err(|source| MaintenanceError::Ledger {
+            table: name.clone(),
+            source,
+        })?;
+    for entry in &pending {
+        for file in &entry.data_files {
+            if let Some(path) = serde_json::from_str::<serde_json::Value>(file)
+                .ok()
+                .and_then(|v| {
+                    v.get("file_path")
+                        .and_then(|p| p.as_str())
+                        .map(str::to_owned)
+                })
+            {
+                referenced.insert(path);
+            }
+        }
+    }
+    let location = metadata.location().trim_end_matches('/');
+    let root = location.strip_prefix("file://").unwrap_or(location);
+    let source = OpendalSource::from_location(root, s3).map_err(listing)?;
+    let objects = source.list().await.map_err(listing)?;
+    let mut report = OrphanReport {
+        listed: objects.len(),
+        ..OrphanReport::default()
+    };
+    for object in objects {
+        let path = format!("{location}/{}", object.key);
+        if referenced.contains(&path) {
+            continue;
+        }
+        let modified = source
+            .stat(&object.key)
+            .await
+            .map_err(listing)?
+            .and_then(|o| o.modified_ms)
+            .unwrap_or(i64::MAX);
+        if modified >= older_than_ms {
+            report.too_young += 1;
+            continue;
+        }
+        report.orphans.push(path);
+    }
+    if !dry_run {
+        for path in &report.orphans {
+            table.file_io().delete(path).await.map_err(iceberg)?;
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,361 @@
+//! Rewriting data files and building **replace** snapshots from iceberg-rust's public
+//! building blocks (manifest writers, the manifest list writer, snapshot and ref
+//! updates), which 0.10.1 has no action for.
+//!
+//! A replace snapshot keeps every manifest it does not touch; a manifest holding a
+//! replaced file is rewritten with that file DELETED (keeping its sequence numbers) and
+//! every other live file EXISTING; the new files are ADDED with the data sequence number
+//! of the snapshot the rewrite started from, so a rewrite can never make an older row
+//! look newer than a change committed meanwhile. The summary carries the table's full
+//! offset map forward. The commit requires `main` to still be at the snapshot the
+//! snapshot was built on; on a conflict the caller rebuilds on the new head.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use futures::TryStreamExt;
+use iceberg::arrow::ArrowFileReader;
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataFile, MAIN_BRANCH, ManifestContentType, ManifestEntry, ManifestFile, ManifestListWriter,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary,
+};
+use iceberg::table::Table;
+use iceberg::writer::IcebergWriter;
+use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
+use kfs_plan::offsets::{MAX_TIMESTAMP_KEY, OFFSETS_KEY, TOPIC_KEY};
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
+
+use crate::committer::ancestry;
+use crate::convert::data_file_writer;
+
+/// Summary key of a maintenance snapshot: what made it (`compaction`,
+/// `manifest-rewrite`) and an id derived from its inputs, to recognise it after an
+/// unknown commit outcome.
+pub const MAINTENANCE_ID_KEY: &str = "kfs.maintenance-id";
+
+/// The live data files of the current snapshot, with their manifest entries.
+pub async fn live_entries(table: &Table) -> Result<Vec<ManifestEntry>> {
+    let Some(snapshot) = table.metadata().current_snapshot() else {
+        return Ok(Vec::new());
+    };
+    let list = table.manifest_list_reader(snapshot).load().await?;
+    let mut live = Vec::new();
+    for manifest in list.entries() {
+        if manifest.content != ManifestContentType::Data {
+            continue;
+        }
+        let loaded = manifest.load_manifest(table.file_io()).await?;
+        live.extend(
+            loaded
+                .entries()
+                .iter()
+                .filter(|e| e.is_alive())
+                .map(|e| e.as_ref().clone()),
+        );
+    }
+    Ok(live)
+}
+
+/// Reads the rows of Parquet data files and writes them into one new data file named
+/// `{stem}.parquet` (rewrites of the same inputs write the same name). Rows keep the
+/// order of `inputs`. Memory is bounded by one record batch at a time.
+pub async fn rewrite_files(
+    table: &Table,
+    inputs: &[&DataFile],
+    stem: String,
+) -> Result<Vec<DataFile>> {
+    let (mut writer, _) = data_file_writer(table, stem).await?;
+    let schema = crate::table::arrow_schema(table.metadata().current_schema())?;
+    for input in inputs {
+        let mut batches = read_parquet(table.file_io(), input.file_path()).await?;
+        while let Some(batch) = batches.try_next().await.map_err(|e| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("reading {}: {e}", input.file_path()),
+            )
+        })? {
+            // Same columns, with the table's field ids and nullability.
+            let batch = arrow_array::RecordBatch::try_new(schema.clone(), batch.columns().to_vec())
+                .map_err(|e| {
+                    Error::new(
+                        ErrorKind::DataInvalid,
+                        format!("{} does not match the table schema: {e}", input.file_path()),
+                    )
+                })?;
+            writer.write(batch).await?;
+        }
+    }
+    writer.close().await
+}
+
+async fn read_parquet(
+    file_io: &FileIO,
+    path: &str,
+) -> Result<parquet::arrow::async_reader::ParquetRecordBatchStream<ArrowFileReader>> {
+    let input = file_io.new_input(path)?;
+    let reader = ArrowFileReader::new(input.metadata().await?, input.reader().await?);
+    let parquet_error = |e: parquet::errors::ParquetError| {
+        Error::new(ErrorKind::DataInvalid, format!("{path}: {e}"))
+    };
+    ParquetRecordBatchStreamBuilder::new(reader)
+        .await
+        .map_err(parquet_error)?
+        .build()
+        .map_err(parquet_error)
+}
+
+/// A change of the live file set, as a replace snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct Replacement {
+    /// Paths of live files the snapshot removes.
+    pub remove: BTreeSet<String>,
+    /// Files it adds.
+    pub add: Vec<DataFile>,
+    /// Rewrite every data manifest into one (a manifest rewrite), not only the
+    /// manifests holding removed files.
+    pub merge_manifests: bool,
+    /// What made it, and its id, for the summary (see [`MAINTENANCE_ID_KEY`]).
+    pub maintenance_id: String,
+}
+
+/// What a staged replace snapshot is, for the caller's report.
+#[derive(Debug, Clone)]
+pub struct StagedReplace {
+    /// The snapshot's id.
+    pub snapshot_id: i64,
+    /// Requirements of its commit.
+    pub requirements: Vec<TableRequirement>,
+    /// Updates of its commit.
+    pub updates: Vec<TableUpdate>,
+    /// Data manifests after the snapshot.
+    pub manifests: usize,
+}
+
+/// Builds a replace snapshot on the table's current snapshot: writes the manifests and
+/// the manifest list, and returns the commit to make. Fails with
+/// `CatalogCommitConflicts` when a file to remove is no longer live (someone else
+/// replaced it): the caller re-plans.
+pub async fn stage_replace(
+    table: &Table,
+    change: &Replacement,
+    now_ms: i64,
+) -> Result<StagedReplace> {
+    let metadata = table.metadata();
+    let parent = metadata.current_snapshot().ok_or_else(|| {
+        Error::new(
+            ErrorKind::DataInvalid,
+            "the table has no snapshot to rewrite",
+        )
+    })?;
+    let file_io = table.file_io();
+    let snapshot_id = new_snapshot_id(table);
+    let sequence_number = metadata.next_sequence_number();
+    let commit_uuid = uuid::Uuid::new_v4();
+    let schema = metadata.current_schema().clone();
+    let mut manifests: Vec<ManifestFile> = Vec::new();
+    let mut summary = SnapshotSummaryCollector::default();
+    let mut removed = BTreeSet::new();
+    let mut merged: BTreeMap<i32, Vec<(ManifestEntry, bool)>> = BTreeMap::new();
+    let mut totals = (0u64, 0u64, 0u64);
+    let list = table.manifest_list_reader(parent).load().await?;
+    for manifest in list.entries() {
+        if manifest.content != ManifestContentType::Data {
+            manifests.push(manifest.clone());
+            continue;
+        }
+        let loaded = manifest.load_manifest(file_io).await?;
+        let touched = change.merge_manifests
+            || loaded
+                .entries()
+                .iter()
+                .any(|e| e.is_alive() && change.remove.contains(e.file_path()));
+        for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+            let remove = change.remove.contains(entry.file_path());
+            if remove {
+                removed.insert(entry.file_path().to_owned());
+            } else {
+                totals.0 += entry.record_count();
+                totals.1 += 1;
+                totals.2 += entry.file_size_in_bytes();
+            }
+            if touched {
+                merged
+                    .entry(manifest.partition_spec_id)
+                    .or_default()
+                    .push((entry.as_ref().clone(), remove));
+            }
+        }
+        if !touched {
+            manifests.push(manifest.clone());
+        }
+    }
+    if removed.len() != change.remove.len() {
+        return Err(Error::new(
+            ErrorKind::CatalogCommitConflicts,
+            format!(
+                "{} of the files to replace are no longer live: re-plan",
+                change.remove.len() - removed.len()
+            ),
+        )
+        .with_retryable(true));
+    }
+    let mut counter = 0;
+    let mut next_manifest = || {
+        counter += 1;
+        format!(
+            "{}/metadata/{commit_uuid}-m{counter}.avro",
+            metadata.location()
+        )
+    };
+    for (spec_id, entries) in merged {
+        let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("no partition spec {spec_id}"),
+            )
+        })?;
+        let mut writer = ManifestWriterBuilder::new(
+            file_io.new_output(next_manifest())?,
+            Some(snapshot_id),
+            schema.clone(),
+            spec.as_ref().clone(),
+        )
+        .build_v2_data();
+        for (entry, remove) in entries {
+            let data_sequence = entry.sequence_number().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::DataInvalid,
+                    format!("{} has no sequence number", entry.file_path()),
+                )
+            })?;
+            let file_sequence = entry.file_sequence_number.or(Some(data_sequence));
+            if remove {
+                summary.remove_file(entry.data_file(), schema.clone(), spec.clone());
+                writer.add_delete_file(entry.data_file().clone(), data_sequence, file_sequence)?;
+            } else {
+                let added_by = entry.snapshot_id().unwrap_or(parent.snapshot_id());
+                writer.add_existing_file(
+                    entry.data_file().clone(),
+                    added_by,
+                    data_sequence,
+                    file_sequence,
+                )?;
+            }
+        }
+        manifests.push(writer.write_manifest_file().await?);
+    }
+    if !change.add.is_empty() {
+        let spec = metadata.default_partition_spec();
+        let mut writer = ManifestWriterBuilder::new(
+            file_io.new_output(next_manifest())?,
+            Some(snapshot_id),
+            schema.clone(),
+            spec.as_ref().clone(),
+        )
+        .build_v2_data();
+        for file in &change.add {
+            summary.add_file(file, schema.clone(), spec.clone());
+            totals.0 += file.record_count();
+            totals.1 += 1;
+            totals.2 += file.file_size_in_bytes();
+            writer.add_file(file.clone(), parent.sequence_number())?;
+        }
+        manifests.insert(0, writer.write_manifest_file().await?);
+    }
+    let data_manifests = manifests
+        .iter()
+        .filter(|m| m.content == ManifestContentType::Data)
+        .count();
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+        metadata.location()
+    );
+    let mut list_writer = ManifestListWriter::v2(
+        file_io.new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        Some(parent.snapshot_id()),
+        sequence_number,
+    );
+    list_writer.add_manifests(manifests.into_iter())?;
+    list_writer.close().await?;
+    let mut properties: HashMap<String, String> = summary.build();
+    for (key, value) in [
+        ("total-records", totals.0),
+        ("total-data-files", totals.1),
+        ("total-files-size", totals.2),
+        ("total-delete-files", 0),
+        ("total-position-deletes", 0),
+        ("total-equality-deletes", 0),
+    ] {
+        properties.insert(key.to_owned(), value.to_string());
+    }
+    // The offset map (and what else every snapshot carries) moves forward unchanged.
+    for key in [OFFSETS_KEY, MAX_TIMESTAMP_KEY, TOPIC_KEY] {
+        if let Some(value) =
+            ancestry(table).find_map(|s| s.summary().additional_properties.get(key))
+        {
+            properties.insert(key.to_owned(), value.clone());
+        }
+    }
+    properties.insert(MAINTENANCE_ID_KEY.to_owned(), change.maintenance_id.clone());
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(Some(parent.snapshot_id()))
+        .with_sequence_number(sequence_number)
+        .with_timestamp_ms(now_ms.max(metadata.last_updated_ms()))
+        .with_manifest_list(list_path)
+        .with_schema_id(metadata.current_schema_id())
+        .with_summary(Summary {
+            operation: Operation::Replace,
+            additional_properties: properties,
+        })
+        .build();
+    Ok(StagedReplace {
+        snapshot_id,
+        requirements: vec![
+            TableRequirement::UuidMatch {
+                uuid: metadata.uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: MAIN_BRANCH.to_owned(),
+                snapshot_id: Some(parent.snapshot_id()),
+            },
+        ],
+        updates: vec![
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_owned(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ],
+        manifests: data_manifests,
+    })
+}
+
+/// A positive snapshot id the table does not have yet.
+fn new_snapshot_id(table: &Table) -> i64 {
+    loop {
+        let (high, low) = uuid::Uuid::new_v4().as_u64_pair();
+        let id = ((high ^ low) & (i64::MAX as u64)) as i64;
+        if id != 0 && table.metadata().snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// Whether a snapshot with this maintenance id is in the current ancestry.
+pub fn find_maintenance(table: &Table, maintenance_id: &str) -> Option<i64> {
+    ancestry(table)
+        .find(|s| {
+            s.summary()
+                .additional_properties
+                .get(MAINTENANCE_ID_KEY)
+                .map(String::as_str)
+                == Some(maintenance_id)
+        })
+        .map(|s| s.snapshot_id())
+}
