@@ -62,7 +62,15 @@ fn compaction_expiry_orphans_and_manifest_rewrite_keep_every_row() {
     let (source, warehouse) = (dir.path().join("bucket"), dir.path().join("wh"));
     tiny_bucket(&source, 21, 500);
     let (src, wh) = (source.to_string_lossy(), warehouse.to_string_lossy());
-    kfs_ok(&["run", "--quiet", "--source", &src, "--warehouse", &wh]);
+    kfs_ok(&[
+        "run",
+        "--quiet",
+        "--no-coalesce",
+        "--source",
+        &src,
+        "--warehouse",
+        &wh,
+    ]);
     let before = verify(&warehouse, &source);
     let tiny = &before["tiny"];
     assert_eq!(tiny["data_files"].as_array().map(Vec::len), Some(500));
@@ -154,6 +162,27 @@ fn compaction_expiry_orphans_and_manifest_rewrite_keep_every_row() {
     }
 }
 
+/// Coalescing before the first commit: one cycle over 500 tiny segments commits a
+/// handful of files, and the small files are gone once the commit landed.
+#[test]
+fn coalescing_commits_a_handful_of_files_for_500_segments() {
+    let dir = tempdir();
+    let (source, warehouse) = (dir.path().join("bucket"), dir.path().join("wh"));
+    tiny_bucket(&source, 23, 500);
+    let (src, wh) = (source.to_string_lossy(), warehouse.to_string_lossy());
+    kfs_ok(&["run", "--quiet", "--source", &src, "--warehouse", &wh]);
+    let facts = verify(&warehouse, &source);
+    let tiny = &facts["tiny"];
+    assert_eq!(tiny["snapshots"], 1);
+    let files = tiny["data_files"].as_array().map_or(0, Vec::len);
+    assert_eq!(files, 1, "{tiny}");
+    // Only the committed file is left in the data directory.
+    assert_eq!(
+        parquet_files(&warehouse.join("kafscale/tiny/data")).len(),
+        1
+    );
+}
+
 fn spawn(args: &[&str]) -> Child {
     kfs()
         .args(args)
@@ -192,7 +221,15 @@ fn appends_and_compactions_in_two_processes_lose_and_duplicate_nothing() {
                 let _ = std::fs::copy(&from, &to);
             }
         }
-        let mut append = spawn(&["run", "--quiet", "--source", &src, "--warehouse", &wh]);
+        let mut append = spawn(&[
+            "run",
+            "--quiet",
+            "--no-coalesce",
+            "--source",
+            &src,
+            "--warehouse",
+            &wh,
+        ]);
         let compact = spawn(&["compact", "--warehouse", &wh, "--target-file-size", "32768"]);
         let compact = compact.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
         let appended = append.wait().unwrap_or_else(|e| panic!("{e}"));
@@ -203,7 +240,15 @@ fn appends_and_compactions_in_two_processes_lose_and_duplicate_nothing() {
         let _ = appended;
     }
     // Settle: one more append and compaction, sequentially.
-    kfs_ok(&["run", "--quiet", "--source", &src, "--warehouse", &wh]);
+    kfs_ok(&[
+        "run",
+        "--quiet",
+        "--no-coalesce",
+        "--source",
+        &src,
+        "--warehouse",
+        &wh,
+    ]);
     kfs_ok(&["compact", "--warehouse", &wh, "--target-file-size", "32768"]);
     assert!(compactions_committed > 0);
     let facts = verify(&warehouse, &source);

@@ -29,6 +29,10 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Commit one data file per segment instead of merging each commit's small files
+    /// into target-size files first.
+    #[arg(long)]
+    no_coalesce: bool,
 }
 
 /// The configuration file.
@@ -91,7 +95,8 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
 
 /// Runs `run`.
 pub async fn run(args: &RunArgs) -> Result<(), CliError> {
-    let config = load_config(args.config.as_ref())?;
+    let mut config = load_config(args.config.as_ref())?;
+    config.commit.coalesce = !args.no_coalesce;
     let source = OpendalSource::from_location(&args.source, &S3Settings::from_env())
         .map_err(|e| CliError::Pipeline(format!("source {e}")))?;
     let embedded = args.warehouse.open().await?;

@@ -31,6 +31,10 @@ async fn main() -> Result<(), Error> {
             max_conversions: Some(env.sweep_max_segments),
             commit_reserve: Duration::from_secs(120),
             table_concurrency: 8,
+            commit: kfs_core::committer::CommitSettings {
+                coalesce: true,
+                ..kfs_core::committer::CommitSettings::default()
+            },
             ..PipelineConfig::default()
         },
         etcd_endpoints: env.etcd_endpoints.clone(),

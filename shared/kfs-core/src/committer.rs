@@ -44,6 +44,10 @@ pub struct CommitSettings {
     pub etcd: EtcdView,
     /// How the cross-check treats lag and outages.
     pub crosscheck: CrossCheckPolicy,
+    /// Merge a commit's small data files into files of about the table's target size
+    /// (`write.target-file-size-bytes`) before committing them, instead of committing
+    /// one file per segment.
+    pub coalesce: bool,
 }
 
 impl Default for CommitSettings {
@@ -54,6 +58,7 @@ impl Default for CommitSettings {
             start_offsets: BTreeMap::new(),
             etcd: EtcdView::Disabled,
             crosscheck: CrossCheckPolicy::default(),
+            coalesce: false,
         }
     }
 }
@@ -67,6 +72,8 @@ pub struct CommitOutcome {
     pub segments: usize,
     /// Data files committed.
     pub files: usize,
+    /// Small data files merged into the committed ones (deleted once the commit landed).
+    pub coalesced: usize,
     /// Records committed.
     pub records: u64,
     /// Gaps recorded.
@@ -335,6 +342,14 @@ pub async fn commit_table(
         }
         let commit_id = plan.commit_id(topic);
         let data_files = data_files_of(&table, &plan, &entries, &table_name)?;
+        let (data_files, merged_away) = if settings.coalesce && data_files.len() > 1 {
+            let target = crate::maintenance::target_file_size(&table);
+            coalesce(&table, data_files, target, &commit_id)
+                .await
+                .map_err(catalog_error)?
+        } else {
+            (data_files, Vec::new())
+        };
         let file_count = data_files.len();
         let newest = previous_newest.max(newest_in_files(&data_files));
         let mut properties = plan.summary(topic).properties();
@@ -360,9 +375,15 @@ pub async fn commit_table(
                 .mark_committed(&ids, snapshot_id, now_ms)
                 .await
                 .map_err(ledger_error)?;
+            // The merged files are in the table: the small ones are garbage now (a
+            // crash before this leaves them to orphan cleanup).
+            for path in &merged_away {
+                let _ = table.file_io().delete(path).await;
+            }
             outcome.snapshot_id = Some(snapshot_id);
             outcome.segments = plan.take.len();
             outcome.files = file_count;
+            outcome.coalesced = merged_away.len();
             outcome.records = plan.records();
             outcome.gaps = plan.gaps.clone();
             outcome.newest_record_ms = newest_record_ms(&table);
@@ -382,6 +403,44 @@ pub async fn commit_table(
         table: table_name,
         attempts: settings.max_attempts,
     })
+}
+
+/// Merges small files, per partition value and in offset order, into files of about
+/// `target` bytes named after the commit (a retry of the same commit rewrites the same
+/// names). Returns the files to commit and the paths merged away.
+async fn coalesce(
+    table: &Table,
+    files: Vec<iceberg::spec::DataFile>,
+    target: u64,
+    commit_id: &str,
+) -> Result<(Vec<iceberg::spec::DataFile>, Vec<String>), iceberg::Error> {
+    use kfs_plan::compaction::{CompactionPolicy, plan_compaction};
+    let stats: Vec<_> = files.iter().map(crate::maintenance::file_stat).collect();
+    let groups = plan_compaction(&stats, &CompactionPolicy::for_target(target));
+    let by_path: HashMap<&str, &iceberg::spec::DataFile> =
+        files.iter().map(|f| (f.file_path(), f)).collect();
+    let mut merged_away = Vec::new();
+    let mut out = Vec::new();
+    for (n, group) in groups.iter().enumerate() {
+        let inputs: Vec<&iceberg::spec::DataFile> = group
+            .files
+            .iter()
+            .filter_map(|f| by_path.get(f.path.as_str()).copied())
+            .collect();
+        out.extend(
+            crate::rewrite::rewrite_files(table, &inputs, format!("coalesced-{commit_id}-{n}"))
+                .await?,
+        );
+        merged_away.extend(group.files.iter().map(|f| f.path.clone()));
+    }
+    let gone: BTreeSet<&str> = merged_away.iter().map(String::as_str).collect();
+    out.extend(
+        files
+            .iter()
+            .filter(|f| !gone.contains(f.file_path()))
+            .cloned(),
+    );
+    Ok((out, merged_away))
 }
 
 enum Recover {

@@ -81,6 +81,16 @@ pub fn target_file_size(table: &Table) -> u64 {
         .unwrap_or(DEFAULT_TARGET_FILE_SIZE)
 }
 
+/// How the compaction planner sees a data file.
+pub fn file_stat(file: &DataFile) -> FileStat {
+    FileStat {
+        path: file.file_path().to_owned(),
+        bytes: data_bytes(file),
+        partition: format!("{:?}", file.partition()),
+        order: offset_order(file),
+    }
+}
+
 /// The bytes of a file's column data (without footer and page indexes), what it adds
 /// to a merged file; the file size when the file does not say.
 fn data_bytes(file: &DataFile) -> u64 {
@@ -158,15 +168,7 @@ pub async fn compact_table(
     // files well below the target: plan again on the result, a few rounds at most.
     for _round in 0..COMPACTION_ROUNDS {
         let live = live_entries(&table).await.map_err(iceberg)?;
-        let stats: Vec<FileStat> = live
-            .iter()
-            .map(|e| FileStat {
-                path: e.file_path().to_owned(),
-                bytes: data_bytes(e.data_file()),
-                partition: format!("{:?}", e.data_file().partition()),
-                order: offset_order(e.data_file()),
-            })
-            .collect();
+        let stats: Vec<FileStat> = live.iter().map(|e| file_stat(e.data_file())).collect();
         let groups = plan_compaction(&stats, &policy);
         if groups.is_empty() {
             break;

@@ -324,3 +324,101 @@ async fn gaps_wait_for_listed_segments_and_are_recorded_once_none_is_listed() ->
     assert_eq!(table_watermarks(&table)?, BTreeMap::from([(0, 30)]));
     Ok(())
 }
+
+/// A pointer swap that lets an append land just before its first commit: the replace
+/// snapshot staged on the old head must lose, be re-staged on the new head, and carry
+/// the append's offsets forward.
+struct AppendFirst<'a> {
+    inner: kfs_core::table_commit::SqlTableSwap,
+    setup: &'a Setup,
+    ledger: &'a SqliteLedger,
+    fired: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl kfs_core::table_commit::TableSwap for AppendFirst<'_> {
+    async fn commit(
+        &self,
+        table: &iceberg::table::Table,
+        requirements: Vec<iceberg::TableRequirement>,
+        updates: Vec<iceberg::TableUpdate>,
+    ) -> iceberg::Result<iceberg::table::Table> {
+        if self.fired.fetch_add(1, Ordering::SeqCst) == 0 {
+            let name = TableNaming::default().table_for("orders");
+            commit_table(
+                &self.setup.catalog,
+                self.ledger,
+                &name,
+                "orders",
+                &listing(&(0..8).map(|i| i * 10).collect::<Vec<_>>()),
+                &CommitSettings::default(),
+                5,
+            )
+            .await
+            .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
+        }
+        self.inner.commit(table, requirements, updates).await
+    }
+}
+
+#[tokio::test]
+async fn a_compaction_racing_an_append_restages_and_loses_nothing() -> TestResult {
+    use iceberg::Catalog;
+    let setup = setup().await?;
+    let ledger = SqliteLedger::open(&setup.ledger_path).await?;
+    let name = TableNaming::default().table_for("orders");
+    let ident = kfs_core::catalog::table_ident(&name);
+    let first: Vec<i64> = (0..6).map(|i| i * 10).collect();
+    convert(&setup, &ledger, &first).await?;
+    commit_table(
+        &setup.catalog,
+        &ledger,
+        &name,
+        "orders",
+        &listing(&first),
+        &CommitSettings::default(),
+        1,
+    )
+    .await?;
+    assert_eq!(committed_records(&setup).await?, (60, 6));
+    convert(&setup, &ledger, &[60, 70]).await?;
+    let swap = AppendFirst {
+        inner: kfs_core::table_commit::SqlTableSwap::open(
+            &setup._dir.path().join("catalog.db"),
+            kfs_core::catalog::LOCAL_CATALOG_NAME,
+        )
+        .await?,
+        setup: &setup,
+        ledger: &ledger,
+        fired: AtomicUsize::new(0),
+    };
+    let report = kfs_core::maintenance::compact_table(
+        &setup.catalog,
+        &swap,
+        &ident,
+        Some(kfs_plan::compaction::CompactionPolicy::for_target(1 << 20)),
+        None,
+        10,
+    )
+    .await?;
+    // The first swap lost to the append; the re-staged one won.
+    assert!(swap.fired.load(Ordering::SeqCst) >= 2);
+    // Round one merged the 6 files; round two merged the result with the 2 appended.
+    assert_eq!(report.files_removed, 6 + 3);
+    assert_eq!(report.stale_groups, 0);
+    assert_eq!(committed_records(&setup).await?, (80, 1));
+    let table = setup.catalog.load_table(&ident).await?;
+    assert_eq!(table_watermarks(&table)?, BTreeMap::from([(0, 80)]));
+    let current = table.metadata().current_snapshot().ok_or("no snapshot")?;
+    assert_eq!(
+        current.summary().operation,
+        iceberg::spec::Operation::Replace
+    );
+    // Expiry keeps what the table reads and removes what only old snapshots read.
+    let expiry =
+        kfs_core::maintenance::expire_snapshots(&setup.catalog, &ident, i64::MAX, 1, false).await?;
+    assert_eq!(expiry.retained, 1);
+    assert!(expiry.deleted_files.iter().any(|f| f.ends_with(".parquet")));
+    assert_eq!(committed_records(&setup).await?, (80, 1));
+    Ok(())
+}
