@@ -9,7 +9,7 @@ use kfs_plan::naming::TableName;
 
 use crate::CliError;
 use crate::embedded::{Embedded, WarehouseArgs};
-use crate::time::parse_duration;
+use kfs_plan::duration::parse_duration;
 
 /// Which tables, and whether to act.
 #[derive(Debug, clap::Args)]

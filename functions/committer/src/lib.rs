@@ -8,11 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iceberg::Catalog;
+use kfs_core::catalog::{S3Settings, table_ident};
 use kfs_core::etcd::read_etcd;
 use kfs_core::ledger::{EntryState, Ledger};
+use kfs_core::maintenance::{MaintenancePolicy, MaintenanceSummary, maintain_table};
 use kfs_core::metrics::MetricSet;
 use kfs_core::pipeline::{PipelineConfig, PipelineError, run_once};
 use kfs_core::source::SegmentSource;
+use kfs_core::table_commit::TableSwap;
 use kfs_plan::shard::Shard;
 use serde_json::{Value, json};
 
@@ -28,6 +31,18 @@ pub struct Committer<S, L> {
     pub config: PipelineConfig,
     /// etcd endpoints of the offset cross-check (empty: off).
     pub etcd_endpoints: Vec<String>,
+    /// Table maintenance after the commits (`None`: off).
+    pub maintenance: Option<Maintenance>,
+}
+
+/// What the committer needs to maintain tables.
+pub struct Maintenance {
+    /// The catalog's pointer swap (replace snapshots).
+    pub swap: Arc<dyn TableSwap>,
+    /// When and what to maintain.
+    pub policy: MaintenancePolicy,
+    /// Storage settings (listing table locations for orphans).
+    pub s3: S3Settings,
 }
 
 /// Time kept free at the end of an invocation, so that it always ends cleanly.
@@ -98,6 +113,7 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         &|_| {},
     )
     .await?;
+    let maintained = maintain(committer, &report, config.deadline).await;
     let now = kfs_core::pipeline::now_ms();
     let freshness = |o: &kfs_core::committer::CommitOutcome| {
         o.newest_record_ms
@@ -136,6 +152,22 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         }
         if outcome.crosscheck.topic_missing {
             tracing::warn!(table = %table, "the topic has segments but is absent from etcd's cluster snapshot");
+        }
+    }
+    for (table, result) in &maintained {
+        match result {
+            Ok(summary) => MetricSet::new(&[("Table", table)])
+                .put("FilesCompacted", summary.files_compacted as f64, "Count")
+                .put(
+                    "SnapshotsExpired",
+                    summary.snapshots_expired as f64,
+                    "Count",
+                )
+                .put("FilesDeleted", summary.files_deleted as f64, "Count")
+                .emit(now),
+            Err(error) => {
+                tracing::error!(table = %table, error = %error, "maintenance failed; the data is untouched, the next tick tries again");
+            }
         }
     }
     for (table, error) in &report.failed_tables {
@@ -215,6 +247,11 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         .put("SegmentsDeferred", report.deferred as f64, "Count")
         .put("CommitFailures", report.failed_tables.len() as f64, "Count")
         .put(
+            "MaintenanceFailures",
+            maintained.values().filter(|r| r.is_err()).count() as f64,
+            "Count",
+        )
+        .put(
             "CommitterDuration",
             started.elapsed().as_millis() as f64,
             "Milliseconds",
@@ -245,5 +282,56 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         "deferred": report.deferred,
         "tables": tables,
         "failed_tables": report.failed_tables,
+        "maintenance": maintained
+            .iter()
+            .map(|(table, result)| {
+                let value = match result {
+                    Ok(m) => json!({
+                        "files_compacted": m.files_compacted,
+                        "snapshots_expired": m.snapshots_expired,
+                        "files_deleted": m.files_deleted,
+                        "manifests_rewritten": m.manifests_rewritten,
+                        "orphan_cleanup": m.orphan_cleanup,
+                    }),
+                    Err(e) => json!({"error": e}),
+                };
+                (table.clone(), value)
+            })
+            .collect::<BTreeMap<String, Value>>(),
     }))
+}
+
+/// Maintains the tables committed to in this tick, one after the other, until the
+/// deadline; tables not reached are maintained on a later tick.
+async fn maintain<S: SegmentSource, L: Ledger>(
+    committer: &Committer<S, L>,
+    report: &kfs_core::pipeline::RunReport,
+    deadline: Option<Instant>,
+) -> BTreeMap<String, Result<MaintenanceSummary, String>> {
+    let mut done = BTreeMap::new();
+    let Some(maintenance) = &committer.maintenance else {
+        return done;
+    };
+    for table in report.tables.keys() {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let Some(name) = kfs_plan::naming::TableName::parse(table) else {
+            continue;
+        };
+        let result = maintain_table(
+            committer.catalog.as_ref(),
+            maintenance.swap.as_ref(),
+            &committer.ledger,
+            &maintenance.s3,
+            &table_ident(&name),
+            &maintenance.policy,
+            deadline,
+            kfs_core::pipeline::now_ms(),
+        )
+        .await
+        .map_err(|e| e.to_string());
+        done.insert(table.clone(), result);
+    }
+    done
 }

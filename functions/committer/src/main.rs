@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kfs_aws::function_env::FunctionEnv;
-use kfs_committer::Committer;
+use kfs_committer::{Committer, Maintenance};
 use kfs_core::pipeline::PipelineConfig;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
@@ -22,9 +22,10 @@ fn deadline_of(deadline_ms: u64) -> Instant {
 async fn main() -> Result<(), Error> {
     kfs_aws::function_env::init_logging();
     let env = FunctionEnv::from_env()?;
+    let handle = env.catalog_handle().await?;
     let committer = std::sync::Arc::new(Committer {
         source: env.source()?,
-        catalog: env.catalog().await?,
+        catalog: handle.catalog,
         ledger: env.ledger().await,
         config: PipelineConfig {
             naming: env.naming.clone(),
@@ -38,6 +39,11 @@ async fn main() -> Result<(), Error> {
             ..PipelineConfig::default()
         },
         etcd_endpoints: env.etcd_endpoints.clone(),
+        maintenance: env.maintenance.clone().map(|policy| Maintenance {
+            swap: handle.swap,
+            policy,
+            s3: env.s3.clone(),
+        }),
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let committer = committer.clone();

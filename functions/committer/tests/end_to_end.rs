@@ -16,7 +16,9 @@ use iceberg::Catalog;
 use kfs_aws::function_env::FunctionEnv;
 use kfs_testkit::rest_catalog::{RestCatalogServer, RestServerConfig};
 
-use kfs_committer::{Committer, handle};
+use kfs_committer::{Committer, Maintenance, handle};
+use kfs_core::catalog::CatalogHandle;
+use kfs_core::maintenance::MaintenancePolicy;
 use kfs_core::pipeline::PipelineConfig;
 use kfs_testkit::{Etcd, LocalStack, files_under, workspace_root};
 use serde_json::{Value, json};
@@ -50,9 +52,9 @@ fn sqs_event(keys: &[&String]) -> Value {
 async fn independent_segments_land_in_glue_tables_exactly_once() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let stack = LocalStack::start();
-    let catalog = stack.glue_catalog().await;
+    let handle = stack.glue_catalog_handle().await;
     let glue = vec!["--glue-endpoint".to_owned(), stack.moto.endpoint.clone()];
-    deliver_commit_and_read_back(&stack, catalog, &glue).await;
+    deliver_commit_and_read_back(&stack, handle, &glue).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -92,7 +94,7 @@ async fn independent_segments_land_in_rest_catalog_tables_exactly_once() {
     }
     let env =
         FunctionEnv::from_lookup(&|name| vars.get(name).cloned()).unwrap_or_else(|e| panic!("{e}"));
-    let catalog = env.catalog().await.unwrap_or_else(|e| panic!("{e}"));
+    let handle = env.catalog_handle().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(!format!("{env:?}").contains("s3cr3t"));
     // The first commit is applied but answered with a 503: the committer must find it
     // in the table, not commit again.
@@ -108,20 +110,23 @@ async fn independent_segments_land_in_rest_catalog_tables_exactly_once() {
         "PRINCIPAL_ROLE:ALL",
     ]
     .map(str::to_owned);
-    let tables = deliver_commit_and_read_back(&stack, catalog, &rest).await;
-    assert_eq!(server.commits_applied(), tables);
+    let tables = deliver_commit_and_read_back(&stack, handle, &rest).await;
+    // One append per table, plus the compactions' replace snapshots.
+    assert!(server.commits_applied() >= tables);
     assert!(server.tokens_issued() >= 1);
     assert_eq!(server.unauthorized(), 0);
 }
 
 /// Delivers the independent segments through the converter (duplicated, reordered,
-/// some dropped), runs two committer ticks, and reads the tables back with pyiceberg
-/// through `reader_args`' catalog; returns the number of tables.
+/// some dropped), runs two committer ticks (committing, then compacting through the
+/// catalog's own pointer swap), and reads the tables back with pyiceberg through
+/// `reader_args`' catalog; returns the number of tables.
 async fn deliver_commit_and_read_back(
     stack: &LocalStack,
-    catalog: Arc<dyn Catalog>,
+    catalogs: CatalogHandle,
     reader_args: &[String],
 ) -> usize {
+    let catalog: Arc<dyn Catalog> = catalogs.catalog.clone();
     let etcd = Etcd::start();
     let bucket = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let generated = std::process::Command::new("python3")
@@ -193,6 +198,11 @@ async fn deliver_commit_and_read_back(
             ..PipelineConfig::default()
         },
         etcd_endpoints: vec![etcd.endpoint.clone()],
+        maintenance: Some(Maintenance {
+            swap: catalogs.swap.clone(),
+            policy: MaintenancePolicy::default(),
+            s3: stack.s3.clone(),
+        }),
     };
     let deadline = Instant::now() + Duration::from_secs(600);
     let tick = handle(&committer, &json!({}), deadline)
@@ -231,8 +241,29 @@ async fn deliver_commit_and_read_back(
     let facts: Value = serde_json::from_slice(&verify.stdout).unwrap_or(Value::Null);
     let tables = facts.as_object().map_or(0, |t| t.len());
     assert!(tables > 0, "{facts}");
+    assert_eq!(
+        tick["maintenance"].as_object().map(|m| m.len()),
+        Some(tables),
+        "{tick}"
+    );
     for (table, fact) in facts.as_object().into_iter().flatten() {
-        assert_eq!(fact["snapshots"], 1, "{table}: {fact}");
+        // One append, and a replace snapshot if compaction merged several files.
+        let history = fact["history"].to_string();
+        match fact["snapshots"].as_u64() {
+            Some(1) => assert_eq!(history, r#"["Operation.APPEND"]"#, "{table}"),
+            Some(2) => {
+                assert_eq!(
+                    history, r#"["Operation.APPEND","Operation.REPLACE"]"#,
+                    "{table}"
+                );
+                assert_eq!(
+                    fact["data_files"].as_array().map(Vec::len),
+                    Some(1),
+                    "{table}"
+                );
+            }
+            other => panic!("{table}: {other:?} snapshots: {fact}"),
+        }
     }
     tables
 }

@@ -52,6 +52,7 @@ async fn etcd_confirms_holds_and_stops() {
             ..PipelineConfig::default()
         },
         etcd_endpoints: vec![etcd.endpoint.clone()],
+        maintenance: None,
     };
     let deadline = || Instant::now() + Duration::from_secs(300);
 

@@ -77,6 +77,7 @@ async fn the_schedule_commits_announced_and_swept_segments_exactly_once() {
             ..PipelineConfig::default()
         },
         etcd_endpoints: Vec::new(),
+        maintenance: None,
     };
     // Out of time: nothing is done, nothing is lost.
     let late = handle(&committer, &schedule(), Instant::now())
@@ -180,6 +181,7 @@ async fn sharded_ticks_cover_every_topic_once_and_late_segments_are_quarantined(
             ..PipelineConfig::default()
         },
         etcd_endpoints: Vec::new(),
+        maintenance: None,
     };
     let deadline = Instant::now() + Duration::from_secs(300);
     let shard_one = event("schedule-shard.json");

@@ -15,6 +15,10 @@
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
 //! | `SWEEP_MAX_SEGMENTS` | segments the committer's sweep converts per run (default 200) |
 //! | `ETCD_ENDPOINTS` | comma-separated etcd endpoints of the offset cross-check (empty: off) |
+//! | `MAINTENANCE` | `on` (default) or `off`: the committer's compaction, expiry, manifest rewrite and orphan cleanup |
+//! | `SNAPSHOT_RETENTION` | expire snapshots older than this (default `5d`; at least one is kept) |
+//! | `ORPHAN_AGE` | delete unreferenced files older than this, hourly (default `3d`; `off` to disable) |
+//! | `MAX_MANIFESTS` | merge a table's manifests past this many (default 50) |
 //!
 //! AWS credentials come from the function's role (the standard AWS chain); endpoints
 //! from `AWS_ENDPOINT_URL` for local stacks. REST catalog credentials are read from
@@ -25,9 +29,12 @@ use std::sync::Arc;
 
 use iceberg::Catalog;
 use kfs_core::catalog::{
-    CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse, open_catalog,
+    CatalogHandle, CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse,
+    open_catalog_handle,
 };
+use kfs_core::maintenance::MaintenancePolicy;
 use kfs_core::source::OpendalSource;
+use kfs_plan::duration::parse_duration;
 use kfs_plan::naming::TableNaming;
 
 use crate::dynamo_ledger::DynamoLedger;
@@ -74,6 +81,8 @@ pub struct FunctionEnv {
     pub etcd_endpoints: Vec<String>,
     /// Secrets Manager secret of the REST catalog's credentials.
     pub catalog_secret_arn: Option<String>,
+    /// The committer's maintenance policy (`None`: off).
+    pub maintenance: Option<MaintenancePolicy>,
 }
 
 impl FunctionEnv {
@@ -92,6 +101,27 @@ impl FunctionEnv {
                 v.parse()
                     .map_err(|_| ConfigError(format!("{name}={v:?} is not a number")))
             })
+        };
+        let duration = |name: &str, default: &str| {
+            let text = var(name).unwrap_or_else(|| default.to_owned());
+            parse_duration(&text).map_err(|e| ConfigError(format!("{name}: {e}")))
+        };
+        let maintenance = match var("MAINTENANCE").as_deref().unwrap_or("on") {
+            "on" => Some(MaintenancePolicy {
+                snapshot_retention: duration("SNAPSHOT_RETENTION", "5d")?,
+                orphan_age: match var("ORPHAN_AGE").as_deref() {
+                    Some("off") => None,
+                    _ => Some(duration("ORPHAN_AGE", "3d")?),
+                },
+                max_manifests: number("MAX_MANIFESTS", 50)?,
+                ..MaintenancePolicy::default()
+            }),
+            "off" => None,
+            other => {
+                return Err(ConfigError(format!(
+                    "MAINTENANCE={other:?}: expected on or off"
+                )));
+            }
         };
         let warehouse = Warehouse::parse(&required("WAREHOUSE")?).map_err(ConfigError)?;
         let catalog = match var("CATALOG_TYPE").as_deref().unwrap_or("glue") {
@@ -137,6 +167,7 @@ impl FunctionEnv {
                 })
                 .unwrap_or_default(),
             catalog_secret_arn: var("CATALOG_SECRET_ARN"),
+            maintenance,
         })
     }
 
@@ -148,6 +179,11 @@ impl FunctionEnv {
 
     /// The catalog; a REST catalog gets its credentials from Secrets Manager first.
     pub async fn catalog(&self) -> Result<Arc<dyn Catalog>, ConfigError> {
+        Ok(self.catalog_handle().await?.catalog)
+    }
+
+    /// The catalog with its pointer swap (replace snapshots).
+    pub async fn catalog_handle(&self) -> Result<CatalogHandle, ConfigError> {
         let mut kind = self.catalog.clone();
         if let (CatalogKind::Rest(rest), Some(arn)) = (&mut kind, &self.catalog_secret_arn) {
             let config = self.aws_config().await;
@@ -157,7 +193,7 @@ impl FunctionEnv {
             )
             .await?;
         }
-        open_catalog(&kind, &self.warehouse, &self.s3)
+        open_catalog_handle(&kind, &self.warehouse, &self.s3)
             .await
             .map_err(|e| ConfigError(format!("catalog: {e}")))
     }

@@ -24,6 +24,7 @@ use iceberg_storage_opendal::{OpenDalResolvingStorageFactory, OpenDalStorageFact
 use kfs_plan::naming::TableName;
 
 use crate::table::{COMMIT_RETRIES_PROPERTY, topic_schema, topic_table_properties};
+use crate::table_commit::{SqlTableSwap, TableSwap};
 
 /// The catalog name of the embedded default (what pyiceberg's `SqlCatalog` must be
 /// given too).
@@ -282,10 +283,29 @@ pub async fn open_catalog(
     warehouse: &Warehouse,
     s3: &S3Settings,
 ) -> iceberg::Result<Arc<dyn Catalog>> {
+    Ok(open_catalog_handle(kind, warehouse, s3).await?.catalog)
+}
+
+/// An opened catalog with its pointer swap (for replace snapshots).
+#[derive(Clone)]
+pub struct CatalogHandle {
+    /// The catalog.
+    pub catalog: Arc<dyn Catalog>,
+    /// Its pointer swap.
+    pub swap: Arc<dyn TableSwap>,
+}
+
+/// Opens the configured catalog and its pointer swap.
+pub async fn open_catalog_handle(
+    kind: &CatalogKind,
+    warehouse: &Warehouse,
+    s3: &S3Settings,
+) -> iceberg::Result<CatalogHandle> {
     match kind {
-        CatalogKind::Sql { database } => {
-            Ok(Arc::new(open_sql_catalog(database, warehouse, s3).await?))
-        }
+        CatalogKind::Sql { database } => Ok(CatalogHandle {
+            catalog: Arc::new(open_sql_catalog(database, warehouse, s3).await?),
+            swap: Arc::new(SqlTableSwap::open(database, LOCAL_CATALOG_NAME).await?),
+        }),
         CatalogKind::Rest(rest) => {
             use iceberg_catalog_rest::{
                 REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE, RestCatalogBuilder,
@@ -300,7 +320,14 @@ pub async fn open_catalog(
                 .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
                 .load(REST_CATALOG_NAME, props)
                 .await?;
-            Ok(Arc::new(catalog))
+            Ok(CatalogHandle {
+                catalog: Arc::new(catalog),
+                swap: Arc::new(crate::rest_swap::RestTableSwap::new(
+                    rest.uri.clone(),
+                    rest.warehouse.clone(),
+                    rest.credentials.properties().clone(),
+                )),
+            })
         }
         CatalogKind::Glue { endpoint } => {
             use iceberg_catalog_glue::{
@@ -340,8 +367,15 @@ pub async fn open_catalog(
                 ));
             }
             let glue = aws_sdk_glue::Client::new(&config.load().await);
-            let catalog = crate::glue::GlueTables::new(inner, glue, warehouse.location())?;
-            Ok(Arc::new(catalog))
+            let catalog = Arc::new(crate::glue::GlueTables::new(
+                inner,
+                glue,
+                warehouse.location(),
+            )?);
+            Ok(CatalogHandle {
+                catalog: catalog.clone(),
+                swap: catalog,
+            })
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod ledger;
 pub mod maintenance;
 pub mod metrics;
 pub mod pipeline;
+pub mod rest_swap;
 pub mod rewrite;
 pub mod source;
 pub mod table;

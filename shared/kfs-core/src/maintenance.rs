@@ -304,21 +304,30 @@ pub async fn rewrite_manifests(
         .map_err(iceberg)
 }
 
-/// Every file a snapshot reaches: its manifest list, its manifests and the data files
-/// their live entries name (a DELETED entry records a removal; the snapshot does not
-/// read that file).
-async fn files_of(table: &Table, snapshot_id: i64) -> iceberg::Result<HashSet<String>> {
+/// Every file the snapshots reach: their manifest lists, their manifests and the data
+/// files their live entries name (a DELETED entry records a removal; the snapshot does
+/// not read that file). Each manifest is read once, however many snapshots share it.
+async fn reachable(
+    table: &Table,
+    snapshot_ids: impl IntoIterator<Item = i64>,
+) -> iceberg::Result<HashSet<String>> {
     let mut files = HashSet::new();
-    let Some(snapshot) = table.metadata().snapshot_by_id(snapshot_id) else {
-        return Ok(files);
-    };
-    files.insert(snapshot.manifest_list().to_owned());
-    let list = table.manifest_list_reader(snapshot).load().await?;
-    for manifest in list.entries() {
-        files.insert(manifest.manifest_path.clone());
-        let loaded = manifest.load_manifest(table.file_io()).await?;
-        for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
-            files.insert(entry.file_path().to_owned());
+    let mut manifests_seen = HashSet::new();
+    for id in snapshot_ids {
+        let Some(snapshot) = table.metadata().snapshot_by_id(id) else {
+            continue;
+        };
+        files.insert(snapshot.manifest_list().to_owned());
+        let list = table.manifest_list_reader(snapshot).load().await?;
+        for manifest in list.entries() {
+            if !manifests_seen.insert(manifest.manifest_path.clone()) {
+                continue;
+            }
+            files.insert(manifest.manifest_path.clone());
+            let loaded = manifest.load_manifest(table.file_io()).await?;
+            for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+                files.insert(entry.file_path().to_owned());
+            }
         }
     }
     Ok(files)
@@ -380,18 +389,20 @@ pub async fn expire_snapshots(
         return Ok(report);
     }
     let expired_set: BTreeSet<i64> = expired.iter().copied().collect();
-    let mut keep = HashSet::new();
-    for snapshot in all.iter().filter(|s| !expired_set.contains(&s.id)) {
-        keep.extend(files_of(&table, snapshot.id).await.map_err(iceberg)?);
-    }
-    let mut doomed = BTreeSet::new();
-    for id in &expired {
-        for file in files_of(&table, *id).await.map_err(iceberg)? {
-            if !keep.contains(&file) {
-                doomed.insert(file);
-            }
-        }
-    }
+    let keep = reachable(
+        &table,
+        all.iter()
+            .map(|s| s.id)
+            .filter(|id| !expired_set.contains(id)),
+    )
+    .await
+    .map_err(iceberg)?;
+    let doomed: BTreeSet<String> = reachable(&table, expired.iter().copied())
+        .await
+        .map_err(iceberg)?
+        .into_iter()
+        .filter(|file| !keep.contains(file))
+        .collect();
     report.expired = expired.clone();
     report.deleted_files = doomed.into_iter().collect();
     if dry_run {
@@ -458,14 +469,9 @@ pub async fn remove_orphans(
     };
     let table = catalog.load_table(ident).await.map_err(iceberg)?;
     let metadata = table.metadata();
-    let mut referenced = HashSet::new();
-    for snapshot in metadata.snapshots() {
-        referenced.extend(
-            files_of(&table, snapshot.snapshot_id())
-                .await
-                .map_err(iceberg)?,
-        );
-    }
+    let mut referenced = reachable(&table, metadata.snapshots().map(|s| s.snapshot_id()))
+        .await
+        .map_err(iceberg)?;
     referenced.insert(
         table
             .metadata_location_result()
@@ -533,4 +539,137 @@ pub async fn remove_orphans(
         }
     }
     Ok(report)
+}
+
+/// Table property recording the last orphan cleanup (Unix ms), so that a stateless
+/// committer runs it once per interval.
+pub const ORPHANS_REMOVED_PROPERTY: &str = "kfs.orphans-removed-ms";
+
+/// When the committer maintains the tables it committed to.
+#[derive(Debug, Clone)]
+pub struct MaintenancePolicy {
+    /// Compact small files.
+    pub compact: bool,
+    /// Expire snapshots older than this.
+    pub snapshot_retention: std::time::Duration,
+    /// Always keep this many snapshots.
+    pub retain_last: usize,
+    /// Merge manifests when a table has more than this many.
+    pub max_manifests: usize,
+    /// Remove orphans older than this (`None`: never); must exceed the longest a
+    /// file may stay pending.
+    pub orphan_age: Option<std::time::Duration>,
+    /// How often orphan cleanup runs per table.
+    pub orphan_interval: std::time::Duration,
+}
+
+impl Default for MaintenancePolicy {
+    fn default() -> Self {
+        Self {
+            compact: true,
+            snapshot_retention: std::time::Duration::from_secs(5 * 86_400),
+            retain_last: 1,
+            max_manifests: 50,
+            orphan_age: Some(std::time::Duration::from_secs(3 * 86_400)),
+            orphan_interval: std::time::Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What maintenance did to one table.
+#[derive(Debug, Clone, Default)]
+pub struct MaintenanceSummary {
+    /// Files replaced by compaction.
+    pub files_compacted: usize,
+    /// Snapshots expired.
+    pub snapshots_expired: usize,
+    /// Files deleted by expiry and orphan cleanup.
+    pub files_deleted: usize,
+    /// Whether manifests were merged.
+    pub manifests_rewritten: bool,
+    /// Whether orphan cleanup ran.
+    pub orphan_cleanup: bool,
+}
+
+fn millis(duration: std::time::Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Maintains one table by `policy`, stopping before `deadline`: compaction, expiry,
+/// manifest rewrite, and (once per interval) orphan cleanup.
+#[allow(clippy::too_many_arguments)]
+pub async fn maintain_table(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    ledger: &impl Ledger,
+    s3: &crate::catalog::S3Settings,
+    ident: &TableIdent,
+    policy: &MaintenancePolicy,
+    deadline: Option<Instant>,
+    now_ms: i64,
+) -> Result<MaintenanceSummary, MaintenanceError> {
+    let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
+    let mut summary = MaintenanceSummary::default();
+    if policy.compact {
+        let report = compact_table(catalog, swap, ident, None, deadline, now_ms).await?;
+        summary.files_compacted = report.files_removed;
+    }
+    if out_of_time() {
+        return Ok(summary);
+    }
+    let expiry = expire_snapshots(
+        catalog,
+        ident,
+        now_ms.saturating_sub(millis(policy.snapshot_retention)),
+        policy.retain_last,
+        false,
+    )
+    .await?;
+    summary.snapshots_expired = expiry.expired.len();
+    summary.files_deleted += expiry.deleted_files.len();
+    if out_of_time() {
+        return Ok(summary);
+    }
+    summary.manifests_rewritten =
+        rewrite_manifests(catalog, swap, ident, policy.max_manifests, now_ms)
+            .await?
+            .is_some();
+    let Some(orphan_age) = policy.orphan_age else {
+        return Ok(summary);
+    };
+    let name = ident.to_string();
+    let iceberg = |source: iceberg::Error| MaintenanceError::Iceberg {
+        table: name.clone(),
+        source: Box::new(source),
+    };
+    let table = catalog.load_table(ident).await.map_err(iceberg)?;
+    let last: i64 = table
+        .metadata()
+        .properties()
+        .get(ORPHANS_REMOVED_PROPERTY)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if out_of_time() || now_ms.saturating_sub(last) < millis(policy.orphan_interval) {
+        return Ok(summary);
+    }
+    let orphans = remove_orphans(
+        catalog,
+        ledger,
+        ident,
+        s3,
+        now_ms.saturating_sub(millis(orphan_age)),
+        false,
+    )
+    .await?;
+    summary.orphan_cleanup = true;
+    summary.files_deleted += orphans.orphans.len();
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .update_table_properties()
+        .set(ORPHANS_REMOVED_PROPERTY.to_owned(), now_ms.to_string())
+        .apply(tx)
+        .map_err(iceberg)?;
+    // Losing this race only means the next tick cleans again.
+    let _ = tx.commit(catalog).await;
+    Ok(summary)
 }

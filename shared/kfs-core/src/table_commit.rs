@@ -144,21 +144,5 @@ impl TableSwap for SqlTableSwap {
     }
 }
 
-/// For catalogs whose pointer swap is not implemented: every commit fails, saying so.
-#[derive(Debug, Clone)]
-pub struct UnsupportedSwap(pub String);
-
-#[async_trait]
-impl TableSwap for UnsupportedSwap {
-    async fn commit(
-        &self,
-        _table: &Table,
-        _requirements: Vec<TableRequirement>,
-        _updates: Vec<TableUpdate>,
-    ) -> Result<Table> {
-        Err(Error::new(ErrorKind::FeatureUnsupported, self.0.clone()))
-    }
-}
-
 /// A shared swap.
 pub type SharedSwap = Arc<dyn TableSwap>;

@@ -7,6 +7,7 @@
 //! - [`crosscheck`]: what etcd's offsets allow a commit to take.
 //! - [`sweep`]: which listed segments a sweep must look up, and which came too late.
 //! - [`compaction`]: which small files to rewrite together, which snapshots to expire.
+//! - [`duration`]: durations as operators write them (`0s`, `5d`).
 //! - [`shard`]: which committer schedule handles which topic.
 //! - [`hash`]: the stable hash behind file names, commit ids and shards.
 //! - [`commit`]: which pending segments a commit may take, in what order, and what
@@ -18,6 +19,7 @@
 pub mod commit;
 pub mod compaction;
 pub mod crosscheck;
+pub mod duration;
 pub mod events;
 pub mod hash;
 pub mod keys;

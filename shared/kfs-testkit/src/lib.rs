@@ -228,10 +228,15 @@ impl LocalStack {
 
     /// The Glue catalog on moto.
     pub async fn glue_catalog(&self) -> std::sync::Arc<dyn iceberg::Catalog> {
+        self.glue_catalog_handle().await.catalog
+    }
+
+    /// The Glue catalog on moto, with its pointer swap.
+    pub async fn glue_catalog_handle(&self) -> kfs_core::catalog::CatalogHandle {
         let kind = kfs_core::catalog::CatalogKind::Glue {
             endpoint: Some(self.moto.endpoint.clone()),
         };
-        kfs_core::catalog::open_catalog(&kind, &self.warehouse, &self.s3)
+        kfs_core::catalog::open_catalog_handle(&kind, &self.warehouse, &self.s3)
             .await
             .unwrap_or_else(|e| panic!("glue catalog: {e}"))
     }
@@ -301,15 +306,29 @@ fn free_port() -> u16 {
 }
 
 impl Etcd {
-    /// Starts etcd and waits until it accepts connections.
+    /// Starts etcd and waits until it accepts connections (on fresh ports again if a
+    /// port it was given was taken meanwhile by another test's server).
     pub fn start() -> Self {
-        let data = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let mut last = String::new();
+        for _ in 0..5 {
+            match Self::try_start() {
+                Ok(etcd) => return etcd,
+                Err(e) => last = e,
+            }
+        }
+        panic!("{last}")
+    }
+
+    fn try_start() -> Result<Self, String> {
+        let data = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
         let (client, peer) = (free_port(), free_port());
         let endpoint = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
+        let log = std::fs::File::create(data.path().join("etcd.log"))
+            .map_err(|e| format!("etcd log: {e}"))?;
+        let mut child = Command::new("etcd")
             .arg("--data-dir")
-            .arg(data.path())
+            .arg(data.path().join("data"))
             .args([
                 "--listen-client-urls",
                 &endpoint,
@@ -324,28 +343,37 @@ impl Etcd {
             ])
             .args(["--initial-cluster", &format!("default={peer_url}")])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("etcd (apt-get install etcd-server): {e}"));
+            .map_err(|e| format!("etcd (apt-get install etcd-server): {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(30);
+        let failed = |child: &mut Child, what: &str| {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(data.path().join("etcd.log")).unwrap_or_default();
+            let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+            format!("etcd {what} on {endpoint}: {tail}")
+        };
         while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "etcd did not start on {endpoint}"
-            );
+            if Instant::now() >= deadline || child.try_wait().ok().flatten().is_some() {
+                return Err(failed(&mut child, "did not start"));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let etcd = Self {
+        let mut etcd = Self {
             child,
-            endpoint,
+            endpoint: endpoint.clone(),
             _data: data,
         };
         // The first request can race the server's election: wait for a clean write.
         while etcd.try_put("/kfs-testkit/ready", "1").is_err() {
-            assert!(Instant::now() < deadline, "etcd did not become ready");
+            if Instant::now() >= deadline {
+                let _ = etcd.child.kill();
+                return Err(format!("etcd did not become ready on {endpoint}"));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
-        etcd
+        Ok(etcd)
     }
 
     fn try_put(&self, key: &str, value: &str) -> Result<(), String> {
