@@ -1,0 +1,135 @@
+//! Macro benchmark: does committing get slower as a table ages?
+//!
+//! Appends `KFS_BENCH_COMMITS` (default 1000) one-segment commits to a table on the
+//! SQLite catalog and a local warehouse, timing each `commit_table` call, twice: with
+//! no maintenance, and with the committer's maintenance between commits (expiry
+//! keeping the newest 100 snapshots, manifests merged past 50). Prints the median
+//! commit time around the 10th and the 1,000th commit and their ratio.
+//!
+//! `cargo bench -p kfs-core --bench commit_growth`
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use kfs_core::catalog::{
+    LOCAL_CATALOG_NAME, S3Settings, Warehouse, ensure_topic_table, open_sql_catalog, table_ident,
+};
+use kfs_core::committer::{CommitSettings, commit_table};
+use kfs_core::ledger::MemoryLedger;
+use kfs_core::maintenance::{expire_snapshots, rewrite_manifests};
+use kfs_core::pipeline::{ingest_segment, now_ms};
+use kfs_core::source::{MemorySource, SegmentSource};
+use kfs_core::table_commit::SqlTableSwap;
+use kfs_plan::keys::SegmentKey;
+use kfs_plan::naming::TableNaming;
+use kfs_segment::{BatchSpec, Compression, DecodeLimits, OwnedRecord, encode_segment};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn segment(base: i64) -> BenchResult<Vec<u8>> {
+    let records = (base..base + 10)
+        .map(|offset| OwnedRecord {
+            offset,
+            timestamp_ms: 1_700_000_000_000 + offset,
+            key: Some(format!("k{offset}").into_bytes()),
+            value: Some(vec![b'v'; 200]),
+            headers: vec![],
+        })
+        .collect();
+    Ok(encode_segment(&[BatchSpec::new(records, Compression::None)], 1)?.kfs)
+}
+
+/// Runs `commits` commits; returns each commit's duration.
+async fn run(commits: usize, maintain: bool) -> BenchResult<Vec<Duration>> {
+    let dir = tempfile::tempdir()?;
+    let database = dir.path().join("catalog.db");
+    let warehouse = Warehouse::Local(dir.path().join("wh"));
+    let catalog = open_sql_catalog(&database, &warehouse, &S3Settings::default()).await?;
+    let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
+    let ledger = MemoryLedger::default();
+    let source = MemorySource::default();
+    let name = TableNaming::default().table_for("bench");
+    let table = ensure_topic_table(&catalog, &name, "bench").await?;
+    let mut listing = BTreeMap::from([(0, BTreeSet::new())]);
+    let mut times = Vec::with_capacity(commits);
+    for i in 0..commits {
+        let base = i as i64 * 10;
+        let key = SegmentKey {
+            namespace: "ns".into(),
+            topic: "bench".into(),
+            partition: 0,
+            base_offset: base,
+        };
+        source.put(&key.to_string(), segment(base)?);
+        let object = source
+            .stat(&key.to_string())
+            .await?
+            .ok_or("segment vanished")?;
+        ingest_segment(
+            &source,
+            &table,
+            &name,
+            &ledger,
+            &key,
+            &object,
+            DecodeLimits::default(),
+        )
+        .await?;
+        listing.entry(0).or_default().insert(base);
+        let started = Instant::now();
+        commit_table(
+            &catalog,
+            &ledger,
+            &name,
+            "bench",
+            &listing,
+            &CommitSettings::default(),
+            now_ms(),
+        )
+        .await?;
+        times.push(started.elapsed());
+        if maintain && i % 50 == 49 {
+            let ident = table_ident(&name);
+            // Keep the newest 100 snapshots, and one manifest.
+            let table = iceberg::Catalog::load_table(&catalog, &ident).await?;
+            let cutoff = table
+                .metadata()
+                .snapshots()
+                .map(|s| s.timestamp_ms())
+                .max()
+                .unwrap_or(0)
+                + 1;
+            expire_snapshots(&catalog, &ident, cutoff, 100, false).await?;
+            rewrite_manifests(&catalog, &swap, &ident, 1, now_ms()).await?;
+        }
+    }
+    Ok(times)
+}
+
+fn median_around(times: &[Duration], index: usize) -> Duration {
+    let from = index.saturating_sub(5);
+    let to = (index + 5).min(times.len());
+    let mut window: Vec<Duration> = times[from..to].to_vec();
+    window.sort();
+    window.get(window.len() / 2).copied().unwrap_or_default()
+}
+
+fn main() -> BenchResult<()> {
+    let commits: usize = std::env::var("KFS_BENCH_COMMITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let runtime = tokio::runtime::Runtime::new()?;
+    for maintain in [false, true] {
+        let times = runtime.block_on(run(commits, maintain))?;
+        let early = median_around(&times, 10);
+        let late = median_around(&times, commits.saturating_sub(5));
+        println!(
+            "commit_growth maintenance={maintain}: commit #10 {:.1} ms, commit #{commits} {:.1} ms, ratio {:.2}x",
+            early.as_secs_f64() * 1000.0,
+            late.as_secs_f64() * 1000.0,
+            late.as_secs_f64() / early.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}
