@@ -105,6 +105,13 @@ fn compaction_expiry_orphans_and_manifest_rewrite_keep_every_row() {
         .unwrap_or_default();
     assert!(history.contains(&"Operation.REPLACE"), "{history:?}");
     assert_eq!(after["operation"], "Operation.REPLACE");
+    // Tiny inputs are decoded and re-encoded (copying their column chunks would only
+    // copy their tiny pages); copying large row groups is covered by
+    // shared/kfs-core/tests/parquet_merge.rs and the compaction benchmark.
+    assert!(
+        report.contains(" re-encoded") && !report.contains(" 0 re-encoded"),
+        "{report}"
+    );
 
     // A stray file left by a crashed writer.
     let stray = warehouse.join("kafscale/tiny/data/stray-crashed-writer.parquet");

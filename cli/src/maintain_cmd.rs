@@ -143,14 +143,16 @@ pub async fn compact(args: &CompactArgs) -> Result<(), CliError> {
         .await
         .map_err(pipeline)?;
         println!(
-            "{ident}: {} groups, {} files -> {} files ({} -> {} bytes), {} replace snapshots, {} stale groups",
+            "{ident}: {} groups, {} files -> {} files ({} -> {} bytes), {} replace snapshots, {} stale groups, {} row groups copied, {} re-encoded",
             report.groups,
             report.files_removed,
             report.files_added,
             report.bytes_read,
             report.bytes_written,
             report.snapshots.len(),
-            report.stale_groups
+            report.stale_groups,
+            report.row_groups_copied,
+            report.row_groups_reencoded
         );
     }
     Ok(())

@@ -416,7 +416,8 @@ async fn coalesce(
 ) -> Result<(Vec<iceberg::spec::DataFile>, Vec<String>), iceberg::Error> {
     use kfs_plan::compaction::{CompactionPolicy, plan_compaction};
     let stats: Vec<_> = files.iter().map(crate::maintenance::file_stat).collect();
-    let groups = plan_compaction(&stats, &CompactionPolicy::for_target(target));
+    let policy = CompactionPolicy::for_target(target);
+    let groups = plan_compaction(&stats, &policy);
     let by_path: HashMap<&str, &iceberg::spec::DataFile> =
         files.iter().map(|f| (f.file_path(), f)).collect();
     let mut merged_away = Vec::new();
@@ -427,10 +428,14 @@ async fn coalesce(
             .iter()
             .filter_map(|f| by_path.get(f.path.as_str()).copied())
             .collect();
-        out.extend(
-            crate::rewrite::rewrite_files(table, &inputs, format!("coalesced-{commit_id}-{n}"))
-                .await?,
-        );
+        let (merged, _) = crate::parquet_merge::merge_data_files(
+            table,
+            &inputs,
+            &format!("coalesced-{commit_id}-{n}"),
+            policy.copy_row_group_min_bytes,
+        )
+        .await?;
+        out.push(merged);
         merged_away.extend(group.files.iter().map(|f| f.path.clone()));
     }
     let gone: BTreeSet<&str> = merged_away.iter().map(String::as_str).collect();

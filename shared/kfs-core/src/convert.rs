@@ -239,7 +239,7 @@ impl Columns {
 }
 
 /// Parquet settings of data files: zstd, row groups of at most 1 Mi rows / 128 MiB.
-fn writer_properties() -> iceberg::Result<WriterProperties> {
+pub(crate) fn writer_properties() -> iceberg::Result<WriterProperties> {
     let level = ZstdLevel::try_new(3)
         .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
     Ok(WriterProperties::builder()

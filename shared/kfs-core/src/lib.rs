@@ -12,6 +12,7 @@ pub mod glue;
 pub mod ledger;
 pub mod maintenance;
 pub mod metrics;
+pub mod parquet_merge;
 pub mod pipeline;
 pub mod rest_swap;
 pub mod rewrite;

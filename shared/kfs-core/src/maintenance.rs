@@ -19,7 +19,8 @@ use kfs_plan::hash::Fnv1a;
 
 use crate::committer::ancestry;
 use crate::ledger::Ledger;
-use crate::rewrite::{Replacement, find_maintenance, live_entries, rewrite_files, stage_replace};
+use crate::parquet_merge::merge_data_files;
+use crate::rewrite::{Replacement, find_maintenance, live_entries, stage_replace};
 use crate::source::{OpendalSource, SegmentSource};
 use crate::table::{OFFSET_FIELD_ID, PARTITION_FIELD_ID};
 use crate::table_commit::TableSwap;
@@ -143,6 +144,14 @@ pub struct CompactionReport {
     pub stale_groups: usize,
     /// Groups left for the next run (deadline).
     pub deferred_groups: usize,
+    /// Row groups copied without decoding.
+    pub row_groups_copied: usize,
+    /// Row groups decoded and re-encoded.
+    pub row_groups_reencoded: usize,
+    /// Compressed bytes copied.
+    pub bytes_copied: u64,
+    /// Compressed bytes re-encoded.
+    pub bytes_reencoded: u64,
 }
 
 /// Compacts a table: plans groups of small files, rewrites each into one file and
@@ -193,9 +202,15 @@ pub async fn compact_table(
                 .iter()
                 .filter_map(|f| by_path.get(f.path.as_str()).copied())
                 .collect();
-            let written = rewrite_files(&table, &inputs, format!("compacted-{group_id}"))
-                .await
-                .map_err(iceberg)?;
+            let (written, merge) = merge_data_files(
+                &table,
+                &inputs,
+                &format!("compacted-{group_id}"),
+                policy.copy_row_group_min_bytes,
+            )
+            .await
+            .map_err(iceberg)?;
+            let written = vec![written];
             let change = Replacement {
                 remove: group.files.iter().map(|f| f.path.clone()).collect(),
                 add: written.clone(),
@@ -206,6 +221,10 @@ pub async fn compact_table(
                 Ok(Some(snapshot_id)) => {
                     report.snapshots.push(snapshot_id);
                     report.files_removed += group.files.len();
+                    report.row_groups_copied += merge.row_groups_copied;
+                    report.row_groups_reencoded += merge.row_groups_reencoded;
+                    report.bytes_copied += merge.bytes_copied;
+                    report.bytes_reencoded += merge.bytes_reencoded;
                     report.files_added += written.len();
                     report.bytes_read += group.bytes();
                     report.bytes_written +=

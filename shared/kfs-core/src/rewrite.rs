@@ -1,4 +1,4 @@
-//! Rewriting data files and building **replace** snapshots from iceberg-rust's public
+//! Building **replace** snapshots from iceberg-rust's public
 //! building blocks (manifest writers, the manifest list writer, snapshot and ref
 //! updates), which 0.10.1 has no action for.
 //!
@@ -12,22 +12,16 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use futures::TryStreamExt;
-use iceberg::arrow::ArrowFileReader;
-use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, MAIN_BRANCH, ManifestContentType, ManifestEntry, ManifestFile, ManifestListWriter,
     ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
     SnapshotSummaryCollector, Summary,
 };
 use iceberg::table::Table;
-use iceberg::writer::IcebergWriter;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 use kfs_plan::offsets::{MAX_TIMESTAMP_KEY, OFFSETS_KEY, TOPIC_KEY};
-use parquet::arrow::ParquetRecordBatchStreamBuilder;
 
 use crate::committer::ancestry;
-use crate::convert::data_file_writer;
 
 /// Summary key of a maintenance snapshot: what made it (`compaction`,
 /// `manifest-rewrite`) and an id derived from its inputs, to recognise it after an
@@ -55,54 +49,6 @@ pub async fn live_entries(table: &Table) -> Result<Vec<ManifestEntry>> {
         );
     }
     Ok(live)
-}
-
-/// Reads the rows of Parquet data files and writes them into one new data file named
-/// `{stem}.parquet` (rewrites of the same inputs write the same name). Rows keep the
-/// order of `inputs`. Memory is bounded by one record batch at a time.
-pub async fn rewrite_files(
-    table: &Table,
-    inputs: &[&DataFile],
-    stem: String,
-) -> Result<Vec<DataFile>> {
-    let (mut writer, _) = data_file_writer(table, stem).await?;
-    let schema = crate::table::arrow_schema(table.metadata().current_schema())?;
-    for input in inputs {
-        let mut batches = read_parquet(table.file_io(), input.file_path()).await?;
-        while let Some(batch) = batches.try_next().await.map_err(|e| {
-            Error::new(
-                ErrorKind::DataInvalid,
-                format!("reading {}: {e}", input.file_path()),
-            )
-        })? {
-            // Same columns, with the table's field ids and nullability.
-            let batch = arrow_array::RecordBatch::try_new(schema.clone(), batch.columns().to_vec())
-                .map_err(|e| {
-                    Error::new(
-                        ErrorKind::DataInvalid,
-                        format!("{} does not match the table schema: {e}", input.file_path()),
-                    )
-                })?;
-            writer.write(batch).await?;
-        }
-    }
-    writer.close().await
-}
-
-async fn read_parquet(
-    file_io: &FileIO,
-    path: &str,
-) -> Result<parquet::arrow::async_reader::ParquetRecordBatchStream<ArrowFileReader>> {
-    let input = file_io.new_input(path)?;
-    let reader = ArrowFileReader::new(input.metadata().await?, input.reader().await?);
-    let parquet_error = |e: parquet::errors::ParquetError| {
-        Error::new(ErrorKind::DataInvalid, format!("{path}: {e}"))
-    };
-    ParquetRecordBatchStreamBuilder::new(reader)
-        .await
-        .map_err(parquet_error)?
-        .build()
-        .map_err(parquet_error)
 }
 
 /// A change of the live file set, as a replace snapshot.

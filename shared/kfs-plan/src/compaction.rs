@@ -30,6 +30,9 @@ pub struct CompactionPolicy {
     pub max_group_bytes: u64,
     /// Most groups one run plans (bounds the work of one invocation).
     pub max_groups: usize,
+    /// Row groups at least this large are copied into the merged file without
+    /// decoding; smaller ones are decoded and re-encoded together.
+    pub copy_row_group_min_bytes: u64,
 }
 
 impl CompactionPolicy {
@@ -40,6 +43,7 @@ impl CompactionPolicy {
             small_below_bytes: target_bytes / 4 * 3,
             max_group_bytes: target_bytes,
             max_groups: usize::MAX,
+            copy_row_group_min_bytes: target_bytes / 8,
         }
     }
 }
