@@ -2,11 +2,12 @@
 //!
 //! Appends `KFS_BENCH_COMMITS` (default 1000) one-segment commits to a table on the
 //! SQLite catalog and a local warehouse, timing each `commit_table` call, twice: with
-//! no maintenance, and with the committer's maintenance between commits (expiry
-//! keeping the newest 100 snapshots, manifests merged past 50). Prints the median
-//! commit time around the 10th and the 1,000th commit and their ratio.
+//! no maintenance, and with maintenance (every 10 commits, expiry keeping the newest
+//! `KFS_BENCH_RETAIN` snapshots, default 10; every 50, the manifests merged). Prints
+//! the median commit time around the 10th and the 1,000th commit and their ratio.
 //!
-//! `cargo bench -p kfs-core --bench commit_growth`
+//! `cargo bench -p kfs-core --bench commit_growth` (`KFS_BENCH_MAINTENANCE=on|off` for
+//! one of the two runs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -40,7 +41,7 @@ fn segment(base: i64) -> BenchResult<Vec<u8>> {
 }
 
 /// Runs `commits` commits; returns each commit's duration.
-async fn run(commits: usize, maintain: bool) -> BenchResult<Vec<Duration>> {
+async fn run(commits: usize, maintain: bool, retain: usize) -> BenchResult<Vec<Duration>> {
     let dir = tempfile::tempdir()?;
     let database = dir.path().join("catalog.db");
     let warehouse = Warehouse::Local(dir.path().join("wh"));
@@ -88,9 +89,9 @@ async fn run(commits: usize, maintain: bool) -> BenchResult<Vec<Duration>> {
         )
         .await?;
         times.push(started.elapsed());
-        if maintain && i % 50 == 49 {
-            let ident = table_ident(&name);
-            // Keep the newest 100 snapshots, and one manifest.
+        let ident = table_ident(&name);
+        if maintain && i % 10 == 9 {
+            // Keep the newest `retain` snapshots.
             let table = iceberg::Catalog::load_table(&catalog, &ident).await?;
             let cutoff = table
                 .metadata()
@@ -99,7 +100,9 @@ async fn run(commits: usize, maintain: bool) -> BenchResult<Vec<Duration>> {
                 .max()
                 .unwrap_or(0)
                 + 1;
-            expire_snapshots(&catalog, &ident, cutoff, 100, false).await?;
+            expire_snapshots(&catalog, &ident, cutoff, retain, false).await?;
+        }
+        if maintain && i % 50 == 49 {
             rewrite_manifests(&catalog, &swap, &ident, 1, now_ms()).await?;
         }
     }
@@ -119,9 +122,29 @@ fn main() -> BenchResult<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
+    let retain: usize = std::env::var("KFS_BENCH_RETAIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
     let runtime = tokio::runtime::Runtime::new()?;
-    for maintain in [false, true] {
-        let times = runtime.block_on(run(commits, maintain))?;
+    let modes: &[bool] = match std::env::var("KFS_BENCH_MAINTENANCE").as_deref() {
+        Ok("on") => &[true],
+        Ok("off") => &[false],
+        _ => &[false, true],
+    };
+    for &maintain in modes {
+        let times = runtime.block_on(run(commits, maintain, retain))?;
+        let curve: Vec<String> = [10, 100, 250, 500, 750, commits.saturating_sub(5)]
+            .iter()
+            .filter(|&&i| i < times.len())
+            .map(|&i| {
+                format!(
+                    "#{i}: {:.1} ms",
+                    median_around(&times, i).as_secs_f64() * 1000.0
+                )
+            })
+            .collect();
+        println!("commit_growth maintenance={maintain}: {}", curve.join(", "));
         let early = median_around(&times, 10);
         let late = median_around(&times, commits.saturating_sub(5));
         println!(

@@ -359,6 +359,11 @@ pub async fn commit_table(
         let tx = Transaction::new(&table);
         let tx = tx
             .fast_append()
+            // The duplicate-path check reads every manifest of the table on every
+            // commit (commit time grows with the table's age). Exactly once does not
+            // rest on it: the plan starts at the table's watermarks and a segment
+            // version always maps to the same file name.
+            .with_check_duplicate(false)
             .add_data_files(data_files)
             .set_snapshot_properties(properties)
             .apply(tx)

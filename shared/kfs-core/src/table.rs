@@ -90,6 +90,12 @@ pub fn topic_table_properties(topic: &str) -> HashMap<String, String> {
             "zstd".to_owned(),
         ),
         (COMMIT_RETRIES_PROPERTY.to_owned(), "0".to_owned()),
+        // A commit every minute would otherwise carry 100 previous metadata files in
+        // every metadata file; older ones are left to orphan cleanup.
+        (
+            "write.metadata.previous-versions-max".to_owned(),
+            "10".to_owned(),
+        ),
     ])
 }
 
