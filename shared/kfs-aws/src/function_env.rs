@@ -18,7 +18,7 @@
 //! | `MAINTENANCE` | `on` (default) or `off`: the committer's compaction, expiry, manifest rewrite and orphan cleanup |
 //! | `SNAPSHOT_RETENTION` | expire snapshots older than this (default `5d`; at least one is kept) |
 //! | `ORPHAN_AGE` | delete unreferenced files older than this, hourly (default `3d`; `off` to disable) |
-//! | `MAX_MANIFESTS` | merge a table's manifests past this many (default 50) |
+//! | `MAX_MANIFESTS` | merge a table's manifests past this many (default 10: commit time stays flat as the table ages) |
 //!
 //! AWS credentials come from the function's role (the standard AWS chain); endpoints
 //! from `AWS_ENDPOINT_URL` for local stacks. REST catalog credentials are read from
@@ -113,7 +113,7 @@ impl FunctionEnv {
                     Some("off") => None,
                     _ => Some(duration("ORPHAN_AGE", "3d")?),
                 },
-                max_manifests: number("MAX_MANIFESTS", 50)?,
+                max_manifests: number("MAX_MANIFESTS", 10)?,
                 ..MaintenancePolicy::default()
             }),
             "off" => None,

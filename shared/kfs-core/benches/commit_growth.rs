@@ -3,7 +3,7 @@
 //! Appends `KFS_BENCH_COMMITS` (default 1000) one-segment commits to a table on the
 //! SQLite catalog and a local warehouse, timing each `commit_table` call, twice: with
 //! no maintenance, and with maintenance (every 10 commits, expiry keeping the newest
-//! `KFS_BENCH_RETAIN` snapshots, default 10; every 50, the manifests merged). Prints
+//! `KFS_BENCH_RETAIN` snapshots, default 10, and the manifests merged into one). Prints
 //! the median commit time around the 10th and the 1,000th commit and their ratio.
 //!
 //! `cargo bench -p kfs-core --bench commit_growth` (`KFS_BENCH_MAINTENANCE=on|off` for
@@ -102,7 +102,7 @@ async fn run(commits: usize, maintain: bool, retain: usize) -> BenchResult<Vec<D
                 + 1;
             expire_snapshots(&catalog, &ident, cutoff, retain, false).await?;
         }
-        if maintain && i % 50 == 49 {
+        if maintain && i % 10 == 9 {
             rewrite_manifests(&catalog, &swap, &ident, 1, now_ms()).await?;
         }
     }

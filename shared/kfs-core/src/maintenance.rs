@@ -588,7 +588,7 @@ impl Default for MaintenancePolicy {
             compact: true,
             snapshot_retention: std::time::Duration::from_secs(5 * 86_400),
             retain_last: 1,
-            max_manifests: 50,
+            max_manifests: 10,
             orphan_age: Some(std::time::Duration::from_secs(3 * 86_400)),
             orphan_interval: std::time::Duration::from_secs(3600),
         }
