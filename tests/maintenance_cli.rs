@@ -31,6 +31,19 @@ fn tiny_bucket(out: &Path, seed: u64, tiny: u32) {
     );
 }
 
+/// `kfs-iceberg run` committing one file per segment (what maintenance must clean up).
+fn run_uncoalesced(source: &str, warehouse: &str) {
+    kfs_ok(&[
+        "run",
+        "--quiet",
+        "--no-coalesce",
+        "--source",
+        source,
+        "--warehouse",
+        warehouse,
+    ]);
+}
+
 fn kfs_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&succeed(kfs().args(args), &args.join(" ")).stdout).into_owned()
 }
@@ -62,15 +75,7 @@ fn compaction_expiry_orphans_and_manifest_rewrite_keep_every_row() {
     let (source, warehouse) = (dir.path().join("bucket"), dir.path().join("wh"));
     tiny_bucket(&source, 21, 500);
     let (src, wh) = (source.to_string_lossy(), warehouse.to_string_lossy());
-    kfs_ok(&[
-        "run",
-        "--quiet",
-        "--no-coalesce",
-        "--source",
-        &src,
-        "--warehouse",
-        &wh,
-    ]);
+    run_uncoalesced(&src, &wh);
     let before = verify(&warehouse, &source);
     let tiny = &before["tiny"];
     assert_eq!(tiny["data_files"].as_array().map(Vec::len), Some(500));
@@ -244,18 +249,11 @@ fn appends_and_compactions_in_two_processes_lose_and_duplicate_nothing() {
         if compact.status.success() {
             compactions_committed += 1;
         }
+        // The append may also lose a race; the settling run below finishes its work.
         let _ = appended;
     }
     // Settle: one more append and compaction, sequentially.
-    kfs_ok(&[
-        "run",
-        "--quiet",
-        "--no-coalesce",
-        "--source",
-        &src,
-        "--warehouse",
-        &wh,
-    ]);
+    run_uncoalesced(&src, &wh);
     kfs_ok(&["compact", "--warehouse", &wh, "--target-file-size", "32768"]);
     assert!(compactions_committed > 0);
     let facts = verify(&warehouse, &source);

@@ -13,9 +13,7 @@ use kfs_testkit::{LocalStack, sample_segment, table_contents, workspace_root};
 use serde_json::{Value, json};
 
 fn schedule() -> Value {
-    let path = workspace_root().join("events/schedule.json");
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    event("schedule.json")
 }
 
 #[tokio::test(flavor = "multi_thread")]

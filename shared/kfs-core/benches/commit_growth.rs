@@ -9,23 +9,15 @@
 //! `cargo bench -p kfs-core --bench commit_growth` (`KFS_BENCH_MAINTENANCE=on|off` for
 //! one of the two runs).
 
-use std::collections::{BTreeMap, BTreeSet};
+mod common;
+
 use std::time::{Duration, Instant};
 
-use kfs_core::catalog::{
-    LOCAL_CATALOG_NAME, S3Settings, Warehouse, ensure_topic_table, open_sql_catalog, table_ident,
-};
-use kfs_core::committer::{CommitSettings, commit_table};
-use kfs_core::ledger::MemoryLedger;
+use common::{BenchResult, BenchTable};
+use kfs_core::catalog::table_ident;
 use kfs_core::maintenance::{expire_snapshots, rewrite_manifests};
-use kfs_core::pipeline::{ingest_segment, now_ms};
-use kfs_core::source::{MemorySource, SegmentSource};
-use kfs_core::table_commit::SqlTableSwap;
-use kfs_plan::keys::SegmentKey;
-use kfs_plan::naming::TableNaming;
-use kfs_segment::{BatchSpec, Compression, DecodeLimits, OwnedRecord, encode_segment};
-
-type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+use kfs_core::pipeline::now_ms;
+use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
 
 fn segment(base: i64) -> BenchResult<Vec<u8>> {
     let records = (base..base + 10)
@@ -42,57 +34,18 @@ fn segment(base: i64) -> BenchResult<Vec<u8>> {
 
 /// Runs `commits` commits; returns each commit's duration.
 async fn run(commits: usize, maintain: bool, retain: usize) -> BenchResult<Vec<Duration>> {
-    let dir = tempfile::tempdir()?;
-    let database = dir.path().join("catalog.db");
-    let warehouse = Warehouse::Local(dir.path().join("wh"));
-    let catalog = open_sql_catalog(&database, &warehouse, &S3Settings::default()).await?;
-    let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
-    let ledger = MemoryLedger::default();
-    let source = MemorySource::default();
-    let name = TableNaming::default().table_for("bench");
-    let table = ensure_topic_table(&catalog, &name, "bench").await?;
-    let mut listing = BTreeMap::from([(0, BTreeSet::new())]);
+    let mut bench = BenchTable::new().await?;
     let mut times = Vec::with_capacity(commits);
     for i in 0..commits {
         let base = i as i64 * 10;
-        let key = SegmentKey {
-            namespace: "ns".into(),
-            topic: "bench".into(),
-            partition: 0,
-            base_offset: base,
-        };
-        source.put(&key.to_string(), segment(base)?);
-        let object = source
-            .stat(&key.to_string())
-            .await?
-            .ok_or("segment vanished")?;
-        ingest_segment(
-            &source,
-            &table,
-            &name,
-            &ledger,
-            &key,
-            &object,
-            DecodeLimits::default(),
-        )
-        .await?;
-        listing.entry(0).or_default().insert(base);
+        bench.add_segment(base, segment(base)?).await?;
         let started = Instant::now();
-        commit_table(
-            &catalog,
-            &ledger,
-            &name,
-            "bench",
-            &listing,
-            &CommitSettings::default(),
-            now_ms(),
-        )
-        .await?;
+        bench.commit().await?;
         times.push(started.elapsed());
-        let ident = table_ident(&name);
+        let ident = table_ident(&bench.name);
         if maintain && i % 10 == 9 {
             // Keep the newest `retain` snapshots.
-            let table = iceberg::Catalog::load_table(&catalog, &ident).await?;
+            let table = iceberg::Catalog::load_table(&bench.catalog, &ident).await?;
             let cutoff = table
                 .metadata()
                 .snapshots()
@@ -100,10 +53,10 @@ async fn run(commits: usize, maintain: bool, retain: usize) -> BenchResult<Vec<D
                 .max()
                 .unwrap_or(0)
                 + 1;
-            expire_snapshots(&catalog, &ident, cutoff, retain, false).await?;
+            expire_snapshots(&bench.catalog, &ident, cutoff, retain, false).await?;
         }
         if maintain && i % 10 == 9 {
-            rewrite_manifests(&catalog, &swap, &ident, 1, now_ms()).await?;
+            rewrite_manifests(&bench.catalog, &bench.swap, &ident, 1, now_ms()).await?;
         }
     }
     Ok(times)

@@ -9,24 +9,16 @@
 //!
 //! `cargo bench -p kfs-core --bench compaction`
 
-use std::collections::{BTreeMap, BTreeSet};
+mod common;
+
 use std::time::Instant;
 
-use kfs_core::catalog::{
-    LOCAL_CATALOG_NAME, S3Settings, Warehouse, ensure_topic_table, open_sql_catalog, table_ident,
-};
-use kfs_core::committer::{CommitSettings, commit_table};
-use kfs_core::ledger::MemoryLedger;
+use common::{BenchResult, BenchTable};
+use kfs_core::catalog::table_ident;
 use kfs_core::maintenance::compact_table;
-use kfs_core::pipeline::{ingest_segment, now_ms};
-use kfs_core::source::{MemorySource, SegmentSource};
-use kfs_core::table_commit::SqlTableSwap;
+use kfs_core::pipeline::now_ms;
 use kfs_plan::compaction::CompactionPolicy;
-use kfs_plan::keys::SegmentKey;
-use kfs_plan::naming::TableNaming;
-use kfs_segment::{BatchSpec, Compression, DecodeLimits, OwnedRecord, encode_segment};
-
-type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
 
 const RECORDS: i64 = 20_000;
 
@@ -61,62 +53,22 @@ fn segment(base: i64) -> BenchResult<Vec<u8>> {
 
 /// A table of `files` data files, and the time to compact it into one.
 async fn compact(files: usize, copy: bool) -> BenchResult<(u64, f64, String)> {
-    let dir = tempfile::tempdir()?;
-    let database = dir.path().join("catalog.db");
-    let warehouse = Warehouse::Local(dir.path().join("wh"));
-    let catalog = open_sql_catalog(&database, &warehouse, &S3Settings::default()).await?;
-    let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
-    let ledger = MemoryLedger::default();
-    let source = MemorySource::default();
-    let name = TableNaming::default().table_for("bench");
-    let table = ensure_topic_table(&catalog, &name, "bench").await?;
-    let mut listing = BTreeMap::from([(0, BTreeSet::new())]);
+    let mut bench = BenchTable::new().await?;
     let mut input_bytes = 0;
     for i in 0..files {
         let base = i as i64 * RECORDS;
-        let key = SegmentKey {
-            namespace: "ns".into(),
-            topic: "bench".into(),
-            partition: 0,
-            base_offset: base,
-        };
-        source.put(&key.to_string(), segment(base)?);
-        let object = source
-            .stat(&key.to_string())
-            .await?
-            .ok_or("segment vanished")?;
-        let entry = ingest_segment(
-            &source,
-            &table,
-            &name,
-            &ledger,
-            &key,
-            &object,
-            DecodeLimits::default(),
-        )
-        .await?;
-        input_bytes += entry.bytes;
-        listing.entry(0).or_default().insert(base);
+        input_bytes += bench.add_segment(base, segment(base)?).await?.bytes;
     }
-    commit_table(
-        &catalog,
-        &ledger,
-        &name,
-        "bench",
-        &listing,
-        &CommitSettings::default(),
-        now_ms(),
-    )
-    .await?;
+    bench.commit().await?;
     let policy = CompactionPolicy {
         copy_row_group_min_bytes: if copy { 0 } else { u64::MAX },
         ..CompactionPolicy::for_target(1 << 40)
     };
     let started = Instant::now();
     let report = compact_table(
-        &catalog,
-        &swap,
-        &table_ident(&name),
+        &bench.catalog,
+        &bench.swap,
+        &table_ident(&bench.name),
         Some(policy),
         None,
         now_ms(),

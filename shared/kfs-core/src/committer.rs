@@ -361,14 +361,20 @@ pub async fn commit_table(
             .fast_append()
             // The duplicate-path check reads every manifest of the table on every
             // commit (commit time grows with the table's age). Exactly once does not
-            // rest on it: the plan starts at the table's watermarks and a segment
-            // version always maps to the same file name.
+            // rest on it: the plan starts at the watermarks of the snapshot the commit
+            // is pinned to (below), so a racing commit makes this one conflict.
             .with_check_duplicate(false)
             .add_data_files(data_files)
             .set_snapshot_properties(properties)
             .apply(tx)
             .map_err(catalog_error)?;
-        let committed = tx.commit(catalog).await;
+        // Pinned: the append must land on the snapshot the plan saw, or not at all.
+        let committed = tx
+            .commit(&crate::table_commit::PinnedCatalog::new(
+                catalog,
+                table.clone(),
+            ))
+            .await;
         // Whatever the answer, the table is the truth: re-read it and look for our commit
         // (the SQL catalog can report success for a swap that did not happen, and an
         // error may hide a commit that did).

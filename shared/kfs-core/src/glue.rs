@@ -26,6 +26,8 @@ use iceberg::{
 };
 use iceberg_catalog_glue::GlueCatalog;
 
+use crate::table_commit::table_handle;
+
 /// The Glue catalog with timestamptz support (see the module docs).
 #[derive(Debug)]
 pub struct GlueTables {
@@ -178,13 +180,13 @@ impl GlueTables {
                 )
             })?;
         let metadata = TableMetadata::read_from(&self.file_io, location).await?;
-        let table = Table::builder()
-            .file_io(self.file_io.clone())
-            .runtime(self.runtime.clone())
-            .metadata_location(location.clone())
-            .metadata(metadata)
-            .identifier(ident.clone())
-            .build()?;
+        let table = table_handle(
+            &self.file_io,
+            self.runtime.clone(),
+            ident.clone(),
+            location.clone(),
+            metadata,
+        )?;
         Ok((table, table_version(response.table())))
     }
 }
@@ -275,13 +277,13 @@ impl Catalog for GlueTables {
                     glue_error("CreateTable", service)
                 }
             })?;
-        Table::builder()
-            .file_io(self.file_io.clone())
-            .runtime(self.runtime.clone())
-            .metadata_location(metadata_location.to_string())
-            .metadata(metadata)
-            .identifier(TableIdent::new(namespace.clone(), name))
-            .build()
+        table_handle(
+            &self.file_io,
+            self.runtime.clone(),
+            TableIdent::new(namespace.clone(), name),
+            metadata_location.to_string(),
+            metadata,
+        )
     }
 
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
@@ -388,12 +390,12 @@ impl GlueTables {
                 glue_error("UpdateTable", service)
             }
         })?;
-        Table::builder()
-            .file_io(self.file_io.clone())
-            .runtime(self.runtime.clone())
-            .metadata_location(staged_location.to_string())
-            .metadata(staged)
-            .identifier(ident.clone())
-            .build()
+        table_handle(
+            &self.file_io,
+            self.runtime.clone(),
+            ident.clone(),
+            staged_location.to_string(),
+            staged,
+        )
     }
 }

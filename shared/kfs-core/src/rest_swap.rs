@@ -250,13 +250,13 @@ impl TableSwap for RestTableSwap {
                 .map_err(|e| unknown_state(ident, &describe(e)))?;
             let committed: CommitResponse = serde_json::from_slice(&bytes)
                 .map_err(|e| unknown_state(ident, &format!("unreadable commit response: {e}")))?;
-            return Table::builder()
-                .file_io(table.file_io().clone())
-                .runtime(Runtime::try_current()?)
-                .metadata_location(committed.metadata_location)
-                .metadata(committed.metadata)
-                .identifier(ident.clone())
-                .build();
+            return crate::table_commit::table_handle(
+                table.file_io(),
+                Runtime::try_current()?,
+                ident.clone(),
+                committed.metadata_location,
+                committed.metadata,
+            );
         }
     }
 }

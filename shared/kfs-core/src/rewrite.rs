@@ -147,12 +147,19 @@ pub async fn stage_replace(
         .with_retryable(true));
     }
     let mut counter = 0;
-    let mut next_manifest = || {
+    // A data manifest of the new snapshot, for files of `spec`.
+    let mut new_manifest = |spec: &iceberg::spec::PartitionSpecRef| -> Result<_> {
         counter += 1;
-        format!(
-            "{}/metadata/{commit_uuid}-m{counter}.avro",
-            metadata.location()
+        Ok(ManifestWriterBuilder::new(
+            file_io.new_output(format!(
+                "{}/metadata/{commit_uuid}-m{counter}.avro",
+                metadata.location()
+            ))?,
+            Some(snapshot_id),
+            schema.clone(),
+            spec.as_ref().clone(),
         )
+        .build_v2_data())
     };
     for (spec_id, entries) in merged {
         let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
@@ -161,13 +168,7 @@ pub async fn stage_replace(
                 format!("no partition spec {spec_id}"),
             )
         })?;
-        let mut writer = ManifestWriterBuilder::new(
-            file_io.new_output(next_manifest())?,
-            Some(snapshot_id),
-            schema.clone(),
-            spec.as_ref().clone(),
-        )
-        .build_v2_data();
+        let mut writer = new_manifest(spec)?;
         for (entry, remove) in entries {
             let data_sequence = entry.sequence_number().ok_or_else(|| {
                 Error::new(
@@ -193,13 +194,7 @@ pub async fn stage_replace(
     }
     if !change.add.is_empty() {
         let spec = metadata.default_partition_spec();
-        let mut writer = ManifestWriterBuilder::new(
-            file_io.new_output(next_manifest())?,
-            Some(snapshot_id),
-            schema.clone(),
-            spec.as_ref().clone(),
-        )
-        .build_v2_data();
+        let mut writer = new_manifest(spec)?;
         for file in &change.add {
             summary.add_file(file, schema.clone(), spec.clone());
             totals.0 += file.record_count();

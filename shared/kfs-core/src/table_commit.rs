@@ -5,6 +5,7 @@
 //! swap the metadata pointer per catalog: the row of the SQL catalog, Glue's
 //! `UpdateTable` with `VersionId` (in [`crate::glue`]), the REST commit endpoint.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -13,7 +14,8 @@ use iceberg::Runtime;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::{
-    Error, ErrorKind, MetadataLocation, Result, TableIdent, TableRequirement, TableUpdate,
+    Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
+    TableCreation, TableIdent, TableRequirement, TableUpdate,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
@@ -41,18 +43,21 @@ pub fn stage_updates(
     Ok((staged, location))
 }
 
-/// A table handle for staged metadata at `location`.
-pub fn table_at(
-    template: &Table,
+/// A table handle: metadata read from (or written to) `location`, with the FileIO and
+/// runtime it is used with.
+pub fn table_handle(
+    file_io: &iceberg::io::FileIO,
+    runtime: Runtime,
+    ident: TableIdent,
+    location: String,
     metadata: TableMetadata,
-    location: &MetadataLocation,
 ) -> Result<Table> {
     Table::builder()
-        .file_io(template.file_io().clone())
-        .runtime(Runtime::try_current()?)
-        .metadata_location(location.to_string())
+        .file_io(file_io.clone())
+        .runtime(runtime)
+        .metadata_location(location)
         .metadata(metadata)
-        .identifier(template.identifier().clone())
+        .identifier(ident)
         .build()
 }
 
@@ -140,9 +145,122 @@ impl TableSwap for SqlTableSwap {
             )
             .with_retryable(true));
         }
-        table_at(table, staged, &location)
+        table_handle(
+            table.file_io(),
+            Runtime::try_current()?,
+            ident.clone(),
+            location.to_string(),
+            staged,
+        )
     }
 }
 
 /// A shared swap.
 pub type SharedSwap = Arc<dyn TableSwap>;
+
+/// A catalog view that pins one table at the version a plan was made on.
+///
+/// iceberg-rust's `Transaction::commit` re-reads the table and, when it moved, re-applies
+/// its actions on the new version: an append planned against one snapshot would be
+/// committed on top of whatever landed meanwhile (the same segments from a racing
+/// committer included). Committing through this view makes the re-read return the
+/// planned version, so the commit carries `assert-ref-snapshot-id` for the snapshot the
+/// plan saw, and the catalog's own compare-and-swap rejects it if the table moved.
+pub struct PinnedCatalog<'a> {
+    inner: &'a dyn Catalog,
+    pinned: Table,
+}
+
+impl<'a> PinnedCatalog<'a> {
+    /// `inner`, with `pinned` returned for its table.
+    pub fn new(inner: &'a dyn Catalog, pinned: Table) -> Self {
+        Self { inner, pinned }
+    }
+}
+
+impl std::fmt::Debug for PinnedCatalog<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PinnedCatalog({})", self.pinned.identifier())
+    }
+}
+
+#[async_trait]
+impl Catalog for PinnedCatalog<'_> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Vec<NamespaceIdent>> {
+        self.inner.list_namespaces(parent).await
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        self.inner.create_namespace(namespace, properties).await
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
+        self.inner.get_namespace(namespace).await
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        self.inner.namespace_exists(namespace).await
+    }
+
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<()> {
+        self.inner.update_namespace(namespace, properties).await
+    }
+
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+        self.inner.drop_namespace(namespace).await
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        self.inner.list_tables(namespace).await
+    }
+
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> Result<Table> {
+        self.inner.create_table(namespace, creation).await
+    }
+
+    async fn load_table(&self, table: &TableIdent) -> Result<Table> {
+        if table == self.pinned.identifier() {
+            return Ok(self.pinned.clone());
+        }
+        self.inner.load_table(table).await
+    }
+
+    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.drop_table(table).await
+    }
+
+    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.purge_table(table).await
+    }
+
+    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
+        self.inner.table_exists(table).await
+    }
+
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
+        self.inner.rename_table(src, dest).await
+    }
+
+    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
+        self.inner.register_table(table, metadata_location).await
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+        self.inner.update_table(commit).await
+    }
+}

@@ -1,0 +1,101 @@
+//! The table the macro benchmarks work on: the SQLite catalog and a local warehouse in
+//! a temporary directory, an in-memory source and ledger, and a topic `bench` whose
+//! segments are converted the way the pipeline converts them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kfs_core::catalog::{
+    LOCAL_CATALOG_NAME, S3Settings, SqlCatalog, Warehouse, ensure_topic_table, open_sql_catalog,
+};
+use kfs_core::committer::{CommitOutcome, CommitSettings, commit_table};
+use kfs_core::ledger::{LedgerEntry, MemoryLedger};
+use kfs_core::pipeline::{ingest_segment, now_ms};
+use kfs_core::source::{MemorySource, SegmentSource};
+use kfs_core::table_commit::SqlTableSwap;
+use kfs_plan::keys::SegmentKey;
+use kfs_plan::naming::{TableName, TableNaming};
+use kfs_segment::DecodeLimits;
+
+/// A benchmark's error.
+pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The benchmark table and everything around it.
+pub struct BenchTable {
+    _dir: tempfile::TempDir,
+    /// The catalog.
+    pub catalog: SqlCatalog,
+    /// Its pointer swap.
+    pub swap: SqlTableSwap,
+    /// The ledger.
+    pub ledger: MemoryLedger,
+    source: MemorySource,
+    /// The table's name.
+    pub name: TableName,
+    table: iceberg::table::Table,
+    listing: BTreeMap<i32, BTreeSet<i64>>,
+}
+
+impl BenchTable {
+    /// A fresh table.
+    pub async fn new() -> BenchResult<Self> {
+        let dir = tempfile::tempdir()?;
+        let database = dir.path().join("catalog.db");
+        let warehouse = Warehouse::Local(dir.path().join("wh"));
+        let catalog = open_sql_catalog(&database, &warehouse, &S3Settings::default()).await?;
+        let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
+        let name = TableNaming::default().table_for("bench");
+        let table = ensure_topic_table(&catalog, &name, "bench").await?;
+        Ok(Self {
+            _dir: dir,
+            catalog,
+            swap,
+            ledger: MemoryLedger::default(),
+            source: MemorySource::default(),
+            name,
+            table,
+            listing: BTreeMap::new(),
+        })
+    }
+
+    /// Converts the segment of partition 0 at `base` into a pending entry.
+    pub async fn add_segment(&mut self, base: i64, kfs: Vec<u8>) -> BenchResult<LedgerEntry> {
+        let key = SegmentKey {
+            namespace: "ns".into(),
+            topic: "bench".into(),
+            partition: 0,
+            base_offset: base,
+        };
+        self.source.put(&key.to_string(), kfs);
+        let object = self
+            .source
+            .stat(&key.to_string())
+            .await?
+            .ok_or("segment vanished")?;
+        let entry = ingest_segment(
+            &self.source,
+            &self.table,
+            &self.name,
+            &self.ledger,
+            &key,
+            &object,
+            DecodeLimits::default(),
+        )
+        .await?;
+        self.listing.entry(0).or_default().insert(base);
+        Ok(entry)
+    }
+
+    /// Commits the pending segments.
+    pub async fn commit(&self) -> BenchResult<CommitOutcome> {
+        Ok(commit_table(
+            &self.catalog,
+            &self.ledger,
+            &self.name,
+            "bench",
+            &self.listing,
+            &CommitSettings::default(),
+            now_ms(),
+        )
+        .await?)
+    }
+}
