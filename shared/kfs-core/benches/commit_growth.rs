@@ -6,8 +6,10 @@
 //! `KFS_BENCH_RETAIN` snapshots, default 10, and the manifests merged into one). Prints
 //! the median commit time around the 10th and the 1,000th commit and their ratio.
 //!
-//! `cargo bench -p kfs-core --bench commit_growth` (`KFS_BENCH_MAINTENANCE=on|off` for
-//! one of the two runs).
+//! `TMPDIR=/dev/shm cargo bench -p kfs-core --bench commit_growth`
+//! (`KFS_BENCH_MAINTENANCE=on|off` for one of the two runs; the warehouse lives under
+//! `TMPDIR`: in memory it stands in for object storage, on a local disk every file
+//! write adds an fsync).
 
 mod common;
 
