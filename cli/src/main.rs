@@ -10,6 +10,7 @@ mod dump;
 mod embedded;
 mod gen_cmd;
 mod maintain_cmd;
+mod quarantine_cmd;
 mod run_cmd;
 mod status_cmd;
 mod time;
@@ -45,6 +46,8 @@ enum Command {
     RemoveOrphans(maintain_cmd::OrphanArgs),
     /// Merge a table's manifests into one.
     RewriteManifests(maintain_cmd::RewriteManifestsArgs),
+    /// List quarantined segments, or release them for another try.
+    Quarantine(quarantine_cmd::QuarantineArgs),
 }
 
 /// A failure of a command, worded for the operator.
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
         Command::ExpireSnapshots(args) => block_on(maintain_cmd::expire(&args)),
         Command::RemoveOrphans(args) => block_on(maintain_cmd::orphans(&args)),
         Command::RewriteManifests(args) => block_on(maintain_cmd::rewrite(&args)),
+        Command::Quarantine(args) => block_on(quarantine_cmd::run(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+#[allow(unused_imports)] // not every test file lists files
 pub use kfs_testkit::files_under;
 use std::process::{Command, Output};
 

@@ -406,4 +406,27 @@ impl Ledger for DynamoLedger {
         }
         Ok(moved)
     }
+
+    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("segment_key", s(segment))
+            .condition_expression("#s = :quarantined")
+            .expression_attribute_names("#s", "entry_state")
+            .expression_attribute_values(":quarantined", s("quarantined"))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
 }

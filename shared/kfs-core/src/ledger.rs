@@ -163,6 +163,14 @@ pub trait Ledger: Send + Sync {
         snapshot_id: i64,
         now_ms: i64,
     ) -> impl Future<Output = Result<usize, LedgerError>> + Send;
+
+    /// Removes a quarantined entry so that the segment is converted again (an operator's
+    /// retry after a fix); returns whether it was there and quarantined (entries in
+    /// another state are left alone).
+    fn release_quarantined(
+        &self,
+        segment: &str,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 }
 
 /// After a conditional insert found the segment taken: the entry that is there.
@@ -255,6 +263,18 @@ impl Ledger for MemoryLedger {
                 }
             }
             moved
+        })
+    }
+
+    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
+        self.with(|m| {
+            let quarantined = m
+                .get(segment)
+                .is_some_and(|e| matches!(e.state, EntryState::Quarantined { .. }));
+            if quarantined {
+                m.remove(segment);
+            }
+            quarantined
         })
     }
 }
@@ -431,6 +451,14 @@ impl Ledger for SqliteLedger {
         tx.commit().await?;
         Ok(moved)
     }
+
+    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
+        let result = sqlx::query("DELETE FROM ledger WHERE segment = ? AND state = 'quarantined'")
+            .bind(segment)
+            .execute(&self.pool)
+            .await?;
+        Ok(result.rows_affected() == 1)
+    }
 }
 
 /// The behaviour every [`Ledger`] implementation must show, checked on an empty
@@ -575,6 +603,35 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
         ledger.get("nope").await.map_err(store)?,
         None,
     )?;
+    expect(
+        "releasing a committed entry",
+        ledger
+            .release_quarantined(&pending.segment)
+            .await
+            .map_err(store)?,
+        false,
+    )?;
+    expect(
+        "releasing a quarantined entry",
+        ledger
+            .release_quarantined(&bad.segment)
+            .await
+            .map_err(store)?,
+        true,
+    )?;
+    expect(
+        "released entry",
+        ledger.get(&bad.segment).await.map_err(store)?,
+        None,
+    )?;
+    expect(
+        "releasing it again",
+        ledger
+            .release_quarantined(&bad.segment)
+            .await
+            .map_err(store)?,
+        false,
+    )?;
     Ok(())
 }
 
@@ -594,7 +651,7 @@ mod tests {
         check_contract(&ledger).await?;
         // Reopening sees the same state.
         let reopened = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
-        assert_eq!(reopened.list(None, None).await?.len(), 3);
+        assert_eq!(reopened.list(None, None).await?.len(), 2);
         Ok(())
     }
 }

@@ -207,6 +207,9 @@ impl<L: Ledger> Ledger for LosesMarks<L> {
             .mark_committed(segments, snapshot_id, now_ms)
             .await
     }
+    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
+        self.inner.release_quarantined(segment).await
+    }
 }
 
 #[tokio::test]
