@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kfs_core::catalog::ensure_topic_table;
-use kfs_core::committer::{CommitSettings, commit_table, table_watermarks};
-use kfs_core::pipeline::ingest_segment;
+use kfs_core::committer::{CommitSettings, commit_table, table_progress, table_watermarks};
+use kfs_core::pipeline::{TopicTable, ingest_segment};
 use kfs_core::source::SourceObject;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::TableNaming;
@@ -35,6 +35,11 @@ async fn glue_tables_take_commits_with_the_offset_map() {
         let table = ensure_topic_table(catalog.as_ref(), &name, "orders")
             .await
             .unwrap_or_else(|e| panic!("table: {e}"));
+        let target = TopicTable {
+            name: name.clone(),
+            progress: table_progress(&table).unwrap_or_else(|e| panic!("progress: {e}")),
+            table,
+        };
         let object = SourceObject {
             key: object_key,
             size: segment.kfs.len() as u64,
@@ -43,8 +48,7 @@ async fn glue_tables_take_commits_with_the_offset_map() {
         };
         ingest_segment(
             &source,
-            &table,
-            &name,
+            &target,
             &ledger,
             &key,
             &object,

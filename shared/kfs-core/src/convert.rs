@@ -252,7 +252,7 @@ pub(crate) fn writer_properties() -> iceberg::Result<WriterProperties> {
 /// The writer of table data files: one Parquet file named `{stem}.parquet` in the
 /// table's data directory (the same name every time, so a retry overwrites), through
 /// iceberg-rust's writer stack. Returns the writer and the file's location.
-pub async fn data_file_writer(
+async fn data_file_writer(
     table: &Table,
     stem: String,
 ) -> iceberg::Result<(impl IcebergWriter + use<>, String)> {

@@ -12,9 +12,8 @@ use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 use kfs_segment::DecodeLimits;
 
-use crate::catalog::ensure_topic_table;
 use crate::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry};
-use crate::pipeline::{PipelineError, ingest_segment, now_ms};
+use crate::pipeline::{PipelineError, TopicTable, ingest_segment, now_ms};
 use crate::source::SegmentSource;
 
 /// Settings of the converter service.
@@ -149,17 +148,11 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         if let Some(entry) = self.ledger.get(&kfs_key).await? {
             return self.known(entry, kfs.etag.as_deref()).await;
         }
-        let table_name = self.settings.naming.table_for(&key.topic);
-        let table = ensure_topic_table(self.catalog.as_ref(), &table_name, &key.topic)
-            .await
-            .map_err(|source| PipelineError::Catalog {
-                table: table_name.to_string(),
-                source: Box::new(source),
-            })?;
+        let target =
+            TopicTable::open(self.catalog.as_ref(), &self.settings.naming, &key.topic).await?;
         let entry = ingest_segment(
             &self.source,
-            &table,
-            &table_name,
+            &target,
             &self.ledger,
             &key,
             &kfs,

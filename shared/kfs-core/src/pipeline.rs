@@ -178,10 +178,47 @@ pub fn version_tag(object: &SourceObject, bytes: &[u8]) -> String {
     }
 }
 
-/// Tables opened in this pass, by topic, with their progress at opening.
+/// A topic's table, opened (created on first sight), with its progress at opening.
+#[derive(Debug, Clone)]
+pub struct TopicTable {
+    /// The table's name.
+    pub name: TableName,
+    /// The table.
+    pub table: Table,
+    /// Its watermarks and recorded gaps.
+    pub progress: TableProgress,
+}
+
+impl TopicTable {
+    /// Opens the table of `topic`, creating it on first sight.
+    pub async fn open(
+        catalog: &dyn Catalog,
+        naming: &TableNaming,
+        topic: &str,
+    ) -> Result<Self, PipelineError> {
+        let name = naming.table_for(topic);
+        let table = ensure_topic_table(catalog, &name, topic)
+            .await
+            .map_err(|source| PipelineError::Catalog {
+                table: name.to_string(),
+                source: Box::new(source),
+            })?;
+        let progress = table_progress(&table).map_err(|source| PipelineError::Summary {
+            table: name.to_string(),
+            source,
+        })?;
+        Ok(Self {
+            name,
+            table,
+            progress,
+        })
+    }
+}
+
+/// Tables opened in this pass, by topic.
 #[derive(Default)]
 struct Tables {
-    by_topic: HashMap<String, (TableName, Table, TableProgress)>,
+    by_topic: HashMap<String, TopicTable>,
 }
 
 impl Tables {
@@ -190,21 +227,10 @@ impl Tables {
         catalog: &dyn Catalog,
         naming: &TableNaming,
         topic: &str,
-    ) -> Result<&(TableName, Table, TableProgress), PipelineError> {
+    ) -> Result<&TopicTable, PipelineError> {
         if !self.by_topic.contains_key(topic) {
-            let name = naming.table_for(topic);
-            let table = ensure_topic_table(catalog, &name, topic)
-                .await
-                .map_err(|source| PipelineError::Catalog {
-                    table: name.to_string(),
-                    source: Box::new(source),
-                })?;
-            let progress = table_progress(&table).map_err(|source| PipelineError::Summary {
-                table: name.to_string(),
-                source,
-            })?;
-            self.by_topic
-                .insert(topic.to_owned(), (name, table, progress));
+            let opened = TopicTable::open(catalog, naming, topic).await?;
+            self.by_topic.insert(topic.to_owned(), opened);
         }
         self.by_topic.get(topic).ok_or_else(|| {
             PipelineError::Ledger(LedgerError::Store {
@@ -217,17 +243,21 @@ impl Tables {
 
 /// Converts one segment and records the result in the ledger: pending with its data
 /// files, or quarantined with the error. A segment that arrives after its offsets were
-/// committed as a gap is quarantined unconverted (the table has moved past it).
-/// Returns the entry as recorded.
+/// committed as a gap (by the table's progress at opening) is quarantined unconverted:
+/// the table has moved past it. Returns the entry as recorded.
 pub async fn ingest_segment(
     source: &impl SegmentSource,
-    table: &Table,
-    table_name: &TableName,
+    target: &TopicTable,
     ledger: &impl Ledger,
     key: &SegmentKey,
     object: &SourceObject,
     limits: DecodeLimits,
 ) -> Result<LedgerEntry, PipelineError> {
+    let TopicTable {
+        name: table_name,
+        table,
+        progress,
+    } = target;
     let bytes = source.read(&object.key).await?;
     let etag = version_tag(object, &bytes);
     let now = now_ms();
@@ -246,10 +276,6 @@ pub async fn ingest_segment(
         created_ms: now,
         updated_ms: now,
     };
-    let progress = table_progress(table).map_err(|source| PipelineError::Summary {
-        table: table_name.to_string(),
-        source,
-    })?;
     if let ListedSegment::LateAfterGap(gap) = progress.classify(key.partition, key.base_offset) {
         entry.state = EntryState::Quarantined {
             error: format!(
@@ -343,7 +369,10 @@ pub async fn run_once(
         };
         // Segments below the watermark are in the table: no ledger read for them, so a
         // sweep costs one read per segment not yet committed, not per segment listed.
-        let (_, _, progress) = tables.get(catalog, &config.naming, &key.topic).await?;
+        let progress = &tables
+            .get(catalog, &config.naming, &key.topic)
+            .await?
+            .progress;
         if progress.classify(key.partition, key.base_offset) == ListedSegment::Committed {
             report.known += 1;
             continue;
@@ -371,8 +400,8 @@ pub async fn run_once(
             report.deferred = work.len() - done;
             break;
         }
-        let (name, table, _) = tables.get(catalog, &config.naming, &key.topic).await?;
-        let entry = ingest_segment(source, table, name, ledger, key, object, config.limits).await?;
+        let target = tables.get(catalog, &config.naming, &key.topic).await?;
+        let entry = ingest_segment(source, target, ledger, key, object, config.limits).await?;
         match &entry.state {
             EntryState::Quarantined { error } => {
                 progress(&Progress::Quarantined {
@@ -409,7 +438,7 @@ pub async fn run_once(
                 .or_default()
                 .insert(key.base_offset);
         }
-        let (name, _, _) = tables.get(catalog, &config.naming, topic).await?;
+        let name = &tables.get(catalog, &config.naming, topic).await?.name;
         let settings = CommitSettings {
             start_offsets: config.start_offsets.get(topic).cloned().unwrap_or_default(),
             etcd: config.etcd.view(topic),

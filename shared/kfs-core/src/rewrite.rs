@@ -74,8 +74,6 @@ pub struct StagedReplace {
     pub requirements: Vec<TableRequirement>,
     /// Updates of its commit.
     pub updates: Vec<TableUpdate>,
-    /// Data manifests after the snapshot.
-    pub manifests: usize,
 }
 
 /// Builds a replace snapshot on the table's current snapshot: writes the manifests and
@@ -204,10 +202,6 @@ pub async fn stage_replace(
         }
         manifests.insert(0, writer.write_manifest_file().await?);
     }
-    let data_manifests = manifests
-        .iter()
-        .filter(|m| m.content == ManifestContentType::Data)
-        .count();
     let list_path = format!(
         "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
         metadata.location()
@@ -273,7 +267,6 @@ pub async fn stage_replace(
                 ),
             },
         ],
-        manifests: data_manifests,
     })
 }
 

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use iceberg::Runtime;
@@ -154,9 +153,6 @@ impl TableSwap for SqlTableSwap {
         )
     }
 }
-
-/// A shared swap.
-pub type SharedSwap = Arc<dyn TableSwap>;
 
 /// A catalog view that pins one table at the version a plan was made on.
 ///

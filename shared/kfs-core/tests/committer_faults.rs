@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kfs_core::catalog::{S3Settings, Warehouse, ensure_topic_table, open_sql_catalog};
+use kfs_core::catalog::{S3Settings, Warehouse, open_sql_catalog};
 use kfs_core::committer::{CommitSettings, commit_table, table_watermarks};
 use kfs_core::ledger::{InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
-use kfs_core::pipeline::ingest_segment;
+use kfs_core::pipeline::{TopicTable, ingest_segment};
 use kfs_core::source::{MemorySource, SourceObject};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::TableNaming;
@@ -69,8 +69,7 @@ async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
 
 /// Converts the segments at `bases` (each 10 records) into pending ledger entries.
 async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResult {
-    let name = TableNaming::default().table_for("orders");
-    let table = ensure_topic_table(&setup.catalog, &name, "orders").await?;
+    let target = TopicTable::open(&setup.catalog, &TableNaming::default(), "orders").await?;
     for &base in bases {
         let key = key(base);
         let object_key = key.to_string();
@@ -83,8 +82,7 @@ async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResu
         };
         ingest_segment(
             &setup.source,
-            &table,
-            &name,
+            &target,
             ledger,
             &key,
             &object,

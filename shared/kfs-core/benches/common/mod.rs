@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use kfs_core::catalog::{
     LOCAL_CATALOG_NAME, S3Settings, SqlCatalog, Warehouse, ensure_topic_table, open_sql_catalog,
 };
-use kfs_core::committer::{CommitOutcome, CommitSettings, commit_table};
+use kfs_core::committer::{CommitOutcome, CommitSettings, commit_table, table_progress};
 use kfs_core::ledger::{LedgerEntry, MemoryLedger};
-use kfs_core::pipeline::{ingest_segment, now_ms};
+use kfs_core::pipeline::{TopicTable, ingest_segment, now_ms};
 use kfs_core::source::{MemorySource, SegmentSource};
 use kfs_core::table_commit::SqlTableSwap;
 use kfs_plan::keys::SegmentKey;
@@ -71,10 +71,14 @@ impl BenchTable {
             .stat(&key.to_string())
             .await?
             .ok_or("segment vanished")?;
+        let target = TopicTable {
+            name: self.name.clone(),
+            table: self.table.clone(),
+            progress: table_progress(&self.table)?,
+        };
         let entry = ingest_segment(
             &self.source,
-            &self.table,
-            &self.name,
+            &target,
             &self.ledger,
             &key,
             &object,
