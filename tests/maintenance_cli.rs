@@ -118,6 +118,22 @@ fn compaction_expiry_orphans_and_manifest_rewrite_keep_every_row() {
         "{report}"
     );
 
+    // A snapshot bound expires old snapshots however young they are.
+    let bounded = kfs_ok(&[
+        "expire-snapshots",
+        "--warehouse",
+        &wh,
+        "--older-than",
+        "5d",
+        "--max-snapshots",
+        "2",
+        "--dry-run",
+    ]);
+    assert!(
+        bounded.contains("would expire") && bounded.contains("(2 kept)"),
+        "{bounded}"
+    );
+
     // A stray file left by a crashed writer.
     let stray = warehouse.join("kafscale/tiny/data/stray-crashed-writer.parquet");
     std::fs::write(&stray, b"PAR1").unwrap_or_else(|e| panic!("{e}"));

@@ -46,6 +46,9 @@ pub struct ExpireArgs {
     /// Always keep this many of the newest snapshots.
     #[arg(long, default_value_t = 1)]
     retain_last: usize,
+    /// Also expire every snapshot beyond the newest N, whatever its age.
+    #[arg(long, value_name = "N")]
+    max_snapshots: Option<usize>,
 }
 
 /// Arguments of `remove-orphans`.
@@ -166,8 +169,11 @@ pub async fn expire(args: &ExpireArgs) -> Result<(), CliError> {
         let report = expire_snapshots(
             &embedded.catalog,
             &ident,
-            older_than,
-            args.retain_last,
+            &kfs_plan::compaction::ExpiryRule {
+                older_than_ms: older_than,
+                retain_last: args.retain_last,
+                max_snapshots: args.max_snapshots,
+            },
             args.target.dry_run,
         )
         .await

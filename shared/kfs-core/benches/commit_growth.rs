@@ -2,8 +2,9 @@
 //!
 //! Appends `KFS_BENCH_COMMITS` (default 1000) one-segment commits to a table on the
 //! SQLite catalog and a local warehouse, timing each `commit_table` call, twice: with
-//! no maintenance, and with maintenance (every 10 commits, expiry keeping the newest
-//! `KFS_BENCH_RETAIN` snapshots, default 10, and the manifests merged into one). Prints
+//! no maintenance, and with the committer's maintenance after every commit
+//! (`maintain_table` with the default policy: compaction, 5-day expiry, manifests
+//! merged past 10) bounded to `KFS_BENCH_MAX_SNAPSHOTS` snapshots (default 50). Prints
 //! the median commit time around the 10th and the 1,000th commit and their ratio.
 //!
 //! `TMPDIR=/dev/shm cargo bench -p kfs-core --bench commit_growth`
@@ -16,8 +17,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{BenchResult, BenchTable};
-use kfs_core::catalog::table_ident;
-use kfs_core::maintenance::{expire_snapshots, rewrite_manifests};
+use kfs_core::catalog::{S3Settings, table_ident};
+use kfs_core::maintenance::{MaintenancePolicy, maintain_table};
 use kfs_core::pipeline::now_ms;
 use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
 
@@ -35,30 +36,31 @@ fn segment(base: i64) -> BenchResult<Vec<u8>> {
 }
 
 /// Runs `commits` commits; returns each commit's duration.
-async fn run(commits: usize, maintain: bool, retain: usize) -> BenchResult<Vec<Duration>> {
+async fn run(
+    commits: usize,
+    maintenance: Option<&MaintenancePolicy>,
+) -> BenchResult<Vec<Duration>> {
     let mut bench = BenchTable::new().await?;
     let mut times = Vec::with_capacity(commits);
+    let ident = table_ident(&bench.name);
     for i in 0..commits {
         let base = i as i64 * 10;
         bench.add_segment(base, segment(base)?).await?;
         let started = Instant::now();
         bench.commit().await?;
         times.push(started.elapsed());
-        let ident = table_ident(&bench.name);
-        if maintain && i % 10 == 9 {
-            // Keep the newest `retain` snapshots.
-            let table = iceberg::Catalog::load_table(&bench.catalog, &ident).await?;
-            let cutoff = table
-                .metadata()
-                .snapshots()
-                .map(|s| s.timestamp_ms())
-                .max()
-                .unwrap_or(0)
-                + 1;
-            expire_snapshots(&bench.catalog, &ident, cutoff, retain, false).await?;
-        }
-        if maintain && i % 10 == 9 {
-            rewrite_manifests(&bench.catalog, &bench.swap, &ident, 1, now_ms()).await?;
+        if let Some(policy) = maintenance {
+            maintain_table(
+                &bench.catalog,
+                &bench.swap,
+                &bench.ledger,
+                &S3Settings::default(),
+                &ident,
+                policy,
+                None,
+                now_ms(),
+            )
+            .await?;
         }
     }
     Ok(times)
@@ -77,10 +79,15 @@ fn main() -> BenchResult<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let retain: usize = std::env::var("KFS_BENCH_RETAIN")
+    let max_snapshots: usize = std::env::var("KFS_BENCH_MAX_SNAPSHOTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
+        .unwrap_or(50);
+    let policy = MaintenancePolicy {
+        max_snapshots: Some(max_snapshots),
+        orphan_age: None,
+        ..MaintenancePolicy::default()
+    };
     let runtime = tokio::runtime::Runtime::new()?;
     let modes: &[bool] = match std::env::var("KFS_BENCH_MAINTENANCE").as_deref() {
         Ok("on") => &[true],
@@ -88,7 +95,7 @@ fn main() -> BenchResult<()> {
         _ => &[false, true],
     };
     for &maintain in modes {
-        let times = runtime.block_on(run(commits, maintain, retain))?;
+        let times = runtime.block_on(run(commits, maintain.then_some(&policy)))?;
         let curve: Vec<String> = [10, 100, 250, 500, 750, commits.saturating_sub(5)]
             .iter()
             .filter(|&&i| i < times.len())

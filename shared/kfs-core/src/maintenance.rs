@@ -13,7 +13,7 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, TableIdent};
 use kfs_plan::compaction::{
-    CompactionPolicy, FileStat, SnapshotStat, plan_compaction, plan_expiry,
+    CompactionPolicy, ExpiryRule, FileStat, SnapshotStat, plan_compaction, plan_expiry,
 };
 use kfs_plan::hash::Fnv1a;
 
@@ -363,15 +363,14 @@ pub struct ExpiryReport {
     pub deleted_files: Vec<String>,
 }
 
-/// Expires snapshots older than `older_than_ms`, keeping the newest `retain_last` of
-/// the current branch and every ref's head; then deletes the manifest lists,
+/// Expires the snapshots `rule` names (never the newest `retain_last` of the current
+/// branch, never a ref's head); then deletes the manifest lists,
 /// manifests and data files that no remaining snapshot reaches. With `dry_run`, only
 /// reports.
 pub async fn expire_snapshots(
     catalog: &dyn Catalog,
     ident: &TableIdent,
-    older_than_ms: i64,
-    retain_last: usize,
+    rule: &ExpiryRule,
     dry_run: bool,
 ) -> Result<ExpiryReport, MaintenanceError> {
     let name = ident.to_string();
@@ -399,7 +398,7 @@ pub async fn expire_snapshots(
                 .collect()
         })
         .unwrap_or_default();
-    let expired = plan_expiry(&lineage, &all, &referenced, older_than_ms, retain_last);
+    let expired = plan_expiry(&lineage, &all, &referenced, rule);
     let mut report = ExpiryReport {
         retained: all.len() - expired.len(),
         ..ExpiryReport::default()
@@ -573,6 +572,10 @@ pub struct MaintenancePolicy {
     pub snapshot_retention: std::time::Duration,
     /// Always keep this many snapshots.
     pub retain_last: usize,
+    /// Keep at most this many snapshots whatever their age (default 1,000; `None`: age
+    /// only). Commit
+    /// cost grows with the snapshots a table keeps (the metadata file lists them all).
+    pub max_snapshots: Option<usize>,
     /// Merge manifests when a table has more than this many.
     pub max_manifests: usize,
     /// Remove orphans older than this (`None`: never); must exceed the longest a
@@ -588,6 +591,7 @@ impl Default for MaintenancePolicy {
             compact: true,
             snapshot_retention: std::time::Duration::from_secs(5 * 86_400),
             retain_last: 1,
+            max_snapshots: Some(1000),
             max_manifests: 10,
             orphan_age: Some(std::time::Duration::from_secs(3 * 86_400)),
             orphan_interval: std::time::Duration::from_secs(3600),
@@ -639,8 +643,11 @@ pub async fn maintain_table(
     let expiry = expire_snapshots(
         catalog,
         ident,
-        now_ms.saturating_sub(millis(policy.snapshot_retention)),
-        policy.retain_last,
+        &ExpiryRule {
+            older_than_ms: now_ms.saturating_sub(millis(policy.snapshot_retention)),
+            retain_last: policy.retain_last,
+            max_snapshots: policy.max_snapshots,
+        },
         false,
     )
     .await?;

@@ -416,8 +416,13 @@ async fn a_compaction_racing_an_append_restages_and_loses_nothing() -> TestResul
         iceberg::spec::Operation::Replace
     );
     // Expiry keeps what the table reads and removes what only old snapshots read.
-    let expiry =
-        kfs_core::maintenance::expire_snapshots(&setup.catalog, &ident, i64::MAX, 1, false).await?;
+    let expiry = kfs_core::maintenance::expire_snapshots(
+        &setup.catalog,
+        &ident,
+        &kfs_plan::compaction::ExpiryRule::older_than(i64::MAX, 1),
+        false,
+    )
+    .await?;
     assert_eq!(expiry.retained, 1);
     assert!(expiry.deleted_files.iter().any(|f| f.ends_with(".parquet")));
     assert_eq!(committed_records(&setup).await?, (80, 1));

@@ -110,22 +110,54 @@ pub struct SnapshotStat {
     pub timestamp_ms: i64,
 }
 
-/// The snapshots to remove: those older than `older_than_ms`, except the newest
-/// `retain_last` of the current branch's ancestry and any snapshot a ref points to.
-/// `ancestry` is the current branch from newest to oldest; `all` every snapshot;
-/// `referenced` the snapshot ids refs point to.
+/// Which snapshots expiry removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpiryRule {
+    /// Snapshots committed before this (Unix ms) expire.
+    pub older_than_ms: i64,
+    /// The newest this many snapshots of the current branch never expire (at least 1).
+    pub retain_last: usize,
+    /// Beyond the newest this many snapshots, snapshots expire whatever their age: the
+    /// metadata file lists every snapshot and is rewritten by every commit, so this
+    /// bounds commit cost on tables that commit often (`None`: no bound).
+    pub max_snapshots: Option<usize>,
+}
+
+impl ExpiryRule {
+    /// Expire by age only.
+    pub fn older_than(older_than_ms: i64, retain_last: usize) -> Self {
+        Self {
+            older_than_ms,
+            retain_last,
+            max_snapshots: None,
+        }
+    }
+}
+
+/// The snapshots to remove: those older than the rule's cutoff or beyond its newest
+/// `max_snapshots`, except the newest `retain_last` of the current branch's ancestry
+/// and any snapshot a ref points to. `ancestry` is the current branch from newest to
+/// oldest; `all` every snapshot; `referenced` the snapshot ids refs point to.
 pub fn plan_expiry(
     ancestry: &[i64],
     all: &[SnapshotStat],
     referenced: &[i64],
-    older_than_ms: i64,
-    retain_last: usize,
+    rule: &ExpiryRule,
 ) -> Vec<i64> {
-    let kept: Vec<i64> = ancestry.iter().take(retain_last.max(1)).copied().collect();
-    let mut expired: Vec<i64> = all
+    let kept: Vec<i64> = ancestry
         .iter()
-        .filter(|s| s.timestamp_ms < older_than_ms)
-        .map(|s| s.id)
+        .take(rule.retain_last.max(1))
+        .copied()
+        .collect();
+    let mut newest_first: Vec<&SnapshotStat> = all.iter().collect();
+    newest_first.sort_by_key(|s| std::cmp::Reverse((s.timestamp_ms, s.id)));
+    let mut expired: Vec<i64> = newest_first
+        .iter()
+        .enumerate()
+        .filter(|(rank, s)| {
+            s.timestamp_ms < rule.older_than_ms || rule.max_snapshots.is_some_and(|m| *rank >= m)
+        })
+        .map(|(_, s)| s.id)
         .filter(|id| !kept.contains(id) && !referenced.contains(id))
         .collect();
     expired.sort_unstable();
@@ -179,13 +211,54 @@ mod tests {
             })
             .collect();
         let ancestry = [6, 5, 4, 3, 2, 1];
-        assert_eq!(plan_expiry(&ancestry, &all, &[6], 45, 2), vec![1, 2, 3, 4]);
-        assert_eq!(plan_expiry(&ancestry, &all, &[6, 2], 100, 3), vec![1, 3]);
-        assert!(plan_expiry(&ancestry, &all, &[6], 0, 1).is_empty());
+        let by_age =
+            |older_than_ms, retain_last| ExpiryRule::older_than(older_than_ms, retain_last);
+        assert_eq!(
+            plan_expiry(&ancestry, &all, &[6], &by_age(45, 2)),
+            vec![1, 2, 3, 4]
+        );
+        assert_eq!(
+            plan_expiry(&ancestry, &all, &[6, 2], &by_age(100, 3)),
+            vec![1, 3]
+        );
+        assert!(plan_expiry(&ancestry, &all, &[6], &by_age(0, 1)).is_empty());
         // retain_last 0 still keeps the current snapshot.
         assert_eq!(
-            plan_expiry(&ancestry, &all, &[], 100, 0),
+            plan_expiry(&ancestry, &all, &[], &by_age(100, 0)),
             vec![1, 2, 3, 4, 5]
         );
+    }
+
+    #[test]
+    fn a_snapshot_bound_expires_the_oldest_whatever_their_age() {
+        let all: Vec<SnapshotStat> = (1..=6)
+            .map(|id| SnapshotStat {
+                id,
+                timestamp_ms: id * 10,
+            })
+            .collect();
+        let ancestry = [6, 5, 4, 3, 2, 1];
+        let bounded = |max, retain_last| ExpiryRule {
+            older_than_ms: 0,
+            retain_last,
+            max_snapshots: Some(max),
+        };
+        assert_eq!(
+            plan_expiry(&ancestry, &all, &[], &bounded(2, 1)),
+            vec![1, 2, 3, 4]
+        );
+        // retain_last and refs win over the bound.
+        assert_eq!(
+            plan_expiry(&ancestry, &all, &[1], &bounded(2, 3)),
+            vec![2, 3]
+        );
+        // The bound and the age cutoff combine.
+        let both = ExpiryRule {
+            older_than_ms: 25,
+            retain_last: 1,
+            max_snapshots: Some(5),
+        };
+        assert_eq!(plan_expiry(&ancestry, &all, &[], &both), vec![1, 2]);
+        assert!(plan_expiry(&ancestry, &all, &[], &bounded(6, 1)).is_empty());
     }
 }
