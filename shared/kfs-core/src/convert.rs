@@ -4,6 +4,11 @@
 //! The data file name derives from the segment key and its ETag (or content hash), so
 //! converting the same segment version twice writes the same path again and can never
 //! leave two different files in play.
+//!
+//! Conversion streams: the segment arrives as a stream of chunks, a blocking thread
+//! decodes it batch by batch into Arrow batches of [`ROWS_PER_BATCH`] rows, and the
+//! async side hands them to the Parquet writer. Memory is bounded by a frame, a few
+//! Arrow batches and the Parquet row group being built, never by the segment's size.
 
 use std::sync::Arc;
 
@@ -27,20 +32,31 @@ use kfs_segment::{DecodeError, DecodeLimits, Record, SegmentDecoder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
+use crate::source::SourceError;
 use crate::table::arrow_schema;
 
 /// Rows per Arrow batch handed to the Parquet writer.
-const ROWS_PER_BATCH: usize = 8192;
+pub const ROWS_PER_BATCH: usize = 8192;
 
-/// A segment to convert: its key, its version identity and its bytes.
+/// Decoded Arrow batches in flight between the decoding thread and the writer.
+const BATCHES_IN_FLIGHT: usize = 2;
+
+/// A segment to convert: its key and its version identity.
 #[derive(Debug, Clone, Copy)]
 pub struct SegmentInput<'a> {
     /// The parsed key.
     pub key: &'a SegmentKey,
     /// ETag or content hash of this version.
     pub etag: &'a str,
-    /// The `.kfs` bytes.
-    pub bytes: &'a [u8],
+}
+
+/// The bytes of a segment as they arrive.
+pub type SegmentStream = futures::stream::BoxStream<'static, Result<bytes::Bytes, SourceError>>;
+
+/// A segment held in memory, as a stream of one chunk.
+pub fn in_memory(bytes: impl Into<bytes::Bytes>) -> SegmentStream {
+    let bytes: bytes::Bytes = bytes.into();
+    Box::pin(futures::stream::once(async move { Ok(bytes) }))
 }
 
 /// What converting a segment produced.
@@ -122,8 +138,8 @@ impl FileNameGenerator for FixedFileName {
     }
 }
 
-/// Column builders for one Arrow batch of the topic table.
-struct Columns {
+/// Builds Arrow batches of the topic table from decoded records.
+pub struct RecordColumns {
     schema: SchemaRef,
     header_field: Arc<arrow_schema::Field>,
     header_entry_fields: arrow_schema::Fields,
@@ -141,8 +157,9 @@ struct Columns {
     rows: usize,
 }
 
-impl Columns {
-    fn new(schema: SchemaRef) -> iceberg::Result<Self> {
+impl RecordColumns {
+    /// Builders for `schema` (the Arrow form of the topic table's schema).
+    pub fn new(schema: SchemaRef) -> iceberg::Result<Self> {
         let unexpected = || {
             iceberg::Error::new(
                 iceberg::ErrorKind::DataInvalid,
@@ -177,7 +194,13 @@ impl Columns {
         })
     }
 
-    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
+    /// Rows pushed since the last [`Self::finish`].
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Appends one record; fails (with the reason) when it cannot be represented.
+    pub fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
         let micros = record.timestamp_ms.checked_mul(1000).ok_or_else(|| {
             format!(
                 "timestamp {} ms does not fit microseconds",
@@ -202,7 +225,8 @@ impl Columns {
         Ok(())
     }
 
-    fn finish(&mut self) -> iceberg::Result<RecordBatch> {
+    /// The rows pushed so far as one batch; the builders start over.
+    pub fn finish(&mut self) -> iceberg::Result<RecordBatch> {
         let entries = StructArray::try_new(
             self.header_entry_fields.clone(),
             vec![
@@ -239,7 +263,7 @@ impl Columns {
 }
 
 /// Parquet settings of data files: zstd, row groups of at most 1 Mi rows / 128 MiB.
-pub(crate) fn writer_properties() -> iceberg::Result<WriterProperties> {
+pub fn writer_properties() -> iceberg::Result<WriterProperties> {
     let level = ZstdLevel::try_new(3)
         .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
     Ok(WriterProperties::builder()
@@ -272,10 +296,118 @@ async fn data_file_writer(
     Ok((writer, path))
 }
 
-/// Converts one segment into data files for `table`.
+/// What the decoding thread sends the writer.
+type DecodedBatch = Result<RecordBatch, ConvertError>;
+
+/// What the decoding thread found once the segment ended.
+struct Decoded {
+    records: u64,
+    base_offset: i64,
+    last_offset: i64,
+}
+
+/// A blocking `Read` over a segment stream (used on a blocking thread only).
+struct StreamReader {
+    stream: SegmentStream,
+    chunk: bytes::Bytes,
+    runtime: tokio::runtime::Handle,
+}
+
+impl std::io::Read for StreamReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use futures::StreamExt;
+        while self.chunk.is_empty() {
+            match self.runtime.block_on(self.stream.next()) {
+                None => return Ok(0),
+                Some(Ok(chunk)) => self.chunk = chunk,
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk[..n]);
+        bytes::Buf::advance(&mut self.chunk, n);
+        Ok(n)
+    }
+}
+
+/// Decodes a segment from `reader` into Arrow batches sent to `batches`; runs on a
+/// blocking thread. Stops early (returning `Ok`) when the writer hung up.
+fn decode_segment(
+    reader: impl std::io::Read,
+    key: &SegmentKey,
+    mut columns: RecordColumns,
+    limits: DecodeLimits,
+    batches: &tokio::sync::mpsc::Sender<DecodedBatch>,
+) -> Result<Decoded, ConvertError> {
+    let segment = key.to_string();
+    let malformed = |source: DecodeError| ConvertError::Malformed {
+        segment: segment.clone(),
+        source,
+    };
+    let write_error = |source: iceberg::Error| ConvertError::Write {
+        segment: segment.clone(),
+        source: Box::new(source),
+    };
+    let reader = std::io::BufReader::with_capacity(1 << 20, reader);
+    let mut decoder = SegmentDecoder::from_reader(reader, limits).map_err(malformed)?;
+    if decoder.header().base_offset != key.base_offset {
+        return Err(malformed(DecodeError::at(
+            8,
+            kfs_segment::DecodeErrorKind::HeaderMismatch {
+                header: format!("base offset {}", decoder.header().base_offset),
+                found: format!("the object key's base offset {}", key.base_offset),
+            },
+        )));
+    }
+    let mut records = 0u64;
+    loop {
+        {
+            let Some(batch) = decoder.next_batch().map_err(malformed)? else {
+                break;
+            };
+            for record in &batch.records {
+                columns
+                    .push(&key.topic, key.partition, record)
+                    .map_err(|reason| ConvertError::Unrepresentable {
+                        segment: segment.clone(),
+                        offset: record.offset,
+                        reason,
+                    })?;
+            }
+            records += batch.records.len() as u64;
+        }
+        if columns.rows() >= ROWS_PER_BATCH {
+            let arrow = columns.finish().map_err(write_error)?;
+            if batches.blocking_send(Ok(arrow)).is_err() {
+                return Ok(Decoded {
+                    records,
+                    base_offset: key.base_offset,
+                    last_offset: key.base_offset,
+                });
+            }
+        }
+    }
+    if columns.rows() > 0 {
+        let arrow = columns.finish().map_err(write_error)?;
+        // A hung-up writer has its own error to report.
+        let _ = batches.blocking_send(Ok(arrow));
+    }
+    let (base_offset, last_offset) = decoder
+        .summary()
+        .map(|s| (s.header.base_offset, s.last_offset))
+        .unwrap_or((key.base_offset, key.base_offset));
+    Ok(Decoded {
+        records,
+        base_offset,
+        last_offset,
+    })
+}
+
+/// Converts one segment, read from `body` as it arrives, into data files for `table`.
 pub async fn convert_segment(
     table: &Table,
     input: SegmentInput<'_>,
+    body: SegmentStream,
     limits: DecodeLimits,
 ) -> Result<ConvertedSegment, ConvertError> {
     let segment = input.key.to_string();
@@ -283,73 +415,56 @@ pub async fn convert_segment(
         segment: segment.clone(),
         source: Box::new(source),
     };
-    let malformed = |source: DecodeError| ConvertError::Malformed {
-        segment: segment.clone(),
-        source,
-    };
     let metadata = table.metadata();
     let schema = arrow_schema(metadata.current_schema()).map_err(write_error)?;
+    let columns = RecordColumns::new(schema).map_err(write_error)?;
     let stem = data_file_stem(input.key, input.etag);
     let (mut writer, path) = data_file_writer(table, stem).await.map_err(write_error)?;
-    let mut columns = Columns::new(schema).map_err(write_error)?;
-    let mut decoder = SegmentDecoder::from_slice(input.bytes, limits).map_err(malformed)?;
-    if decoder.header().base_offset != input.key.base_offset {
-        return Err(malformed(DecodeError::at(
-            8,
-            kfs_segment::DecodeErrorKind::HeaderMismatch {
-                header: format!("base offset {}", decoder.header().base_offset),
-                found: format!("the object key's base offset {}", input.key.base_offset),
-            },
-        )));
-    }
-    let mut records = 0u64;
-    let result: Result<(), ConvertError> = async {
-        loop {
-            let batch_rows = {
-                let Some(batch) = decoder.next_batch().map_err(malformed)? else {
-                    break;
-                };
-                for record in &batch.records {
-                    columns
-                        .push(&input.key.topic, input.key.partition, record)
-                        .map_err(|reason| ConvertError::Unrepresentable {
-                            segment: segment.clone(),
-                            offset: record.offset,
-                            reason,
-                        })?;
-                }
-                batch.records.len()
-            };
-            records += batch_rows as u64;
-            if columns.rows >= ROWS_PER_BATCH {
-                let arrow = columns.finish().map_err(write_error)?;
-                writer.write(arrow).await.map_err(write_error)?;
-            }
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<DecodedBatch>(BATCHES_IN_FLIGHT);
+    let key = input.key.clone();
+    let reader = StreamReader {
+        stream: body,
+        chunk: bytes::Bytes::new(),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let decoding =
+        tokio::task::spawn_blocking(move || decode_segment(reader, &key, columns, limits, &sender));
+    let mut written: Result<(), ConvertError> = Ok(());
+    while let Some(batch) = receiver.recv().await {
+        let written_batch = match batch {
+            Ok(arrow) => writer.write(arrow).await.map_err(write_error),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written_batch {
+            written = Err(e);
+            break;
         }
-        if columns.rows > 0 {
-            let arrow = columns.finish().map_err(write_error)?;
-            writer.write(arrow).await.map_err(write_error)?;
+    }
+    // Hang up first, so a decoder blocked on a full channel ends.
+    drop(receiver);
+    let decoded = match decoding.await {
+        Ok(decoded) => decoded,
+        Err(join) => Err(write_error(iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("the decoding thread failed: {join}"),
+        ))),
+    };
+    let decoded = match (written, decoded) {
+        (Ok(()), Ok(decoded)) => decoded,
+        (Err(e), _) | (Ok(()), Err(e)) => {
+            // Best effort: the name is deterministic, so a later conversion overwrites
+            // it and orphan cleanup removes it otherwise.
+            let _ = writer.close().await;
+            let _ = table.file_io().delete(&path).await;
+            return Err(e);
         }
-        Ok(())
-    }
-    .await;
-    if let Err(e) = result {
-        // Best effort: the name is deterministic, so a later conversion overwrites it
-        // and orphan cleanup removes it otherwise.
-        let _ = writer.close().await;
-        let _ = table.file_io().delete(&path).await;
-        return Err(e);
-    }
+    };
     let data_files = writer.close().await.map_err(write_error)?;
-    let (base_offset, last_offset) = decoder
-        .summary()
-        .map(|s| (s.header.base_offset, s.last_offset))
-        .unwrap_or((input.key.base_offset, input.key.base_offset));
     Ok(ConvertedSegment {
         file_bytes: data_files.iter().map(|f| f.file_size_in_bytes()).sum(),
         data_files,
-        records,
-        base_offset,
-        last_offset,
+        records: decoded.records,
+        base_offset: decoded.base_offset,
+        last_offset: decoded.last_offset,
     })
 }

@@ -170,11 +170,19 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The identity of a segment version: the store's ETag, or a content hash.
-pub fn version_tag(object: &SourceObject, bytes: &[u8]) -> String {
+/// Bytes at the end of a segment that identify its content: the footer, which holds
+/// the CRC-32C of the whole body (checked when the segment is decoded).
+const FOOTER_TAG_BYTES: u64 = kfs_segment::SEGMENT_FOOTER_LEN as u64;
+
+/// The identity of a segment version: the store's ETag, or (where the store has none,
+/// as in a local directory) its size and footer, which carries the body's CRC-32C.
+pub fn version_tag(object: &SourceObject, tail: &[u8]) -> String {
     match &object.etag {
         Some(etag) => etag.clone(),
-        None => format!("crc32c-{:08x}-{}", crc32c::crc32c(bytes), bytes.len()),
+        None => {
+            let footer: String = tail.iter().map(|b| format!("{b:02x}")).collect();
+            format!("footer-{footer}-{}", object.size)
+        }
     }
 }
 
@@ -258,8 +266,14 @@ pub async fn ingest_segment(
         table,
         progress,
     } = target;
-    let bytes = source.read(&object.key).await?;
-    let etag = version_tag(object, &bytes);
+    let etag = match &object.etag {
+        Some(etag) => etag.clone(),
+        None => {
+            let from = object.size.saturating_sub(FOOTER_TAG_BYTES);
+            let tail = source.read_range(&object.key, from..object.size).await?;
+            version_tag(object, &tail)
+        }
+    };
     let now = now_ms();
     let mut entry = LedgerEntry {
         segment: object.key.clone(),
@@ -292,17 +306,8 @@ pub async fn ingest_segment(
             InsertOutcome::Exists(existing) => Ok(*existing),
         };
     }
-    match convert_segment(
-        table,
-        SegmentInput {
-            key,
-            etag: &etag,
-            bytes: &bytes,
-        },
-        limits,
-    )
-    .await
-    {
+    let body = source.open(&object.key, object.etag.as_deref()).await?;
+    match convert_segment(table, SegmentInput { key, etag: &etag }, body, limits).await {
         Ok(converted) => {
             let metadata = table.metadata();
             entry.data_files = converted

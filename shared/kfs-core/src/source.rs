@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use opendal::{EntryMode, Operator};
 
 use crate::catalog::S3Settings;
+use crate::convert::{SegmentStream, in_memory};
 
 /// One object of a listing, with its key relative to the source prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +43,19 @@ pub trait SegmentSource: Send + Sync {
     fn list(&self) -> impl Future<Output = Result<Vec<SourceObject>, SourceError>> + Send;
     /// The bytes of one object.
     fn read(&self, key: &str) -> impl Future<Output = Result<Vec<u8>, SourceError>> + Send;
+    /// The bytes `range` of one object (fewer when the object is shorter).
+    fn read_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> impl Future<Output = Result<Vec<u8>, SourceError>> + Send;
+    /// The bytes of one object as they arrive, in chunks; with `etag`, only from the
+    /// version it names (a replaced object fails the read instead of mixing versions).
+    fn open(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+    ) -> impl Future<Output = Result<SegmentStream, SourceError>> + Send;
     /// Size and ETag of one object, or `None` when it does not exist.
     fn stat(
         &self,
@@ -50,6 +64,9 @@ pub trait SegmentSource: Send + Sync {
     /// A readable location for messages (`s3://bucket/prefix/key` or a path).
     fn describe(&self, key: &str) -> String;
 }
+
+/// Bytes per ranged read when streaming an object.
+const READ_CHUNK_BYTES: usize = 8 << 20;
 
 /// A local directory or S3 prefix, read through OpenDAL.
 #[derive(Debug, Clone)]
@@ -164,6 +181,42 @@ impl SegmentSource for OpendalSource {
         Ok(buffer.to_vec())
     }
 
+    async fn read_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>, SourceError> {
+        let buffer = self
+            .operator
+            .read_with(key)
+            .range(range)
+            .await
+            .map_err(|e| error(&self.describe(key), e))?;
+        Ok(buffer.to_vec())
+    }
+
+    async fn open(&self, key: &str, etag: Option<&str>) -> Result<SegmentStream, SourceError> {
+        use futures::{StreamExt, TryStreamExt};
+        let location = self.describe(key);
+        let mut reader = self.operator.reader_with(key).chunk(READ_CHUNK_BYTES);
+        if let Some(etag) = etag {
+            reader = reader.if_match(&format!("\"{etag}\""));
+        }
+        let stream = reader
+            .await
+            .map_err(|e| error(&location, e))?
+            .into_bytes_stream(..)
+            .await
+            .map_err(|e| error(&location, e))?;
+        Ok(stream
+            .map_err(move |e| SourceError {
+                location: location.clone(),
+                message: e.to_string(),
+                retryable: true,
+            })
+            .boxed())
+    }
+
     async fn stat(&self, key: &str) -> Result<Option<SourceObject>, SourceError> {
         match self.operator.stat(key).await {
             Ok(meta) => Ok(Some(SourceObject {
@@ -227,6 +280,23 @@ impl SegmentSource for MemorySource {
                 message: "no such object".into(),
                 retryable: false,
             })
+    }
+
+    async fn read_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>, SourceError> {
+        let bytes = self.read(key).await?;
+        let end = usize::try_from(range.end)
+            .unwrap_or(usize::MAX)
+            .min(bytes.len());
+        let start = usize::try_from(range.start).unwrap_or(usize::MAX).min(end);
+        Ok(bytes[start..end].to_vec())
+    }
+
+    async fn open(&self, key: &str, _etag: Option<&str>) -> Result<SegmentStream, SourceError> {
+        Ok(in_memory(self.read(key).await?))
     }
 
     async fn stat(&self, key: &str) -> Result<Option<SourceObject>, SourceError> {

@@ -149,8 +149,18 @@ pub fn plan_expiry(
         .take(rule.retain_last.max(1))
         .copied()
         .collect();
+    // Newest first: the current branch in lineage order (timestamps may tie or skew
+    // between writers), then any other snapshot by time.
+    let lineage: std::collections::HashMap<i64, usize> = ancestry
+        .iter()
+        .enumerate()
+        .map(|(position, &id)| (id, position))
+        .collect();
     let mut newest_first: Vec<&SnapshotStat> = all.iter().collect();
-    newest_first.sort_by_key(|s| std::cmp::Reverse((s.timestamp_ms, s.id)));
+    newest_first.sort_by_key(|s| match lineage.get(&s.id) {
+        Some(&position) => (0, position, std::cmp::Reverse(0), 0),
+        None => (1, 0, std::cmp::Reverse(s.timestamp_ms), s.id),
+    });
     let mut expired: Vec<i64> = newest_first
         .iter()
         .enumerate()

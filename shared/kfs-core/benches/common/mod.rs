@@ -2,6 +2,9 @@
 //! a temporary directory, an in-memory source and ledger, and a topic `bench` whose
 //! segments are converted the way the pipeline converts them.
 
+// Each benchmark uses part of it.
+#![allow(dead_code)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use kfs_core::catalog::{
@@ -55,6 +58,11 @@ impl BenchTable {
             table,
             listing: BTreeMap::new(),
         })
+    }
+
+    /// The table as created.
+    pub fn table(&self) -> &iceberg::table::Table {
+        &self.table
     }
 
     /// Converts the segment of partition 0 at `base` into a pending entry.
