@@ -1,5 +1,6 @@
-//! `kfs-iceberg quarantine list | retry`: what is quarantined and why, and releasing a
-//! segment after a fix so that the next `run` converts it again.
+//! `kfs-iceberg quarantine list | retry | skip`: what is quarantined and why, releasing
+//! a segment after a fix so that the next `run` converts it again, or giving up its
+//! offsets explicitly (committed as a gap recorded as skipped, never silently).
 
 use kfs_core::ledger::{EntryState, Ledger};
 
@@ -24,6 +25,18 @@ enum Action {
     /// Release quarantined segments (after fixing or re-uploading them): the next
     /// `run` converts them again; a segment still malformed is quarantined again.
     Retry {
+        #[command(flatten)]
+        warehouse: WarehouseArgs,
+        /// Segment keys as `list` prints them.
+        segments: Vec<String>,
+        /// Every quarantined segment.
+        #[arg(long, conflicts_with = "segments")]
+        all: bool,
+    },
+    /// Give up quarantined segments for good: the next `run` commits their offsets
+    /// (up to the partition's next segment) as a gap recorded as `skipped` in the
+    /// snapshot summary, and the partition moves on.
+    Skip {
         #[command(flatten)]
         warehouse: WarehouseArgs,
         /// Segment keys as `list` prints them.
@@ -70,45 +83,81 @@ pub async fn run(args: &QuarantineArgs) -> Result<(), CliError> {
             warehouse,
             segments,
             all,
-        } => {
-            let embedded = warehouse.open().await?;
-            let targets: Vec<String> = if *all {
+        } => act_on(warehouse, segments, *all, Verb::Retry).await,
+        Action::Skip {
+            warehouse,
+            segments,
+            all,
+        } => act_on(warehouse, segments, *all, Verb::Skip).await,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Verb {
+    Retry,
+    Skip,
+}
+
+/// Releases or skips the named (or all) quarantined segments.
+async fn act_on(
+    warehouse: &WarehouseArgs,
+    segments: &[String],
+    all: bool,
+    verb: Verb,
+) -> Result<(), CliError> {
+    let embedded = warehouse.open().await?;
+    let quarantined = embedded
+        .ledger
+        .list(Some("quarantined"), None)
+        .await
+        .map_err(pipeline)?;
+    let targets: Vec<String> = if all {
+        quarantined.iter().map(|e| e.segment.clone()).collect()
+    } else if segments.is_empty() {
+        return Err(CliError::Usage(format!(
+            "quarantine {}: name the segments, or --all",
+            match verb {
+                Verb::Retry => "retry",
+                Verb::Skip => "skip",
+            }
+        )));
+    } else {
+        segments.to_vec()
+    };
+    let mut missing = Vec::new();
+    for segment in &targets {
+        let done = match verb {
+            Verb::Retry => embedded.ledger.release_quarantined(segment).await,
+            Verb::Skip => {
                 embedded
                     .ledger
-                    .list(Some("quarantined"), None)
+                    .skip_quarantined(segment, kfs_core::pipeline::now_ms())
                     .await
-                    .map_err(pipeline)?
-                    .into_iter()
-                    .map(|e| e.segment)
-                    .collect()
-            } else if segments.is_empty() {
-                return Err(CliError::Usage(
-                    "quarantine retry: name the segments, or --all".into(),
-                ));
-            } else {
-                segments.clone()
-            };
-            let mut missing = Vec::new();
-            for segment in &targets {
-                if embedded
-                    .ledger
-                    .release_quarantined(segment)
-                    .await
-                    .map_err(pipeline)?
-                {
-                    println!("released {segment}: the next run converts it again");
-                } else {
-                    missing.push(segment.as_str());
-                }
-            }
-            if missing.is_empty() {
-                Ok(())
-            } else {
-                Err(CliError::Usage(format!(
-                    "not quarantined: {}",
-                    missing.join(", ")
-                )))
             }
         }
+        .map_err(pipeline)?;
+        if !done {
+            missing.push(segment.as_str());
+            continue;
+        }
+        match verb {
+            Verb::Retry => println!("released {segment}: the next run converts it again"),
+            Verb::Skip => {
+                let entry = quarantined.iter().find(|e| &e.segment == segment);
+                println!(
+                    "skipped {segment}: the next run commits partition {} past offset {} with a gap recorded as skipped",
+                    entry.map_or(-1, |e| e.partition),
+                    entry.map_or(-1, |e| e.base_offset)
+                );
+            }
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "not quarantined: {}",
+            missing.join(", ")
+        )))
     }
 }

@@ -187,8 +187,14 @@ fn print_report(report: &RunReport) {
         );
         for gap in &outcome.gaps {
             println!(
-                "  gap recorded: partition {} offsets {}..={} (no segment covers them)",
-                gap.partition, gap.from, gap.to
+                "  gap recorded: partition {} offsets {}..={} ({})",
+                gap.partition,
+                gap.from,
+                gap.to,
+                match gap.reason {
+                    kfs_plan::offsets::GapReason::NoSegment => "no segment covers them",
+                    kfs_plan::offsets::GapReason::Skipped => "skipped by an operator",
+                }
             );
         }
         for hold in &outcome.holds {

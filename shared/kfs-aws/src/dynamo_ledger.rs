@@ -102,7 +102,7 @@ fn to_item(entry: &LedgerEntry) -> Result<Item, LedgerError> {
         ("updated_ms".to_owned(), n(entry.updated_ms)),
     ]);
     match &entry.state {
-        EntryState::Pending | EntryState::Quarantined { .. } => {
+        EntryState::Pending | EntryState::Quarantined { .. } | EntryState::Skipped { .. } => {
             item.insert(
                 "work_key".into(),
                 s(&format!("{}#{}", entry.state.name(), entry.table)),
@@ -116,7 +116,7 @@ fn to_item(entry: &LedgerEntry) -> Result<Item, LedgerError> {
             item.insert("snapshot_id".into(), n(snapshot_id));
         }
     }
-    if let EntryState::Quarantined { error } = &entry.state {
+    if let EntryState::Quarantined { error } | EntryState::Skipped { error } = &entry.state {
         item.insert("error_text".into(), s(error));
     }
     Ok(item)
@@ -152,6 +152,9 @@ fn from_item(item: &Item) -> Result<LedgerEntry, LedgerError> {
             snapshot_id: num("snapshot_id")?,
         },
         "quarantined" => EntryState::Quarantined {
+            error: text("error_text").unwrap_or_default(),
+        },
+        "skipped" => EntryState::Skipped {
             error: text("error_text").unwrap_or_default(),
         },
         other => return Err(corrupt(format!("unknown state {other:?}"))),
@@ -328,10 +331,10 @@ impl Ledger for DynamoLedger {
         table: Option<&str>,
     ) -> Result<Vec<LedgerEntry>, LedgerError> {
         let keys: Vec<String> = match (state, table) {
-            (Some(state @ ("pending" | "quarantined")), Some(table)) => {
+            (Some(state @ ("pending" | "quarantined" | "skipped")), Some(table)) => {
                 self.work_keys(&format!("{state}#{table}")).await?
             }
-            (Some(state @ ("pending" | "quarantined")), None) => {
+            (Some(state @ ("pending" | "quarantined" | "skipped")), None) => {
                 let prefix = format!("{state}#");
                 self.scan(Some(WORK_INDEX))
                     .await?
@@ -416,6 +419,38 @@ impl Ledger for DynamoLedger {
             .condition_expression("#s = :quarantined")
             .expression_attribute_names("#s", "entry_state")
             .expression_attribute_values(":quarantined", s("quarantined"))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
+        // The work index key names the table, which the update cannot compute: read
+        // it first; the condition still makes the move from quarantined only.
+        let Some(entry) = self.get(segment).await? else {
+            return Ok(false);
+        };
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("segment_key", s(segment))
+            .update_expression("SET #s = :skipped, work_key = :work, updated_ms = :now")
+            .condition_expression("#s = :quarantined")
+            .expression_attribute_names("#s", "entry_state")
+            .expression_attribute_values(":skipped", s("skipped"))
+            .expression_attribute_values(":quarantined", s("quarantined"))
+            .expression_attribute_values(":work", s(&format!("skipped#{}", entry.table)))
+            .expression_attribute_values(":now", n(now_ms))
             .send()
             .await;
         match result {

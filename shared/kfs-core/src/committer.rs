@@ -312,6 +312,18 @@ pub async fn commit_table(
         settings.crosscheck,
         now_ms,
     );
+    // Segments an operator skipped: the planner passes them with a skipped gap.
+    let mut skipped: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
+    for entry in ledger
+        .list(Some("skipped"), Some(&table_name))
+        .await
+        .map_err(ledger_error)?
+    {
+        skipped
+            .entry(entry.partition)
+            .or_default()
+            .insert(entry.base_offset);
+    }
     let mut pending: Vec<PendingSegment> = outcome.crosscheck.allowed.clone();
     for attempt in 1..=settings.max_attempts {
         outcome.attempts = attempt;
@@ -323,6 +335,7 @@ pub async fn commit_table(
             listing,
             start_offsets: &settings.start_offsets,
             max_segments: settings.max_segments,
+            skipped: &skipped,
         });
         outcome.recovered += recover_covered(&table, ledger, &plan, now_ms)
             .await

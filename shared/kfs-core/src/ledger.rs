@@ -33,6 +33,12 @@ pub enum EntryState {
         /// Why, worded for an operator.
         error: String,
     },
+    /// Quarantined, then skipped by an operator: its offsets are committed as a gap
+    /// recorded as skipped, and its partition moves on.
+    Skipped {
+        /// Why it was quarantined.
+        error: String,
+    },
 }
 
 impl EntryState {
@@ -42,6 +48,7 @@ impl EntryState {
             Self::Pending => "pending",
             Self::Committed { .. } => "committed",
             Self::Quarantined { .. } => "quarantined",
+            Self::Skipped { .. } => "skipped",
         }
     }
 }
@@ -147,7 +154,8 @@ pub trait Ledger: Send + Sync {
         entry: &LedgerEntry,
     ) -> impl Future<Output = Result<InsertOutcome, LedgerError>> + Send;
 
-    /// Every entry in a state named `state` (`pending`, `committed`, `quarantined`),
+    /// Every entry in a state named `state` (`pending`, `committed`, `quarantined`,
+    /// `skipped`),
     /// optionally of one table, ordered by table, partition and base offset.
     fn list(
         &self,
@@ -170,6 +178,14 @@ pub trait Ledger: Send + Sync {
     fn release_quarantined(
         &self,
         segment: &str,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+
+    /// Moves a quarantined entry to skipped (an operator gives up its offsets, which the
+    /// next commit records as a skipped gap); returns whether it was quarantined.
+    fn skip_quarantined(
+        &self,
+        segment: &str,
+        now_ms: i64,
     ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 }
 
@@ -277,6 +293,22 @@ impl Ledger for MemoryLedger {
             quarantined
         })
     }
+
+    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
+        self.with(|m| match m.get_mut(segment) {
+            Some(entry) => match &entry.state {
+                EntryState::Quarantined { error } => {
+                    entry.state = EntryState::Skipped {
+                        error: error.clone(),
+                    };
+                    entry.updated_ms = now_ms;
+                    true
+                }
+                _ => false,
+            },
+            None => false,
+        })
+    }
 }
 
 /// The embedded ledger: one SQLite file (WAL mode), safe for several processes.
@@ -341,6 +373,11 @@ impl SqliteLedger {
                     .try_get::<Option<String>, _>("error")?
                     .unwrap_or_default(),
             },
+            "skipped" => EntryState::Skipped {
+                error: row
+                    .try_get::<Option<String>, _>("error")?
+                    .unwrap_or_default(),
+            },
             other => return Err(corrupt(format!("unknown state {other:?}"))),
         };
         let data_files: String = row.try_get("data_files")?;
@@ -377,7 +414,9 @@ impl Ledger for SqliteLedger {
         let (snapshot_id, error) = match &entry.state {
             EntryState::Pending => (None, None),
             EntryState::Committed { snapshot_id } => (Some(*snapshot_id), None),
-            EntryState::Quarantined { error } => (None, Some(error.clone())),
+            EntryState::Quarantined { error } | EntryState::Skipped { error } => {
+                (None, Some(error.clone()))
+            }
         };
         let data_files =
             serde_json::to_string(&entry.data_files).map_err(|e| LedgerError::Corrupt {
@@ -457,6 +496,17 @@ impl Ledger for SqliteLedger {
             .bind(segment)
             .execute(&self.pool)
             .await?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
+        let result = sqlx::query(
+            "UPDATE ledger SET state = 'skipped', updated_ms = ? WHERE segment = ? AND state = 'quarantined'",
+        )
+        .bind(now_ms)
+        .bind(segment)
+        .execute(&self.pool)
+        .await?;
         Ok(result.rows_affected() == 1)
     }
 }
@@ -632,6 +682,60 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
             .map_err(store)?,
         false,
     )?;
+    // Skipping: only from quarantined, keeping the error, listed by state and table.
+    let worse = LedgerEntry {
+        segment: "ns/orders/0/segment-00000000000000000500.kfs".into(),
+        base_offset: 500,
+        ..bad.clone()
+    };
+    ledger.insert(&worse).await.map_err(store)?;
+    expect(
+        "skipping a committed entry",
+        ledger
+            .skip_quarantined(&pending.segment, 9)
+            .await
+            .map_err(store)?,
+        false,
+    )?;
+    expect(
+        "skipping a quarantined entry",
+        ledger
+            .skip_quarantined(&worse.segment, 9)
+            .await
+            .map_err(store)?,
+        true,
+    )?;
+    expect(
+        "skipped entry",
+        ledger
+            .get(&worse.segment)
+            .await
+            .map_err(store)?
+            .map(|e| (e.state, e.updated_ms)),
+        Some((
+            EntryState::Skipped {
+                error: "at byte 3: bad".into(),
+            },
+            9,
+        )),
+    )?;
+    expect(
+        "skipped listing",
+        ledger
+            .list(Some("skipped"), Some("kafscale.orders"))
+            .await
+            .map_err(store)?
+            .len(),
+        1,
+    )?;
+    expect(
+        "skipping it again",
+        ledger
+            .skip_quarantined(&worse.segment, 10)
+            .await
+            .map_err(store)?,
+        false,
+    )?;
     Ok(())
 }
 
@@ -651,7 +755,7 @@ mod tests {
         check_contract(&ledger).await?;
         // Reopening sees the same state.
         let reopened = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
-        assert_eq!(reopened.list(None, None).await?.len(), 2);
+        assert_eq!(reopened.list(None, None).await?.len(), 3);
         Ok(())
     }
 }

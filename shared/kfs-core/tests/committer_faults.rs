@@ -208,6 +208,9 @@ impl<L: Ledger> Ledger for LosesMarks<L> {
     async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
         self.inner.release_quarantined(segment).await
     }
+    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
+        self.inner.skip_quarantined(segment, now_ms).await
+    }
 }
 
 #[tokio::test]

@@ -55,6 +55,7 @@ fn benches(c: &mut Criterion) {
                     listing: &listing,
                     start_offsets: &start_offsets,
                     max_segments: usize::MAX,
+                    skipped: &BTreeMap::new(),
                 });
                 black_box(plan.take.len())
             })

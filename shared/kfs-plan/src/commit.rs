@@ -43,6 +43,9 @@ pub struct PlanInput<'a> {
     pub start_offsets: &'a BTreeMap<i32, i64>,
     /// Most segments one commit may take (bounds the work of one cycle).
     pub max_segments: usize,
+    /// Base offsets, per partition, of listed segments an operator skipped: nothing
+    /// waits for them, and the gap over them is recorded as skipped.
+    pub skipped: &'a BTreeMap<i32, BTreeSet<i64>>,
 }
 
 /// Why a partition cannot move further in this commit.
@@ -162,6 +165,7 @@ pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
     for (partition, mut segments) in by_partition {
         segments.sort_by_key(|s| (s.base_offset, s.last_offset));
         let listed = input.listing.get(&partition).unwrap_or(&empty);
+        let skipped = input.skipped.get(&partition).unwrap_or(&empty);
         let start = input
             .watermarks
             .get(&partition)
@@ -201,17 +205,25 @@ pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
                 break;
             }
             if segment.base_offset > next {
-                if let Some(&waiting) = listed.range(next..segment.base_offset).next() {
+                if let Some(&waiting) = listed
+                    .range(next..segment.base_offset)
+                    .find(|base| !skipped.contains(base))
+                {
                     plan.holds.push(hold(HoldReason::WaitingForSegment {
                         base_offset: waiting,
                     }));
                     break;
                 }
+                let reason = if skipped.range(next..segment.base_offset).next().is_some() {
+                    GapReason::Skipped
+                } else {
+                    GapReason::NoSegment
+                };
                 plan.gaps.push(Gap {
                     partition,
                     from: next,
                     to: segment.base_offset - 1,
-                    reason: GapReason::NoSegment,
+                    reason,
                 });
             }
             first_taken.get_or_insert(next);
@@ -257,6 +269,7 @@ mod tests {
             listing: &listing,
             start_offsets: &BTreeMap::new(),
             max_segments: 1000,
+            skipped: &BTreeMap::new(),
         })
     }
 

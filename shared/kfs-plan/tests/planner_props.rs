@@ -3,8 +3,9 @@
 //!
 //! Invariants: watermarks never move backwards; no segment is committed twice; what is
 //! committed plus the recorded gaps tiles `[start, watermark)` exactly; a gap never
-//! hides a listed segment; a quarantined segment is never passed; at quiescence
-//! everything before the first quarantined segment is committed.
+//! hides a listed segment unless an operator skipped it (and then it says so); a
+//! quarantined segment is never passed unless skipped; at quiescence everything before
+//! the first quarantined segment that was not skipped is committed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,6 +21,8 @@ struct Segment {
     missing: bool,
     /// Listed but never converts.
     quarantined: bool,
+    /// Quarantined, and skipped by an operator.
+    skipped: bool,
 }
 
 fn partition_strategy() -> impl Strategy<Value = Vec<Segment>> {
@@ -29,6 +32,7 @@ fn partition_strategy() -> impl Strategy<Value = Vec<Segment>> {
             0i64..3,
             proptest::bool::weighted(0.15),
             proptest::bool::weighted(0.05),
+            proptest::bool::weighted(0.5),
         ),
         1..15,
     )
@@ -36,7 +40,7 @@ fn partition_strategy() -> impl Strategy<Value = Vec<Segment>> {
         let mut next = 0;
         drafts
             .into_iter()
-            .map(|(len, gap, missing, quarantined)| {
+            .map(|(len, gap, missing, quarantined, skipped)| {
                 let base = next + gap;
                 next = base + len;
                 Segment {
@@ -44,6 +48,7 @@ fn partition_strategy() -> impl Strategy<Value = Vec<Segment>> {
                     last: base + len - 1,
                     missing,
                     quarantined: quarantined && !missing,
+                    skipped: quarantined && !missing && skipped,
                 }
             })
             .collect()
@@ -61,6 +66,9 @@ proptest! {
     ) {
         let listing: BTreeMap<i32, BTreeSet<i64>> = partitions.iter().enumerate()
             .map(|(p, segs)| (p as i32, segs.iter().filter(|s| !s.missing).map(|s| s.base).collect()))
+            .collect();
+        let skipped: BTreeMap<i32, BTreeSet<i64>> = partitions.iter().enumerate()
+            .map(|(p, segs)| (p as i32, segs.iter().filter(|s| s.skipped).map(|s| s.base).collect()))
             .collect();
         // Convertible segments arrive in a shuffled order, a few per cycle.
         let mut arrivals: Vec<PendingSegment> = partitions.iter().enumerate().flat_map(|(p, segs)| {
@@ -85,7 +93,7 @@ proptest! {
             }
             let plan = plan_commit(&PlanInput {
                 topic: "t", watermarks: &watermarks, pending: &pending, listing: &listing,
-                start_offsets: &BTreeMap::new(), max_segments,
+                start_offsets: &BTreeMap::new(), max_segments, skipped: &skipped,
             });
             prop_assert!(plan.take.len() <= max_segments);
             for (p, old) in &watermarks {
@@ -98,7 +106,11 @@ proptest! {
             }
             for g in &plan.gaps {
                 let listed = &listing[&g.partition];
-                prop_assert!(listed.range(g.from..=g.to).next().is_none(), "gap {:?} hides a listed segment", g);
+                let passed_skipped = skipped[&g.partition].range(g.from..=g.to).next().is_some();
+                prop_assert!(listed.range(g.from..=g.to).all(|b| skipped[&g.partition].contains(b)),
+                    "gap {:?} hides a listed segment", g);
+                prop_assert_eq!(passed_skipped, g.reason == kfs_plan::offsets::GapReason::Skipped,
+                    "gap {:?} misreports a skip", g);
                 tiles.entry(g.partition).or_default().push((g.from, g.to));
             }
             let done: BTreeSet<String> = plan.take.iter().chain(&plan.covered).map(|s| s.id.clone()).collect();
@@ -122,11 +134,14 @@ proptest! {
             }
             // At quiescence the partition stands right after the last segment before its
             // first quarantined one (a gap is recorded only when a segment follows it).
-            let first_quarantine = segs.iter().find(|s| s.quarantined).map_or(i64::MAX, |q| q.base);
-            let expected = segs.iter().filter(|s| !s.missing && s.base < first_quarantine).map(|s| s.last + 1).max();
+            let blocking = |q: &&Segment| q.quarantined && !q.skipped;
+            let first_quarantine = segs.iter().find(blocking).map_or(i64::MAX, |q| q.base);
+            let expected = segs.iter()
+                .filter(|s| !s.missing && !s.quarantined && s.base < first_quarantine)
+                .map(|s| s.last + 1).max();
             prop_assert_eq!(watermarks.get(&p).copied(), expected, "partition {}", p);
             for s in segs.iter().filter(|s| !s.missing && !s.quarantined) {
-                let before_quarantine = segs.iter().filter(|q| q.quarantined).all(|q| s.base < q.base);
+                let before_quarantine = segs.iter().filter(blocking).all(|q| s.base < q.base);
                 prop_assert_eq!(committed.contains(&format!("{p}:{}", s.base)), before_quarantine);
             }
         }

@@ -99,13 +99,18 @@ impl BenchTable {
 
     /// Commits the pending segments.
     pub async fn commit(&self) -> BenchResult<CommitOutcome> {
+        self.commit_with(&CommitSettings::default()).await
+    }
+
+    /// Commits the pending segments with `settings`.
+    pub async fn commit_with(&self, settings: &CommitSettings) -> BenchResult<CommitOutcome> {
         Ok(commit_table(
             &self.catalog,
             &self.ledger,
             &self.name,
             "bench",
             &self.listing,
-            &CommitSettings::default(),
+            settings,
             now_ms(),
         )
         .await?)

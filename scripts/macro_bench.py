@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Macro benchmark: kfs-iceberg's whole converter against pyarrow's Parquet encoder.
+
+One run on one machine, one core each:
+
+* **ours**: `kfs-iceberg run` converts a generated segment into an Iceberg table
+  (stream in, CRCs, decompression, decoding, Arrow, Parquet with zstd level 3, the
+  ledger and the commit), timed from process start to exit, with its peak RSS.
+* **reference**: the same records, already in memory as an Arrow table (read back from
+  our own output), written with `pyarrow.parquet.write_table` with the same compression
+  and row group size. Only the write is timed.
+
+It prints payload throughput (bytes of keys, values and headers), peak memory, output
+sizes, and the ratio reference time ÷ our time (≥ 1.0: our whole converter is at least
+as fast as pyarrow's encode step alone).
+
+    python3 scripts/macro_bench.py [--segment-mib 256] [--codec none] [--runs 3]
+
+Needs a release build (`cargo build --release --locked -p kfs-iceberg`; the script
+builds it when missing) and `pip install pyarrow`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+ROW_GROUP_ROWS = 1 << 20  # shared/kfs-core/src/convert.rs: writer_properties
+ZSTD_LEVEL = 3
+
+
+def run_measured(cmd: list[str], cpu: int | None) -> tuple[float, int]:
+    """Runs `cmd` (pinned to `cpu`), returning wall seconds and peak RSS in bytes."""
+    def pin() -> None:
+        if cpu is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {cpu})
+
+    started = time.perf_counter()
+    process = subprocess.Popen(cmd, preexec_fn=pin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - started
+    out = process.stdout.read().decode() if process.stdout else ""
+    err = process.stderr.read().decode() if process.stderr else ""
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({code}):\n{out}\n{err}")
+    return elapsed, usage.ru_maxrss * 1024
+
+
+def kfs_binary(build: bool) -> Path:
+    binary = REPO / "target" / "release" / "kfs-iceberg"
+    if build or not binary.exists():
+        subprocess.run(
+            ["cargo", "build", "--release", "--locked", "-p", "kfs-iceberg"], cwd=REPO, check=True
+        )
+    return binary
+
+
+def generate(binary: Path, out: Path, segment_mib: int, codec: str) -> Path:
+    """Writes one segment of about `segment_mib` MiB; returns its path."""
+    probe = out / "probe"
+    subprocess.run(
+        [binary, "gen", "--out", probe, "--topics", "1", "--partitions", "1", "--segments", "1",
+         "--records", "20000", "--codec", codec],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    per_record = sum(p.stat().st_size for p in probe.rglob("*.kfs")) / 20000
+    shutil.rmtree(probe)
+    records = max(1, int(segment_mib * MIB / per_record))
+    source = out / "source"
+    subprocess.run(
+        [binary, "gen", "--out", source, "--topics", "1", "--partitions", "1", "--segments", "1",
+         "--records", str(records), "--codec", codec],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    return source
+
+
+REFERENCE = r"""
+import json, os, sys, time
+import pyarrow as pa, pyarrow.parquet as pq
+files, out, rows, level = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+pa.set_cpu_count(1); pa.set_io_thread_count(1)
+table = pa.concat_tables([pq.read_table(f) for f in files])
+table = table.combine_chunks()
+payload = 0
+for name in ("key", "value"):
+    payload += sum(len(v) for v in table.column(name).to_pylist() if v is not None)
+for headers in table.column("headers").to_pylist():
+    for h in headers or []:
+        payload += len(h["key"].encode()) + len(h["value"] or b"")
+started = time.perf_counter()
+pq.write_table(table, out, compression="zstd", compression_level=level, row_group_size=rows)
+elapsed = time.perf_counter() - started
+print(json.dumps({"seconds": elapsed, "payload": payload, "rows": table.num_rows,
+                  "bytes": os.path.getsize(out)}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--segment-mib", type=int, default=256)
+    parser.add_argument("--codec", default="none", help="none, gzip, snappy, lz4, zstd, mixed")
+    parser.add_argument("--runs", type=int, default=3, help="best of N for each side")
+    parser.add_argument("--cpu", type=int, default=0, help="core both sides are pinned to")
+    parser.add_argument("--build", action="store_true", help="rebuild the release binary")
+    args = parser.parse_args()
+
+    binary = kfs_binary(args.build)
+    shm = Path("/dev/shm")
+    base = Path(tempfile.mkdtemp(prefix="kfs-macro-", dir=shm if shm.is_dir() else None))
+    try:
+        source = generate(binary, base, args.segment_mib, args.codec)
+        segment_bytes = sum(p.stat().st_size for p in source.rglob("*.kfs"))
+        ours: list[tuple[float, int]] = []
+        for i in range(args.runs):
+            warehouse = base / f"wh{i}"
+            ours.append(run_measured(
+                [str(binary), "run", "--source", str(source), "--warehouse", str(warehouse),
+                 "--no-coalesce"],
+                args.cpu,
+            ))
+        data_files = sorted(str(p) for p in (base / "wh0").rglob("*.parquet"))
+        our_bytes = sum(os.path.getsize(f) for f in data_files)
+        reference: list[dict] = []
+        for i in range(args.runs):
+            out = base / f"reference{i}.parquet"
+            result = subprocess.run(
+                [sys.executable, "-c", REFERENCE, ",".join(data_files), str(out),
+                 str(ROW_GROUP_ROWS), str(ZSTD_LEVEL)],
+                check=True, capture_output=True, text=True,
+                preexec_fn=lambda: os.sched_setaffinity(0, {args.cpu}),
+            )
+            reference.append(json.loads(result.stdout))
+            out.unlink()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    payload = reference[0]["payload"]
+    our_seconds = min(t for t, _ in ours)
+    our_peak = max(m for _, m in ours)
+    ref_seconds = min(r["seconds"] for r in reference)
+    mib = payload / MIB
+    print(f"segment: {segment_bytes / MIB:.1f} MiB ({args.codec}), {reference[0]['rows']:,} records, "
+          f"{mib:.1f} MiB of record payload; best of {args.runs}, one core")
+    print(f"kfs-iceberg run (whole converter + commit): {our_seconds:.2f} s, "
+          f"{mib / our_seconds:.1f} MiB/s, peak RSS {our_peak / MIB:.0f} MiB, "
+          f"Parquet {our_bytes / MIB:.1f} MiB")
+    print(f"pyarrow write_table (encode only, table in memory): {ref_seconds:.2f} s, "
+          f"{mib / ref_seconds:.1f} MiB/s, Parquet {reference[0]['bytes'] / MIB:.1f} MiB")
+    print(f"ratio (pyarrow encode time / our whole conversion time): {ref_seconds / our_seconds:.2f}x")
+    print(f"peak memory / segment size: {our_peak / max(segment_bytes, 1):.2f}")
+
+
+if __name__ == "__main__":
+    main()
