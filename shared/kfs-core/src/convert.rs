@@ -10,6 +10,7 @@
 //! async side hands them to the Parquet writer. Memory is bounded by a frame, a few
 //! Arrow batches and the Parquet row group being built, never by the segment's size.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -31,6 +32,7 @@ use kfs_plan::naming::sanitize;
 use kfs_segment::{DecodeError, DecodeLimits, Record, SegmentDecoder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 
 use crate::source::SourceError;
 use crate::table::arrow_schema;
@@ -207,8 +209,9 @@ impl RecordColumns {
                 record.timestamp_ms
             )
         })?;
-        self.record_id
-            .append_value(format!("{topic}:{partition}:{}", record.offset));
+        // Written straight into the builder's buffer: no string per record.
+        let _ = write!(self.record_id, "{topic}:{partition}:{}", record.offset);
+        self.record_id.append_value("");
         self.topic.append_value(topic);
         self.partition.append_value(partition);
         self.offset.append_value(record.offset);
@@ -262,15 +265,20 @@ impl RecordColumns {
     }
 }
 
-/// Parquet settings of data files: zstd, row groups of at most 1 Mi rows / 128 MiB.
+/// Parquet settings of data files: zstd, row groups of at most 1 Mi rows / 128 MiB, and
+/// no dictionary for the columns that are unique per record (a dictionary there is
+/// built only to be abandoned).
 pub fn writer_properties() -> iceberg::Result<WriterProperties> {
     let level = ZstdLevel::try_new(3)
         .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
-    Ok(WriterProperties::builder()
+    let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(level))
         .set_max_row_group_row_count(Some(1 << 20))
-        .set_max_row_group_bytes(Some(128 << 20))
-        .build())
+        .set_max_row_group_bytes(Some(128 << 20));
+    for unique in ["record_id", "offset", "timestamp_ms", "timestamp"] {
+        builder = builder.set_column_dictionary_enabled(ColumnPath::from(unique), false);
+    }
+    Ok(builder.build())
 }
 
 /// The writer of table data files: one Parquet file named `{stem}.parquet` in the
@@ -348,7 +356,7 @@ fn decode_segment(
         segment: segment.clone(),
         source: Box::new(source),
     };
-    let reader = std::io::BufReader::with_capacity(1 << 20, reader);
+    // No BufReader: the stream's chunks already are the buffer.
     let mut decoder = SegmentDecoder::from_reader(reader, limits).map_err(malformed)?;
     if decoder.header().base_offset != key.base_offset {
         return Err(malformed(DecodeError::at(
