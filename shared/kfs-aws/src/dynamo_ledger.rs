@@ -38,6 +38,42 @@ pub struct DynamoLedger {
     table: String,
 }
 
+/// Operation errors that can say a write's condition failed.
+trait ConditionFailed {
+    fn condition_failed(&self) -> bool;
+}
+
+impl ConditionFailed for aws_sdk_dynamodb::operation::put_item::PutItemError {
+    fn condition_failed(&self) -> bool {
+        self.is_conditional_check_failed_exception()
+    }
+}
+
+impl ConditionFailed for aws_sdk_dynamodb::operation::update_item::UpdateItemError {
+    fn condition_failed(&self) -> bool {
+        self.is_conditional_check_failed_exception()
+    }
+}
+
+impl ConditionFailed for aws_sdk_dynamodb::operation::delete_item::DeleteItemError {
+    fn condition_failed(&self) -> bool {
+        self.is_conditional_check_failed_exception()
+    }
+}
+
+/// Whether a conditional write applied: `Ok(false)` when its condition did not hold.
+fn applied<T, E, R>(result: Result<T, SdkError<E, R>>) -> Result<bool, LedgerError>
+where
+    E: ConditionFailed + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) if e.as_service_error().is_some_and(E::condition_failed) => Ok(false),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
 fn store_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
     e: SdkError<E, R>,
 ) -> LedgerError {
@@ -313,15 +349,10 @@ impl Ledger for DynamoLedger {
             .expression_attribute_names("#k", "segment_key")
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(InsertOutcome::Inserted),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                existing_entry(self, &entry.segment).await
-            }
-            Err(e) => Err(store_error(e)),
+        if applied(result)? {
+            Ok(InsertOutcome::Inserted)
+        } else {
+            existing_entry(self, &entry.segment).await
         }
     }
 
@@ -399,12 +430,8 @@ impl Ledger for DynamoLedger {
                 .expression_attribute_values(":now", n(now_ms))
                 .send()
                 .await;
-            match result {
-                Ok(_) => moved += 1,
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|s| s.is_conditional_check_failed_exception()) => {}
-                Err(e) => return Err(store_error(e)),
+            if applied(result)? {
+                moved += 1;
             }
         }
         Ok(moved)
@@ -421,16 +448,7 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":quarantined", s("quarantined"))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(store_error(e)),
-        }
+        applied(result)
     }
 
     async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
@@ -453,15 +471,6 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":now", n(now_ms))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(store_error(e)),
-        }
+        applied(result)
     }
 }

@@ -11,22 +11,8 @@ mod common;
 
 use std::time::Instant;
 
-use common::{BenchResult, BenchTable};
+use common::{BenchResult, BenchTable, tiny_segment as segment};
 use kfs_core::committer::CommitSettings;
-use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
-
-fn segment(base: i64) -> BenchResult<Vec<u8>> {
-    let records = (base..base + 10)
-        .map(|offset| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
-            key: Some(format!("k{offset}").into_bytes()),
-            value: Some(vec![b'v'; 200]),
-            headers: vec![],
-        })
-        .collect();
-    Ok(encode_segment(&[BatchSpec::new(records, Compression::None)], 1)?.kfs)
-}
 
 async fn commit_once(files: usize, coalesce: bool) -> BenchResult<()> {
     let mut bench = BenchTable::new().await?;

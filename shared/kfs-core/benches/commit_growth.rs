@@ -16,24 +16,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{BenchResult, BenchTable};
+use common::{BenchResult, BenchTable, tiny_segment as segment};
 use kfs_core::catalog::{S3Settings, table_ident};
 use kfs_core::maintenance::{MaintenancePolicy, maintain_table};
 use kfs_core::pipeline::now_ms;
-use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
-
-fn segment(base: i64) -> BenchResult<Vec<u8>> {
-    let records = (base..base + 10)
-        .map(|offset| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
-            key: Some(format!("k{offset}").into_bytes()),
-            value: Some(vec![b'v'; 200]),
-            headers: vec![],
-        })
-        .collect();
-    Ok(encode_segment(&[BatchSpec::new(records, Compression::None)], 1)?.kfs)
-}
 
 /// Runs `commits` commits; returns each commit's duration.
 async fn run(

@@ -212,15 +212,20 @@ mod tests {
         assert_eq!(limited.len(), 1);
     }
 
-    #[test]
-    fn expiry_keeps_the_newest_and_referenced_snapshots() {
-        let all: Vec<SnapshotStat> = (1..=6)
+    /// Snapshots 1..=6 committed 10 ms apart, one lineage.
+    fn six_snapshots() -> (Vec<SnapshotStat>, [i64; 6]) {
+        let all = (1..=6)
             .map(|id| SnapshotStat {
                 id,
                 timestamp_ms: id * 10,
             })
             .collect();
-        let ancestry = [6, 5, 4, 3, 2, 1];
+        (all, [6, 5, 4, 3, 2, 1])
+    }
+
+    #[test]
+    fn expiry_keeps_the_newest_and_referenced_snapshots() {
+        let (all, ancestry) = six_snapshots();
         let by_age =
             |older_than_ms, retain_last| ExpiryRule::older_than(older_than_ms, retain_last);
         assert_eq!(
@@ -241,13 +246,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_bound_expires_the_oldest_whatever_their_age() {
-        let all: Vec<SnapshotStat> = (1..=6)
-            .map(|id| SnapshotStat {
-                id,
-                timestamp_ms: id * 10,
-            })
-            .collect();
-        let ancestry = [6, 5, 4, 3, 2, 1];
+        let (all, ancestry) = six_snapshots();
         let bounded = |max, retain_last| ExpiryRule {
             older_than_ms: 0,
             retain_last,

@@ -19,6 +19,22 @@ use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::{TableName, TableNaming};
 use kfs_segment::DecodeLimits;
 
+/// A segment of 10 records of 200-byte values starting at `base` (a produce request's
+/// worth: what the broker writes by default).
+pub fn tiny_segment(base: i64) -> BenchResult<Vec<u8>> {
+    let records = (base..base + 10)
+        .map(|offset| kfs_segment::OwnedRecord {
+            offset,
+            timestamp_ms: 1_700_000_000_000 + offset,
+            key: Some(format!("k{offset}").into_bytes()),
+            value: Some(vec![b'v'; 200]),
+            headers: vec![],
+        })
+        .collect();
+    let batch = kfs_segment::BatchSpec::new(records, kfs_segment::Compression::None);
+    Ok(kfs_segment::encode_segment(&[batch], 1)?.kfs)
+}
+
 /// A benchmark's error.
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
