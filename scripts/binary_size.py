@@ -21,10 +21,20 @@ import sys
 import tempfile
 from pathlib import Path
 
+SYMBOL = re.compile(r"^([0-9a-f]+) ([0-9a-f]+) (\w) (.*)$")
 CRATE = re.compile(r"^(?:<|_<)?(?:&(?:mut )?)?(?:dyn )?([A-Za-z_][A-Za-z0-9_]*)::")
 
 
+def readable(symbol: str) -> str:
+    """Undoes the legacy mangling escapes llvm-nm leaves in place."""
+    for escaped, plain in (("_$LT$", "<"), ("$LT$", "<"), ("$GT$", ">"), ("$u20$", " "),
+                           ("$RF$", "&"), ("$BP$", "*"), ("$C$", ","), ("..", "::")):
+        symbol = symbol.replace(escaped, plain)
+    return symbol
+
+
 def crate_of(symbol: str) -> str:
+    symbol = readable(symbol)
     match = CRATE.match(symbol.lstrip("<&* "))
     if match:
         return match.group(1)
@@ -36,6 +46,10 @@ def crate_of(symbol: str) -> str:
         return "aws-lc-sys (C)"
     if "ring_core" in symbol:
         return "ring (C/asm)"
+    if symbol.startswith(("ecp_nistz256", "curve25519", "edwards25519", "fiat_", "kObjects")):
+        return "aws-lc-sys (C)"
+    if symbol.startswith("anon."):
+        return "(anonymous constants)"
     return "(other)"
 
 
@@ -51,12 +65,20 @@ def main() -> None:
         ).stdout
         sizes: collections.Counter[str] = collections.Counter()
         for line in out.splitlines():
-            parts = line.split(" ", 3)
-            if len(parts) < 4 or parts[2].lower() not in "tdrb":
+            match = SYMBOL.match(line)
+            if not match or match.group(3).lower() not in "tdrb":
                 continue
-            sizes[crate_of(parts[3])] += int(parts[1], 16)
+            sizes[crate_of(match.group(4))] += int(match.group(2), 16)
         total = sum(sizes.values())
-        print(f"{binary}: {stripped_size:,} bytes stripped; {total:,} bytes in sized symbols")
+        sections = subprocess.run(
+            ["llvm-size", "-A", str(binary)], check=True, capture_output=True, text=True
+        ).stdout
+        unwind = sum(int(line.split()[1]) for line in sections.splitlines()
+                     if line.startswith((".eh_frame", ".gcc_except_table")))
+        relocations = sum(int(line.split()[1]) for line in sections.splitlines()
+                          if line.startswith((".rela", ".data.rel.ro")))
+        print(f"{binary}: {stripped_size:,} bytes stripped; {total:,} bytes in sized symbols, "
+              f"{unwind:,} in unwind tables, {relocations:,} in relocations and relocated data")
         for crate, size in sizes.most_common(25):
             print(f"  {size / 1e6:6.2f} MB  {size / total:5.1%}  {crate}")
 
