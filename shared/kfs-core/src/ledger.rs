@@ -341,6 +341,21 @@ CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, table_name, partiti
 impl SqliteLedger {
     /// Opens (creating if needed) the ledger file at `path`.
     pub async fn open(path: &Path) -> Result<Self, LedgerError> {
+        // Processes opening a new ledger at the same moment race to switch it to WAL,
+        // which SQLite answers with "database is locked" at once (no busy wait): retry.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::try_open(path).await {
+                Err(sqlx::Error::Database(e)) if e.message().contains("locked") && attempt < 10 => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
+                }
+                result => return Ok(result?),
+            }
+        }
+    }
+
+    async fn try_open(path: &Path) -> Result<Self, sqlx::Error> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
