@@ -14,25 +14,15 @@ use kfs_core::source::MemorySource;
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 use kfs_plan::offsets::{Gap, GapReason};
-use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
+
+mod faults;
+
+use faults::segment;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Where the good segment after a corpus segment starts, past its base offset.
 const NEXT_SEGMENT_AFTER: i64 = 1000;
-
-fn good_segment(base: i64) -> Result<Vec<u8>, kfs_segment::EncodeError> {
-    let records = (base..base + 10)
-        .map(|offset| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
-            key: Some(format!("k{offset}").into_bytes()),
-            value: Some(format!("v{offset}").into_bytes()),
-            headers: vec![],
-        })
-        .collect();
-    Ok(encode_segment(&[BatchSpec::new(records, Compression::Lz4)], 1)?.kfs)
-}
 
 fn corpus() -> Result<Vec<PathBuf>, std::io::Error> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus");
@@ -88,12 +78,12 @@ async fn every_corpus_segment_is_quarantined_then_skipped_and_the_rest_lands_onc
         let base = header_base(&bad);
         let mut records = 10;
         if base >= 10 {
-            put(&source, partition, base - 10, good_segment(base - 10)?);
+            put(&source, partition, base - 10, segment(base - 10)?);
             records += 10;
         }
         put(&source, partition, base, bad);
         let next = base + NEXT_SEGMENT_AFTER;
-        put(&source, partition, next, good_segment(next)?);
+        put(&source, partition, next, segment(next)?);
         expected.push((partition, base, records));
     }
     let config = PipelineConfig::default();
