@@ -18,8 +18,9 @@ use kfs_plan::commit::{CommitPlan, Hold, PendingSegment, PlanInput, plan_commit}
 use kfs_plan::crosscheck::{AgedSegment, CrossCheck, CrossCheckPolicy, EtcdView, cross_check};
 use kfs_plan::naming::TableName;
 use kfs_plan::offsets::{
-    COMMIT_ID_KEY, Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, gaps_from_summary,
-    offsets_from_summary, ranges_from_summary,
+    COMMIT_ID_KEY, Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, gap_history_from_summary,
+    gap_history_property, gaps_from_summary, offsets_from_summary, ranges_from_summary,
+    starts_from_summary,
 };
 use kfs_plan::sweep::TableProgress;
 
@@ -172,24 +173,40 @@ pub fn ancestry(table: &Table) -> impl Iterator<Item = &Snapshot> {
 
 /// The table's watermarks: the offset map of the newest snapshot that carries one.
 pub fn table_watermarks(table: &Table) -> Result<OffsetMap, SummaryError> {
-    for snapshot in ancestry(table) {
-        if let Some(offsets) = offsets_from_summary(&snapshot.summary().additional_properties)? {
-            return Ok(offsets);
-        }
-    }
-    Ok(OffsetMap::new())
+    Ok(table_offsets(table)?.0)
 }
 
-/// The table's watermarks and every gap its history records.
-pub fn table_progress(table: &Table) -> Result<TableProgress, SummaryError> {
-    let mut gaps = Vec::new();
+/// The offset map of the newest snapshot that carries one, and the partitions' starts
+/// it records (empty for snapshots written before starts were recorded).
+fn table_offsets(table: &Table) -> Result<(OffsetMap, OffsetMap), SummaryError> {
     for snapshot in ancestry(table) {
-        gaps.extend(gaps_from_summary(
-            &snapshot.summary().additional_properties,
-        )?);
+        let summary = &snapshot.summary().additional_properties;
+        if let Some(offsets) = offsets_from_summary(summary)? {
+            return Ok((offsets, starts_from_summary(summary)?.unwrap_or_default()));
+        }
     }
+    Ok(Default::default())
+}
+
+/// The table's watermarks, its partitions' starts, and every gap it has recorded: the
+/// gap history of the newest snapshot that carries one, plus the gaps of newer
+/// snapshots (and, for tables written before the history was carried, of every
+/// snapshot still in the table).
+pub fn table_progress(table: &Table) -> Result<TableProgress, SummaryError> {
+    let mut gaps = BTreeSet::new();
+    for snapshot in ancestry(table) {
+        let summary = &snapshot.summary().additional_properties;
+        gaps.extend(gaps_from_summary(summary)?);
+        if let Some(history) = gap_history_from_summary(summary)? {
+            gaps.extend(history);
+            break;
+        }
+    }
+    let gaps = gaps.into_iter().collect();
+    let (watermarks, starts) = table_offsets(table)?;
     Ok(TableProgress {
-        watermarks: table_watermarks(table)?,
+        watermarks,
+        starts,
         gaps,
     })
 }
@@ -327,22 +344,24 @@ pub async fn commit_table(
     let mut pending: Vec<PendingSegment> = outcome.crosscheck.allowed.clone();
     for attempt in 1..=settings.max_attempts {
         outcome.attempts = attempt;
-        let watermarks = table_watermarks(&table).map_err(summary_error)?;
+        let (watermarks, starts) = table_offsets(&table).map_err(summary_error)?;
         let plan = plan_commit(&PlanInput {
             topic,
             watermarks: &watermarks,
+            starts: &starts,
             pending: &pending,
             listing,
             start_offsets: &settings.start_offsets,
             max_segments: settings.max_segments,
             skipped: &skipped,
         });
-        outcome.recovered += recover_covered(&table, ledger, &plan, now_ms)
-            .await
-            .map_err(|e| match e {
-                Recover::Ledger(e) => ledger_error(e),
-                Recover::Summary(e) => summary_error(e),
-            })?;
+        outcome.recovered +=
+            recover_covered(&table, ledger, &plan, &settings.start_offsets, now_ms)
+                .await
+                .map_err(|e| match e {
+                    Recover::Ledger(e) => ledger_error(e),
+                    Recover::Summary(e) => summary_error(e),
+                })?;
         let covered: BTreeSet<&str> = plan.covered.iter().map(|s| s.id.as_str()).collect();
         pending.retain(|s| !covered.contains(s.id.as_str()));
         outcome.holds = plan.holds.clone();
@@ -366,6 +385,10 @@ pub async fn commit_table(
         let file_count = data_files.len();
         let newest = previous_newest.max(newest_in_files(&data_files));
         let mut properties = plan.summary(topic).properties();
+        let mut history = table_progress(&table).map_err(summary_error)?.gaps;
+        history.extend(plan.gaps.iter().copied());
+        let (key, value) = gap_history_property(&history);
+        properties.insert(key, value);
         if let Some(newest) = newest {
             properties.insert(MAX_TIMESTAMP_KEY.to_owned(), newest.to_string());
         }
@@ -402,7 +425,7 @@ pub async fn commit_table(
             // The merged files are in the table: the small ones are garbage now (a
             // crash before this leaves them to orphan cleanup).
             for path in &merged_away {
-                let _ = table.file_io().delete(path).await;
+                let _ = crate::failpoint::delete_file(table.file_io(), path).await;
             }
             outcome.snapshot_id = Some(snapshot_id);
             outcome.segments = plan.take.len();
@@ -430,8 +453,8 @@ pub async fn commit_table(
 }
 
 /// Merges small files, per partition value and in offset order, into files of about
-/// `target` bytes named after the commit (a retry of the same commit rewrites the same
-/// names). Returns the files to commit and the paths merged away.
+/// `target` bytes named after the commit (and unique to this attempt). Returns the
+/// files to commit and the paths merged away.
 async fn coalesce(
     table: &Table,
     files: Vec<iceberg::spec::DataFile>,
@@ -455,7 +478,10 @@ async fn coalesce(
         let (merged, _) = crate::parquet_merge::merge_data_files(
             table,
             &inputs,
-            &format!("coalesced-{commit_id}-{n}"),
+            &format!(
+                "coalesced-{commit_id}-{n}-{}",
+                crate::convert::write_token()
+            ),
             policy.copy_row_group_min_bytes,
         )
         .await?;
@@ -478,23 +504,43 @@ enum Recover {
 }
 
 /// Pending entries the watermark already covers were committed by an earlier cycle
-/// whose marking was lost: find the snapshot that added them and mark them.
+/// whose marking was lost: find the snapshot that added them and mark them (or, when
+/// expiry has removed it, mark them at the current snapshot if the table's progress
+/// shows their offsets in the table).
 async fn recover_covered(
     table: &Table,
     ledger: &impl Ledger,
     plan: &CommitPlan,
+    configured_starts: &BTreeMap<i32, i64>,
     now_ms: i64,
 ) -> Result<usize, Recover> {
     let mut recovered = 0;
+    let mut progress = None;
     for segment in &plan.covered {
-        if let Some(snapshot_id) = find_range(
+        let found = find_range(
             table,
             segment.partition,
             segment.base_offset,
             segment.last_offset,
         )
-        .map_err(Recover::Summary)?
-        {
+        .map_err(Recover::Summary)?;
+        let snapshot_id = match found {
+            Some(id) => Some(id),
+            // The snapshot that took it has been expired: the offsets are in the table
+            // unless they lie in a recorded gap or below where the partition began.
+            None => {
+                if progress.is_none() {
+                    progress = Some(table_progress(table).map_err(Recover::Summary)?);
+                }
+                let committed = progress
+                    .as_ref()
+                    .is_some_and(|progress| in_table(progress, configured_starts, segment));
+                committed
+                    .then(|| table.metadata().current_snapshot_id())
+                    .flatten()
+            }
+        };
+        if let Some(snapshot_id) = snapshot_id {
             recovered += ledger
                 .mark_committed(std::slice::from_ref(&segment.id), snapshot_id, now_ms)
                 .await
@@ -502,6 +548,29 @@ async fn recover_covered(
         }
     }
     Ok(recovered)
+}
+
+/// Whether the table holds `segment`'s offsets by its progress alone: below the
+/// watermark, at or past the partition's start (recorded or configured), in no gap.
+fn in_table(
+    progress: &TableProgress,
+    configured_starts: &BTreeMap<i32, i64>,
+    segment: &PendingSegment,
+) -> bool {
+    let partition = segment.partition;
+    let below_watermark = progress
+        .watermarks
+        .get(&partition)
+        .is_some_and(|&next| segment.last_offset < next);
+    let past_start = progress
+        .starts
+        .get(&partition)
+        .or_else(|| configured_starts.get(&partition))
+        .is_none_or(|&start| segment.base_offset >= start);
+    let in_gap = progress.gaps.iter().any(|g| {
+        g.partition == partition && g.from <= segment.last_offset && segment.base_offset <= g.to
+    });
+    below_watermark && past_start && !in_gap
 }
 
 fn data_files_of(

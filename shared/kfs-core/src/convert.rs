@@ -34,6 +34,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
+use crate::failpoint::Failpoint;
 use crate::source::SourceError;
 use crate::table::arrow_schema;
 
@@ -118,16 +119,28 @@ impl ConvertError {
     }
 }
 
-/// The data file name of a segment version: topic, partition, base offset and a hash
-/// of the ETag, so a rewritten segment key gets a different file.
+/// The data file name of a segment version: topic, partition, base offset, a hash of
+/// the ETag, and a token unique to this write ([`write_token`]).
 pub fn data_file_stem(key: &SegmentKey, etag: &str) -> String {
     format!(
-        "{}-p{}-{:020}-{:016x}",
+        "{}-p{}-{:020}-{:016x}-{}",
         sanitize(&key.topic),
         key.partition,
         key.base_offset,
-        kfs_plan::hash::fnv1a(etag.as_bytes())
+        kfs_plan::hash::fnv1a(etag.as_bytes()),
+        write_token()
     )
+}
+
+/// A token unique to one data file write. Every written file gets a name of its own:
+/// two processes converting (or merging) the same input at once must never write the
+/// same path, since on storage without atomic writes (a local folder) the loser's
+/// half-written file would replace the winner's committed one. The loser's file is
+/// deleted when its ledger insert finds the winner's, or else left to orphan cleanup.
+pub fn write_token() -> String {
+    let mut token = uuid::Uuid::new_v4().simple().to_string();
+    token.truncate(16);
+    token
 }
 
 /// Always the same name: one segment version, one file.
@@ -463,11 +476,13 @@ pub async fn convert_segment(
             // Best effort: the name is deterministic, so a later conversion overwrites
             // it and orphan cleanup removes it otherwise.
             let _ = writer.close().await;
-            let _ = table.file_io().delete(&path).await;
+            let _ = crate::failpoint::delete_file(table.file_io(), &path).await;
             return Err(e);
         }
     };
-    let data_files = writer.close().await.map_err(write_error)?;
+    let data_files = crate::failpoint::around(Failpoint::DataFileWrite, writer.close())
+        .await
+        .map_err(write_error)?;
     Ok(ConvertedSegment {
         file_bytes: data_files.iter().map(|f| f.file_size_in_bytes()).sum(),
         data_files,

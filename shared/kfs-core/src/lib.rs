@@ -8,6 +8,7 @@ pub mod committer;
 pub mod convert;
 pub mod converter;
 pub mod etcd;
+pub mod failpoint;
 pub mod glue;
 pub mod ledger;
 pub mod maintenance;

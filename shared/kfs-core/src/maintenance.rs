@@ -18,6 +18,7 @@ use kfs_plan::compaction::{
 use kfs_plan::hash::Fnv1a;
 
 use crate::committer::ancestry;
+use crate::failpoint::delete_file;
 use crate::ledger::Ledger;
 use crate::parquet_merge::merge_data_files;
 use crate::rewrite::{Replacement, find_maintenance, live_entries, stage_replace};
@@ -205,7 +206,7 @@ pub async fn compact_table(
             let (written, merge) = merge_data_files(
                 &table,
                 &inputs,
-                &format!("compacted-{group_id}"),
+                &format!("compacted-{group_id}-{}", crate::convert::write_token()),
                 policy.copy_row_group_min_bytes,
             )
             .await
@@ -233,7 +234,7 @@ pub async fn compact_table(
                 Ok(None) => {
                     report.stale_groups += 1;
                     for file in &written {
-                        let _ = table.file_io().delete(file.file_path()).await;
+                        let _ = delete_file(table.file_io(), file.file_path()).await;
                     }
                 }
                 Err(e) => return Err(iceberg(e)),
@@ -449,7 +450,7 @@ pub async fn expire_snapshots(
         })));
     }
     for file in &report.deleted_files {
-        table.file_io().delete(file).await.map_err(iceberg)?;
+        delete_file(table.file_io(), file).await.map_err(iceberg)?;
     }
     Ok(report)
 }
@@ -513,18 +514,7 @@ pub async fn remove_orphans(
             source,
         })?;
     for entry in &pending {
-        for file in &entry.data_files {
-            if let Some(path) = serde_json::from_str::<serde_json::Value>(file)
-                .ok()
-                .and_then(|v| {
-                    v.get("file_path")
-                        .and_then(|p| p.as_str())
-                        .map(str::to_owned)
-                })
-            {
-                referenced.insert(path);
-            }
-        }
+        referenced.extend(crate::pipeline::converted_paths(entry));
     }
     let location = metadata.location().trim_end_matches('/');
     let root = location.strip_prefix("file://").unwrap_or(location);
@@ -553,7 +543,7 @@ pub async fn remove_orphans(
     }
     if !dry_run {
         for path in &report.orphans {
-            table.file_io().delete(path).await.map_err(iceberg)?;
+            delete_file(table.file_io(), path).await.map_err(iceberg)?;
         }
     }
     Ok(report)

@@ -60,8 +60,22 @@ fn parquet_error(what: &str) -> impl Fn(parquet::errors::ParquetError) -> Error 
 }
 
 /// Merges `inputs` (data files of `table`, of one partition value) into one data file
-/// named `{stem}.parquet` in the table's data directory.
+/// named `{stem}.parquet` in the table's data directory (a data file write, through its
+/// failpoint).
 pub async fn merge_data_files(
+    table: &Table,
+    inputs: &[&DataFile],
+    stem: &str,
+    copy_min_bytes: u64,
+) -> Result<(DataFile, MergeStats)> {
+    crate::failpoint::around(
+        crate::failpoint::Failpoint::DataFileWrite,
+        merge_and_upload(table, inputs, stem, copy_min_bytes),
+    )
+    .await
+}
+
+async fn merge_and_upload(
     table: &Table,
     inputs: &[&DataFile],
     stem: &str,

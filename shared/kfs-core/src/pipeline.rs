@@ -251,8 +251,9 @@ impl Tables {
 
 /// Converts one segment and records the result in the ledger: pending with its data
 /// files, or quarantined with the error. A segment that arrives after its offsets were
-/// committed as a gap (by the table's progress at opening) is quarantined unconverted:
-/// the table has moved past it. Returns the entry as recorded.
+/// committed as a gap, or below the offset its partition began at (by the table's
+/// progress at opening), is quarantined unconverted: the table has moved past it.
+/// Returns the entry as recorded.
 pub async fn ingest_segment(
     source: &impl SegmentSource,
     target: &TopicTable,
@@ -290,15 +291,22 @@ pub async fn ingest_segment(
         created_ms: now,
         updated_ms: now,
     };
-    if let ListedSegment::LateAfterGap(gap) = progress.classify(key.partition, key.base_offset) {
+    let late = match progress.classify(key.partition, key.base_offset) {
+        ListedSegment::LateAfterGap(gap) => Some(format!(
+            "arrived after offsets {}..={} of partition {} were committed as a gap ({:?})",
+            gap.from, gap.to, gap.partition, gap.reason
+        )),
+        ListedSegment::LateBeforeStart { start } => Some(format!(
+            "arrived after partition {} began in the table at offset {start}; its offsets are below that start",
+            key.partition
+        )),
+        ListedSegment::Open | ListedSegment::Committed => None,
+    };
+    if let Some(why) = late {
         entry.state = EntryState::Quarantined {
             error: format!(
-                "{}: arrived after offsets {}..={} of partition {} were committed as a gap ({:?}); not ingested behind the watermark: load it elsewhere or skip it",
+                "{}: {why}; not ingested behind the watermark: load it elsewhere or skip it",
                 source.describe(&object.key),
-                gap.from,
-                gap.to,
-                gap.partition,
-                gap.reason
             ),
         };
         return match ledger.insert(&entry).await? {
@@ -336,10 +344,34 @@ pub async fn ingest_segment(
         }
         Err(e) => return Err(e.into()),
     }
+    let written = converted_paths(&entry);
     match ledger.insert(&entry).await? {
         InsertOutcome::Inserted => Ok(entry),
-        InsertOutcome::Exists(existing) => Ok(*existing),
+        InsertOutcome::Exists(existing) => {
+            // Another process recorded this segment first: our files (named for this
+            // write alone) are referenced by nothing. Best effort; orphan cleanup
+            // removes what a failure here leaves.
+            for path in written {
+                let _ = crate::failpoint::delete_file(table.file_io(), &path).await;
+            }
+            Ok(*existing)
+        }
     }
+}
+
+/// The data file paths of an entry (as serialized in the ledger).
+pub fn converted_paths(entry: &LedgerEntry) -> Vec<String> {
+    entry
+        .data_files
+        .iter()
+        .filter_map(|file| {
+            serde_json::from_str::<serde_json::Value>(file)
+                .ok()?
+                .get("file_path")?
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
 }
 
 /// Runs one pass: list, convert what is new, commit every table with pending work.

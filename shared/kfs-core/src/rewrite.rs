@@ -19,7 +19,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
-use kfs_plan::offsets::{MAX_TIMESTAMP_KEY, OFFSETS_KEY, TOPIC_KEY};
+use kfs_plan::offsets::{GAP_HISTORY_KEY, MAX_TIMESTAMP_KEY, OFFSETS_KEY, STARTS_KEY, TOPIC_KEY};
 
 use crate::committer::ancestry;
 
@@ -226,7 +226,13 @@ pub async fn stage_replace(
         properties.insert(key.to_owned(), value.to_string());
     }
     // The offset map (and what else every snapshot carries) moves forward unchanged.
-    for key in [OFFSETS_KEY, MAX_TIMESTAMP_KEY, TOPIC_KEY] {
+    for key in [
+        OFFSETS_KEY,
+        STARTS_KEY,
+        GAP_HISTORY_KEY,
+        MAX_TIMESTAMP_KEY,
+        TOPIC_KEY,
+    ] {
         if let Some(value) =
             ancestry(table).find_map(|s| s.summary().additional_properties.get(key))
         {

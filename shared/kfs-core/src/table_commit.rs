@@ -137,7 +137,7 @@ impl TableSwap for SqlTableSwap {
         })?
         .rows_affected();
         if swapped != 1 {
-            let _ = table.file_io().delete(location.to_string()).await;
+            let _ = crate::failpoint::delete_file(table.file_io(), &location.to_string()).await;
             return Err(Error::new(
                 ErrorKind::CatalogCommitConflicts,
                 format!("commit to {ident} lost a race: the table moved"),

@@ -1,44 +1,43 @@
-//! Seeded simulation of the pipeline under faults: segments arrive partitions
-//! interleaved at random, in batches (some uploaded twice), one to three passes run at once on separate
-//! connections to the same SQL catalog (SQLite) and ledger, each with a random fault
-//! (a crash, error or timeout before or after a random side effect) or none, round after
-//! round; then plain passes until quiet.
+//! Seeded simulation of the deployment under faults, round after round:
+//! - segments arrive partitions interleaved at random, in random batches; in a quarter
+//!   of the seeds a partition's segments also arrive out of order (a late one is
+//!   quarantined, never taken for committed); a fifth are uploaded twice;
+//! - S3 events for a random part of each round's arrivals are delivered to a converter,
+//!   shuffled and some twice (the others are dropped: the sweep finds them);
+//! - one to four committer ticks run at once, each a separate process with its own
+//!   connections and a random fault (a crash, error or timeout before or after a random
+//!   side effect: segment read, data file write, table creation, ledger insert, etcd
+//!   read, catalog commit, marking committed, compaction commit, file delete) or none;
+//!   some ticks compact the table and expire snapshots beside the appends;
+//! - etcd lags the uploads by up to two segments, is unreachable, or is off, with a
+//!   grace period that holds or lets unconfirmed segments through.
 //!
-//! After every round no partition watermark has moved backwards; at the end the
-//! exactly-once invariants hold (every record once, no file registered twice, every
-//! referenced file present, the ledger agreeing with the table).
+//! After every round no partition watermark has moved backwards; after quiescence
+//! (plain ticks with etcd caught up, then orphan cleanup) every record is in the table
+//! exactly once or its segment is quarantined as late, no file is registered twice,
+//! every referenced file exists, and the ledger agrees with the table.
 //!
 //! `KFS_SIM_SEEDS` (default 1000) seeds from `KFS_SIM_FIRST_SEED` (default 0); a
-//! failing seed replays exactly with `KFS_SIM_FIRST_SEED=N KFS_SIM_SEEDS=1`.
+//! failing seed replays exactly with `KFS_SIM_FIRST_SEED=N KFS_SIM_SEEDS=1`
+//! (`KFS_SIM_TRACE=1` prints each round).
 
 mod faults;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use faults::{
-    Faults, FaultyCatalog, FaultyLedger, FaultySource, Mode, PARTITIONS, SEGMENTS, Step, check,
-    put_segment, watermarks,
+    Faults, MODES, PARTITIONS, Process, RECORDS, SEGMENTS, STEPS, check, open_catalog, put_segment,
+    quiesce, watermarks,
 };
 use futures::StreamExt;
-use kfs_core::catalog::{S3Settings, Warehouse, open_sql_catalog};
 use kfs_core::ledger::SqliteLedger;
-use kfs_core::pipeline::{PipelineConfig, run_once};
+use kfs_core::maintenance::MaintenancePolicy;
 use kfs_core::source::MemorySource;
+use kfs_plan::crosscheck::{CrossCheckPolicy, EtcdState, UnreachablePolicy};
+use kfs_plan::keys::{SegmentFile, SegmentKey};
 
-const STEPS: [Step; 5] = [
-    Step::SegmentRead,
-    Step::TableCreate,
-    Step::LedgerInsert,
-    Step::CatalogCommit,
-    Step::MarkCommitted,
-];
-const MODES: [Mode; 5] = [
-    Mode::CrashBefore,
-    Mode::CrashAfter,
-    Mode::ErrorBefore,
-    Mode::ErrorAfter,
-    Mode::TimeoutAfter,
-];
 const ROUNDS: usize = 3;
 
 /// SplitMix64: the same seed, the same run.
@@ -61,108 +60,174 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// One process's pass, with its own connections and its own fault.
-async fn pass(
-    dir: &std::path::Path,
-    source: &MemorySource,
-    faults: Arc<Faults>,
-) -> Result<(), String> {
-    let text = |e: &dyn std::fmt::Display| e.to_string();
-    let warehouse = Warehouse::Local(dir.join("wh"));
-    let catalog = open_sql_catalog(&dir.join("catalog.db"), &warehouse, &S3Settings::default())
-        .await
-        .map_err(|e| text(&e))?;
-    let ledger = SqliteLedger::open(&dir.join("ledger.db"))
-        .await
-        .map_err(|e| text(&e))?;
-    // A pass that fails (injected, or losing a race) leaves what it leaves.
-    let _ = run_once(
-        &FaultySource {
-            inner: source,
-            faults: faults.clone(),
-        },
-        &FaultyCatalog {
-            inner: &catalog,
-            faults: faults.clone(),
-        },
-        &FaultyLedger {
-            inner: &ledger,
-            faults,
-        },
-        &PipelineConfig::default(),
-        &|_| {},
-    )
-    .await;
-    Ok(())
+/// What one process does in a round.
+#[derive(Debug)]
+enum Work {
+    /// A committer tick, maintaining the table after it or not.
+    Tick { maintain: bool },
+    /// The converter, handling S3 events for these segments.
+    Events(Vec<String>),
 }
 
-/// One seed; returns how many injected faults fired.
-async fn simulate(seed: u64) -> Result<usize, String> {
+/// One seed; returns how many injected faults fired and how many segments ended
+/// quarantined as late.
+async fn simulate(seed: u64) -> Result<(usize, i64), String> {
     let text = |e: &dyn std::fmt::Display| e.to_string();
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().map_err(|e| text(&e))?;
     let source = MemorySource::default();
-    // The broker uploads a partition's segments in order; partitions interleave at
-    // random, and the arrivals spread over the rounds.
-    let mut next: Vec<i64> = vec![0; PARTITIONS as usize];
+    let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
+        .await
+        .map_err(|e| text(&e))?;
+    // The broker uploads a partition's segments in order, partitions interleaved at
+    // random; in a quarter of the seeds, out of order as well.
+    let in_order = rng.below(4) != 0;
+    let mut remaining: Vec<Vec<i64>> = (0..PARTITIONS).map(|_| (0..SEGMENTS).collect()).collect();
     let mut arrivals: Vec<(i32, i64)> = Vec::new();
     while arrivals.len() < (PARTITIONS as i64 * SEGMENTS) as usize {
         let partition = rng.below(PARTITIONS as u64) as usize;
-        if next[partition] < SEGMENTS {
-            arrivals.push((partition as i32, next[partition]));
-            next[partition] += 1;
+        if remaining[partition].is_empty() {
+            continue;
         }
+        let pick = if in_order {
+            0
+        } else {
+            rng.below(remaining[partition].len() as u64) as usize
+        };
+        arrivals.push((partition as i32, remaining[partition].remove(pick)));
     }
+    let mut uploaded_next: Vec<i64> = vec![0; PARTITIONS as usize];
+    let mut etcd_next: Vec<i64> = vec![0; PARTITIONS as usize];
     let mut last_marks = kfs_plan::offsets::OffsetMap::new();
     let mut fired = 0;
+    let trace = std::env::var("KFS_SIM_TRACE").is_ok();
     for round in 0..ROUNDS {
         let take = if round + 1 == ROUNDS {
             arrivals.len()
         } else {
             rng.below(arrivals.len() as u64 + 1) as usize
         };
+        let mut events = Vec::new();
         for (partition, index) in arrivals.drain(..take) {
             put_segment(&source, partition, index).map_err(|e| text(&e))?;
-            if rng.below(5) == 0 {
+            let next = &mut uploaded_next[partition as usize];
+            *next = (*next).max((index + 1) * RECORDS);
+            let times = if rng.below(5) == 0 {
                 // Uploaded again with the same bytes (an S3 event delivered twice).
                 put_segment(&source, partition, index).map_err(|e| text(&e))?;
+                2
+            } else {
+                1
+            };
+            let key = SegmentKey {
+                namespace: "ns".into(),
+                topic: "orders".into(),
+                partition,
+                base_offset: index * RECORDS,
+            };
+            // Each object's event is delivered (perhaps twice) or dropped.
+            for file in [SegmentFile::Data, SegmentFile::Index] {
+                for _ in 0..times {
+                    if rng.below(3) != 0 {
+                        events.push(key.object_key(file));
+                    }
+                }
             }
         }
-        let processes = 1 + rng.below(3);
-        let runs: Vec<Arc<Faults>> = (0..processes)
+        for i in (1..events.len()).rev() {
+            events.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        // etcd: written after the uploads, best effort, so it lags; or unreachable; or off.
+        for (etcd, uploaded) in etcd_next.iter_mut().zip(&uploaded_next) {
+            let lag = rng.below(3) as i64 * RECORDS;
+            *etcd = (*etcd).max(uploaded - lag);
+        }
+        let etcd = match rng.below(4) {
+            0 => EtcdState::Disabled,
+            1 => EtcdState::Unreachable("simulated outage".into()),
+            _ => EtcdState::Read {
+                topics: BTreeSet::from(["orders".to_owned()]),
+                next_offsets: etcd_next
+                    .iter()
+                    .enumerate()
+                    .map(|(p, next)| (("orders".to_owned(), p as i32), *next))
+                    .collect(),
+            },
+        };
+        let crosscheck = CrossCheckPolicy {
+            grace_ms: if rng.below(2) == 0 { 0 } else { 300_000 },
+            on_unreachable: if rng.below(2) == 0 {
+                UnreachablePolicy::Hold
+            } else {
+                UnreachablePolicy::Proceed
+            },
+        };
+        let maintenance = MaintenancePolicy {
+            max_snapshots: Some(2 + rng.below(4) as usize),
+            max_manifests: 2,
+            orphan_age: None,
+            ..MaintenancePolicy::default()
+        };
+        let processes = 1 + rng.below(4);
+        let mut work: Vec<(Work, Arc<Faults>)> = (0..processes)
             .map(|_| {
-                if rng.below(2) == 0 {
-                    Faults::new(Step::SegmentRead, Mode::ErrorBefore, 0)
+                let faults = if rng.below(3) == 0 {
+                    Faults::none()
                 } else {
                     Faults::new(
                         STEPS[rng.below(STEPS.len() as u64) as usize],
                         MODES[rng.below(MODES.len() as u64) as usize],
                         1 + rng.below(4) as usize,
                     )
-                }
+                };
+                let maintain = rng.below(3) == 0;
+                (Work::Tick { maintain }, faults)
             })
             .collect();
-        if std::env::var("KFS_SIM_TRACE").is_ok() {
-            eprintln!("round {round}: {take} arrivals, faults {runs:?}");
+        if !events.is_empty() {
+            let faults = if rng.below(2) == 0 {
+                Faults::none()
+            } else {
+                Faults::new(
+                    STEPS[rng.below(STEPS.len() as u64) as usize],
+                    MODES[rng.below(MODES.len() as u64) as usize],
+                    1 + rng.below(4) as usize,
+                )
+            };
+            work.push((Work::Events(events), faults));
         }
-        let results =
-            futures::future::join_all(runs.iter().cloned().map(|f| pass(dir.path(), &source, f)))
-                .await;
-        fired += runs
+        if trace {
+            eprintln!("round {round}: {take} arrivals, {etcd:?}, {crosscheck:?}, {work:?}");
+        }
+        let results = futures::future::join_all(work.iter().map(|(work, faults)| {
+            let (dir, source, ledger, etcd, maintenance) =
+                (dir.path(), &source, &ledger, &etcd, &maintenance);
+            async move {
+                let process = Process::open(dir, source, ledger, faults.clone()).await?;
+                // A process that fails (injected, or losing a race) leaves what it leaves.
+                let outcome = match work {
+                    Work::Tick { maintain } => {
+                        process
+                            .tick(etcd, crosscheck, maintain.then_some(maintenance))
+                            .await
+                    }
+                    Work::Events(keys) => process.convert_events(keys).await,
+                };
+                if trace && let Err(e) = outcome {
+                    eprintln!("  {work:?}: {}", e.message);
+                }
+                Ok::<(), String>(())
+            }
+        }))
+        .await;
+        fired += work
             .iter()
-            .filter(|f| f.fired.load(std::sync::atomic::Ordering::SeqCst))
+            .filter(|(_, f)| f.fired.load(Ordering::SeqCst))
             .count();
         for result in results {
             result?;
         }
-        let catalog = open_sql_catalog(
-            &dir.path().join("catalog.db"),
-            &Warehouse::Local(dir.path().join("wh")),
-            &S3Settings::default(),
-        )
-        .await
-        .map_err(|e| text(&e))?;
-        let marks = watermarks(&catalog).await?;
+        let marks = watermarks(&open_catalog(dir.path()).await?).await?;
         for (partition, old) in &last_marks {
             if marks.get(partition).is_none_or(|new| new < old) {
                 return Err(format!(
@@ -173,57 +238,35 @@ async fn simulate(seed: u64) -> Result<usize, String> {
         }
         last_marks = marks;
     }
-    // Quiescence: plain passes.
-    let warehouse = Warehouse::Local(dir.path().join("wh"));
-    let catalog = open_sql_catalog(
-        &dir.path().join("catalog.db"),
-        &warehouse,
-        &S3Settings::default(),
-    )
-    .await
-    .map_err(|e| text(&e))?;
-    let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
-        .await
-        .map_err(|e| text(&e))?;
-    // Two clean passes in a row, as the schedule would run them: a pass that meets a
-    // retryable error (a busy database) is simply followed by the next.
-    let (mut clean, mut attempts) = (0, 0);
-    while clean < 2 {
-        attempts += 1;
-        match run_once(
-            &source,
-            &catalog,
-            &ledger,
-            &PipelineConfig::default(),
-            &|_| {},
-        )
-        .await
-        {
-            Ok(_) => clean += 1,
-            Err(e) if e.is_retryable() && attempts < 6 => clean = 0,
-            Err(e) => return Err(format!("quiescence pass {attempts}: {e}")),
-        }
-    }
-    check(&catalog, &ledger).await?;
-    Ok(fired)
+    quiesce(dir.path(), &source, &ledger).await?;
+    let late = check(&open_catalog(dir.path()).await?, &ledger).await?;
+    Ok((fired, late))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_simulation_keeps_exactly_once() {
     let first = env_number("KFS_SIM_FIRST_SEED", 0);
     let seeds = env_number("KFS_SIM_SEEDS", 1000);
-    let outcomes: Vec<(u64, Result<usize, String>)> = futures::stream::iter(first..first + seeds)
-        .map(|seed| async move { (seed, simulate(seed).await) })
-        .buffer_unordered(4)
-        .collect()
-        .await;
-    let fired: usize = outcomes.iter().filter_map(|(_, r)| r.as_ref().ok()).sum();
+    let outcomes: Vec<(u64, Result<(usize, i64), String>)> =
+        futures::stream::iter(first..first + seeds)
+            .map(|seed| async move { (seed, simulate(seed).await) })
+            .buffer_unordered(4)
+            .collect()
+            .await;
+    let fired: usize = outcomes
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok().map(|(fired, _)| fired))
+        .sum();
+    let late: i64 = outcomes
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok().map(|(_, late)| late))
+        .sum();
     let failures: Vec<String> = outcomes
         .iter()
         .filter_map(|(seed, r)| r.as_ref().err().map(|e| format!("seed {seed}: {e}")))
         .collect();
     println!(
-        "simulation: {seeds} seeds from {first}, {fired} injected faults fired, {} failed",
+        "simulation: {seeds} seeds from {first}, {fired} injected faults fired, {late} late segments quarantined, {} failed",
         failures.len()
     );
     assert!(

@@ -53,6 +53,7 @@ fn benches(c: &mut Criterion) {
                     watermarks: &watermarks,
                     pending: segments,
                     listing: &listing,
+                    starts: &Default::default(),
                     start_offsets: &start_offsets,
                     max_segments: usize::MAX,
                     skipped: &BTreeMap::new(),

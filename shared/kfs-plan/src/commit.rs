@@ -39,6 +39,8 @@ pub struct PlanInput<'a> {
     pub pending: &'a [PendingSegment],
     /// Base offsets of the complete segments in the source, per partition.
     pub listing: &'a BTreeMap<i32, BTreeSet<i64>>,
+    /// Where each partition began in the table, from the current snapshot.
+    pub starts: &'a OffsetMap,
     /// Configured starting offsets for partitions seen for the first time.
     pub start_offsets: &'a BTreeMap<i32, i64>,
     /// Most segments one commit may take (bounds the work of one cycle).
@@ -92,6 +94,9 @@ pub struct CommitPlan {
     pub take: Vec<PendingSegment>,
     /// Full map of next offsets after the commit.
     pub offsets: OffsetMap,
+    /// Where each partition began, after the commit (the partitions it starts added,
+    /// unless their start was configured).
+    pub starts: OffsetMap,
     /// Ranges the commit adds, per partition: `[first, next)` (gaps included).
     pub ranges: BTreeMap<i32, (i64, i64)>,
     /// Gaps the commit records.
@@ -139,6 +144,7 @@ impl CommitPlan {
         CommitSummary {
             topic: topic.to_owned(),
             offsets: self.offsets.clone(),
+            starts: self.starts.clone(),
             ranges: self.ranges.clone(),
             gaps: self.gaps.clone(),
             commit_id: self.commit_id(topic),
@@ -159,6 +165,7 @@ pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
     }
     let mut plan = CommitPlan {
         offsets: input.watermarks.clone(),
+        starts: input.starts.clone(),
         ..CommitPlan::default()
     };
     let empty = BTreeSet::new();
@@ -231,6 +238,14 @@ pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
             plan.take.push(segment.clone());
         }
         if let Some(first) = first_taken {
+            // A configured start excludes what lies below it on purpose; a start taken
+            // from the listing is recorded, so that an earlier segment turning up later
+            // is surfaced rather than taken for committed.
+            if !input.watermarks.contains_key(&partition)
+                && !input.start_offsets.contains_key(&partition)
+            {
+                plan.starts.insert(partition, first);
+            }
             plan.ranges.insert(partition, (first, next));
             plan.offsets.insert(partition, next);
         }
@@ -267,6 +282,7 @@ mod tests {
             watermarks: &watermarks,
             pending,
             listing: &listing,
+            starts: &OffsetMap::new(),
             start_offsets: &BTreeMap::new(),
             max_segments: 1000,
             skipped: &BTreeMap::new(),

@@ -9,10 +9,18 @@ use serde::{Deserialize, Serialize};
 
 /// Summary key: JSON object `{"<partition>": <next offset>}` for every partition of the topic.
 pub const OFFSETS_KEY: &str = "kfs.offsets";
+/// Summary key: JSON object `{"<partition>": <first offset>}`: where each partition began
+/// in the table (carried forward like the offset map, so it survives expiry). A segment
+/// below its partition's start that turns up later was never in the table.
+pub const STARTS_KEY: &str = "kfs.starts";
 /// Summary key: JSON object `{"<partition>": [first, next]}` of the ranges this snapshot added.
 pub const RANGES_KEY: &str = "kfs.ranges";
 /// Summary key: JSON array of [`Gap`]s this snapshot recorded.
 pub const GAPS_KEY: &str = "kfs.gaps";
+/// Summary key: JSON array of every [`Gap`] the table has recorded, this snapshot's
+/// included (carried forward like the offset map, so that expiring the snapshot that
+/// recorded a gap never turns a late segment inside it into one taken for committed).
+pub const GAP_HISTORY_KEY: &str = "kfs.gap-history";
 /// Summary key: the id of the commit, to recognise our own commit after an unknown outcome.
 pub const COMMIT_ID_KEY: &str = "kfs.commit-id";
 /// Summary key: the topic the table is fed from.
@@ -106,6 +114,14 @@ pub fn offsets_from_summary(
     partition_map(summary, OFFSETS_KEY)
 }
 
+/// Reads where each partition began (`None` when the snapshot predates the key, or
+/// was not written by kfs-iceberg).
+pub fn starts_from_summary(
+    summary: &HashMap<String, String>,
+) -> Result<Option<OffsetMap>, SummaryError> {
+    partition_map(summary, STARTS_KEY)
+}
+
 /// Reads the ranges a snapshot added: partition → `[first, next)`.
 pub fn ranges_from_summary(
     summary: &HashMap<String, String>,
@@ -116,6 +132,21 @@ pub fn ranges_from_summary(
 /// Reads the gaps a snapshot recorded.
 pub fn gaps_from_summary(summary: &HashMap<String, String>) -> Result<Vec<Gap>, SummaryError> {
     Ok(parse(summary, GAPS_KEY)?.unwrap_or_default())
+}
+
+/// Reads every gap recorded up to a snapshot (`None` when it predates the key).
+pub fn gap_history_from_summary(
+    summary: &HashMap<String, String>,
+) -> Result<Option<Vec<Gap>>, SummaryError> {
+    parse(summary, GAP_HISTORY_KEY)
+}
+
+/// The summary property carrying `gaps` as the gap history.
+pub fn gap_history_property(gaps: &[Gap]) -> (String, String) {
+    (
+        GAP_HISTORY_KEY.to_owned(),
+        serde_json::to_string(gaps).unwrap_or_default(),
+    )
 }
 
 /// Encodes a partition-keyed map with string keys, as JSON objects require.
@@ -131,6 +162,8 @@ pub struct CommitSummary {
     pub topic: String,
     /// Full map of next offsets after the commit.
     pub offsets: OffsetMap,
+    /// First offset of every partition in the table.
+    pub starts: OffsetMap,
     /// Ranges added, per partition: `[first, next)`.
     pub ranges: BTreeMap<i32, (i64, i64)>,
     /// Gaps recorded.
@@ -149,6 +182,7 @@ impl CommitSummary {
         HashMap::from([
             (TOPIC_KEY.to_owned(), self.topic.clone()),
             (OFFSETS_KEY.to_owned(), keyed(&self.offsets)),
+            (STARTS_KEY.to_owned(), keyed(&self.starts)),
             (RANGES_KEY.to_owned(), keyed(&self.ranges)),
             (
                 GAPS_KEY.to_owned(),
@@ -170,6 +204,7 @@ mod tests {
         let summary = CommitSummary {
             topic: "orders".into(),
             offsets: BTreeMap::from([(0, 120), (1, 7)]),
+            starts: BTreeMap::from([(0, 0), (1, 5)]),
             ranges: BTreeMap::from([(0, (100, 120))]),
             gaps: vec![Gap {
                 partition: 0,
@@ -188,6 +223,10 @@ mod tests {
             Ok(Some(summary.offsets.clone()))
         );
         assert_eq!(ranges_from_summary(&props), Ok(summary.ranges.clone()));
+        assert_eq!(
+            starts_from_summary(&props),
+            Ok(Some(summary.starts.clone()))
+        );
         assert_eq!(gaps_from_summary(&props), Ok(summary.gaps.clone()));
         assert_eq!(offsets_from_summary(&HashMap::new()), Ok(None));
         let bad = HashMap::from([(OFFSETS_KEY.to_owned(), "{\"x\":1}".to_owned())]);

@@ -3,7 +3,8 @@
 //! in the table already, so the sweep need not read the ledger for it; a segment
 //! inside a recorded gap arrived after its offsets were committed as missing and must
 //! be surfaced to an operator, never ingested behind the watermark and never dropped
-//! without a word.
+//! without a word; so must a segment below the offset its partition began at, which
+//! turned up after the partition's first commit.
 
 use crate::offsets::{Gap, OffsetMap};
 
@@ -12,6 +13,9 @@ use crate::offsets::{Gap, OffsetMap};
 pub struct TableProgress {
     /// Next offset per partition (the current offset map).
     pub watermarks: OffsetMap,
+    /// Where each partition began in the table (partitions first committed before
+    /// starts were recorded have none).
+    pub starts: OffsetMap,
     /// Every gap the table's history records.
     pub gaps: Vec<Gap>,
 }
@@ -25,11 +29,22 @@ pub enum ListedSegment {
     Committed,
     /// Below the watermark, inside this recorded gap: it came too late.
     LateAfterGap(Gap),
+    /// Below the offset its partition began at: it came after the partition's first
+    /// commit, and the table has never held it.
+    LateBeforeStart {
+        /// The partition's first offset in the table.
+        start: i64,
+    },
 }
 
 impl TableProgress {
     /// Classifies the segment of `partition` starting at `base_offset`.
     pub fn classify(&self, partition: i32, base_offset: i64) -> ListedSegment {
+        if let Some(&start) = self.starts.get(&partition)
+            && base_offset < start
+        {
+            return ListedSegment::LateBeforeStart { start };
+        }
         match self.watermarks.get(&partition) {
             Some(&next) if base_offset < next => self
                 .gaps
@@ -52,6 +67,7 @@ mod tests {
     fn classifies_against_watermarks_and_gaps() {
         let progress = TableProgress {
             watermarks: OffsetMap::from([(0, 100)]),
+            starts: OffsetMap::from([(0, 10)]),
             gaps: vec![Gap {
                 partition: 0,
                 from: 20,
@@ -59,7 +75,11 @@ mod tests {
                 reason: GapReason::NoSegment,
             }],
         };
-        assert_eq!(progress.classify(0, 0), ListedSegment::Committed);
+        assert_eq!(progress.classify(0, 10), ListedSegment::Committed);
+        assert_eq!(
+            progress.classify(0, 0),
+            ListedSegment::LateBeforeStart { start: 10 }
+        );
         assert_eq!(progress.classify(0, 100), ListedSegment::Open);
         assert_eq!(progress.classify(1, 0), ListedSegment::Open);
         assert!(matches!(

@@ -83,6 +83,7 @@ proptest! {
             arrivals.swap(i, (state >> 33) as usize % (i + 1));
         }
         let mut watermarks = OffsetMap::new();
+        let mut starts = OffsetMap::new();
         let mut pending: Vec<PendingSegment> = Vec::new();
         let mut committed: BTreeSet<String> = BTreeSet::new();
         let mut tiles: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
@@ -92,7 +93,7 @@ proptest! {
                 if let Some(s) = arrivals.pop() { pending.push(s); }
             }
             let plan = plan_commit(&PlanInput {
-                topic: "t", watermarks: &watermarks, pending: &pending, listing: &listing,
+                topic: "t", watermarks: &watermarks, starts: &starts, pending: &pending, listing: &listing,
                 start_offsets: &BTreeMap::new(), max_segments, skipped: &skipped,
             });
             prop_assert!(plan.take.len() <= max_segments);
@@ -116,7 +117,15 @@ proptest! {
             let done: BTreeSet<String> = plan.take.iter().chain(&plan.covered).map(|s| s.id.clone()).collect();
             pending.retain(|s| !done.contains(&s.id));
             if plan.is_empty() && arrivals.is_empty() { idle_cycles += 1; } else { idle_cycles = 0; }
+            // A partition's start is set by its first commit and never changes.
+            for (p, start) in &starts {
+                prop_assert_eq!(plan.starts.get(p), Some(start), "start of {} changed", p);
+            }
+            for p in plan.offsets.keys() {
+                prop_assert!(plan.starts.contains_key(p), "partition {} has no start", p);
+            }
             watermarks = plan.offsets;
+            starts = plan.starts;
         }
         for (p, segs) in partitions.iter().enumerate() {
             let p = p as i32;
@@ -125,6 +134,7 @@ proptest! {
             ranges.sort();
             // Committed segments and gaps tile [start, watermark) with no hole or overlap.
             if let (Some(start), Some(&w)) = (start, watermarks.get(&p)) {
+                prop_assert_eq!(starts.get(&p), Some(&start), "recorded start of {}", p);
                 let mut cursor = start;
                 for (from, to) in &ranges {
                     prop_assert_eq!(*from, cursor, "partition {} has a hole or overlap", p);

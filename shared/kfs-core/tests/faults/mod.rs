@@ -1,10 +1,14 @@
 //! Fault injection around the pipeline's side effects, shared by the crash matrix and
-//! the seeded simulation: wrappers of the source, the ledger and the catalog that crash,
-//! fail or time out before or after the effect, the workload, and the invariant check.
+//! the seeded simulation: wrappers of the source, the ledger, the catalog and the
+//! pointer swap that crash, fail or time out before or after the effect, a hook for the
+//! core's storage failpoints (data file writes, deletes), the etcd read, a "process"
+//! (its own connections, all under one fault) that runs committer ticks and converter
+//! events, the workload, and the invariant check.
 
 #![allow(dead_code, missing_docs)] // each test uses part of it
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -13,11 +17,18 @@ use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent,
 };
-use kfs_core::catalog::table_ident;
-use kfs_core::committer::table_watermarks;
+use kfs_core::catalog::{LOCAL_CATALOG_NAME, S3Settings, Warehouse, open_sql_catalog, table_ident};
+use kfs_core::committer::{table_progress, table_watermarks};
 use kfs_core::convert::SegmentStream;
+use kfs_core::converter::{ConverterService, ConverterSettings};
+use kfs_core::failpoint::{self, Failpoint, FailpointHook, Injection};
 use kfs_core::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
+use kfs_core::maintenance::{MaintenancePolicy, maintain_table};
+use kfs_core::pipeline::{PipelineConfig, now_ms, run_once};
 use kfs_core::source::{MemorySource, SegmentSource, SourceError, SourceObject};
+use kfs_core::table_commit::{SqlTableSwap, TableSwap};
+use kfs_plan::crosscheck::{CrossCheckPolicy, EtcdState};
+use kfs_plan::events::ObjectCreated;
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
@@ -29,11 +40,28 @@ pub const RECORDS: i64 = 10;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     SegmentRead,
+    DataFileWrite,
     TableCreate,
     LedgerInsert,
+    EtcdRead,
     CatalogCommit,
     MarkCommitted,
+    CompactionCommit,
+    FileDelete,
 }
+
+/// Every side-effecting step.
+pub const STEPS: [Step; 9] = [
+    Step::SegmentRead,
+    Step::DataFileWrite,
+    Step::TableCreate,
+    Step::LedgerInsert,
+    Step::EtcdRead,
+    Step::CatalogCommit,
+    Step::MarkCommitted,
+    Step::CompactionCommit,
+    Step::FileDelete,
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -43,6 +71,15 @@ pub enum Mode {
     ErrorAfter,
     TimeoutAfter,
 }
+
+/// Every fault mode.
+pub const MODES: [Mode; 5] = [
+    Mode::CrashBefore,
+    Mode::CrashAfter,
+    Mode::ErrorBefore,
+    Mode::ErrorAfter,
+    Mode::TimeoutAfter,
+];
 
 /// One fault: `mode` at the `occurrence`-th call of `step`; shared by the wrappers of
 /// one process.
@@ -57,18 +94,13 @@ pub struct Faults {
     pub fired: AtomicBool,
 }
 
-/// What a wrapped call does.
-pub enum Plan {
-    /// Call through and return what it returns.
-    Pass,
-    /// Fail without calling through.
-    FailBefore(String),
-    /// Call through, then fail.
-    FailAfter(String),
-}
-
 impl Faults {
     /// `mode` at the `occurrence`-th call of `step` (0: never).
+    /// No fault.
+    pub fn none() -> Arc<Self> {
+        Self::new(Step::SegmentRead, Mode::ErrorBefore, 0)
+    }
+
     pub fn new(step: Step, mode: Mode, occurrence: usize) -> Arc<Self> {
         Arc::new(Self {
             step,
@@ -80,26 +112,31 @@ impl Faults {
         })
     }
 
-    fn plan(&self, step: Step) -> Plan {
-        if self.crashed.load(Ordering::SeqCst) {
-            return Plan::FailBefore("injected: the process has crashed".into());
+    /// Whether the process has crashed.
+    pub fn crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+
+    fn plan(&self, step: Step) -> Injection {
+        if self.crashed() {
+            return Injection::FailBefore("injected: the process has crashed".into());
         }
         if step != self.step || self.calls.fetch_add(1, Ordering::SeqCst) + 1 != self.occurrence {
-            return Plan::Pass;
+            return Injection::Pass;
         }
         self.fired.store(true, Ordering::SeqCst);
         let what = format!("injected {:?} at {step:?}", self.mode);
         match self.mode {
             Mode::CrashBefore => {
                 self.crashed.store(true, Ordering::SeqCst);
-                Plan::FailBefore(what)
+                Injection::FailBefore(what)
             }
-            Mode::ErrorBefore => Plan::FailBefore(what),
+            Mode::ErrorBefore => Injection::FailBefore(what),
             Mode::CrashAfter => {
                 self.crashed.store(true, Ordering::SeqCst);
-                Plan::FailAfter(what)
+                Injection::FailAfter(what)
             }
-            Mode::ErrorAfter | Mode::TimeoutAfter => Plan::FailAfter(what),
+            Mode::ErrorAfter | Mode::TimeoutAfter => Injection::FailAfter(what),
         }
     }
 
@@ -112,20 +149,32 @@ impl Faults {
     }
 }
 
+/// The core's storage failpoints, driven by the process's fault.
+impl FailpointHook for Faults {
+    fn inject(&self, point: Failpoint) -> Injection {
+        self.plan(match point {
+            Failpoint::DataFileWrite => Step::DataFileWrite,
+            Failpoint::FileDelete => Step::FileDelete,
+        })
+    }
+}
+
 /// Runs `call` under the fault plan of `step`, turning injected failures into `fail`.
 pub async fn faulty<T, E>(
     faults: &Faults,
     step: Step,
-    fail: impl Fn(String) -> E,
+    fail: impl FnOnce(String) -> E,
     call: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, E> {
-    match faults.plan(step) {
-        Plan::Pass => call.await,
-        Plan::FailBefore(what) => Err(fail(what)),
-        Plan::FailAfter(what) => {
-            call.await?;
-            Err(fail(what))
-        }
+    failpoint::apply(faults.plan(step), fail, call).await
+}
+
+/// Reads etcd (here: what the simulated brokers wrote) under the fault of the etcd
+/// read step: a failed read is an unreachable etcd, as the committer's reader maps it.
+pub fn read_etcd(faults: &Faults, written: &EtcdState) -> EtcdState {
+    match faults.plan(Step::EtcdRead) {
+        Injection::Pass => written.clone(),
+        Injection::FailBefore(what) | Injection::FailAfter(what) => EtcdState::Unreachable(what),
     }
 }
 
@@ -233,19 +282,19 @@ impl Ledger for FaultyLedger<'_> {
     }
 }
 
-pub struct FaultyCatalog<'a> {
-    pub inner: &'a dyn Catalog,
+pub struct FaultyCatalog {
+    pub inner: Arc<dyn Catalog>,
     pub faults: Arc<Faults>,
 }
 
-impl std::fmt::Debug for FaultyCatalog<'_> {
+impl std::fmt::Debug for FaultyCatalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "FaultyCatalog({:?})", self.faults)
     }
 }
 
 #[async_trait]
-impl Catalog for FaultyCatalog<'_> {
+impl Catalog for FaultyCatalog {
     async fn list_namespaces(
         &self,
         parent: Option<&NamespaceIdent>,
@@ -329,6 +378,239 @@ impl Catalog for FaultyCatalog<'_> {
     }
 }
 
+/// The pointer swap of replace snapshots (compaction, manifest rewrites), faulty.
+pub struct FaultySwap {
+    pub inner: SqlTableSwap,
+    pub faults: Arc<Faults>,
+}
+
+#[async_trait]
+impl TableSwap for FaultySwap {
+    async fn commit(
+        &self,
+        table: &Table,
+        requirements: Vec<iceberg::TableRequirement>,
+        updates: Vec<iceberg::TableUpdate>,
+    ) -> iceberg::Result<Table> {
+        let faults = &self.faults;
+        faulty(
+            faults,
+            Step::CompactionCommit,
+            |what| faults.iceberg_error(what),
+            self.inner.commit(table, requirements, updates),
+        )
+        .await
+    }
+}
+
+/// A step of a process failed; `retryable` says whether the schedule would simply run
+/// again.
+#[derive(Debug)]
+pub struct TickError {
+    pub retryable: bool,
+    pub message: String,
+}
+
+fn permanent(e: impl std::fmt::Display) -> TickError {
+    TickError {
+        retryable: false,
+        message: e.to_string(),
+    }
+}
+
+/// One process of a deployment whose catalog and ledger (SQLite) and warehouse live in
+/// `dir`: its own connections, every one of its side effects under `faults`.
+pub struct Process<'a> {
+    pub source: FaultySource<'a>,
+    pub catalog: FaultyCatalog,
+    pub swap: FaultySwap,
+    pub ledger: FaultyLedger<'a>,
+    pub faults: Arc<Faults>,
+}
+
+/// The catalog of the deployment in `dir`.
+pub async fn open_catalog(dir: &Path) -> Result<kfs_core::catalog::SqlCatalog, String> {
+    open_sql_catalog(
+        &dir.join("catalog.db"),
+        &Warehouse::Local(dir.join("wh")),
+        &S3Settings::default(),
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+impl<'a> Process<'a> {
+    pub async fn open(
+        dir: &Path,
+        source: &'a MemorySource,
+        ledger: &'a SqliteLedger,
+        faults: Arc<Faults>,
+    ) -> Result<Self, String> {
+        let catalog = open_catalog(dir).await?;
+        let swap = SqlTableSwap::open(&dir.join("catalog.db"), LOCAL_CATALOG_NAME)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            source: FaultySource {
+                inner: source,
+                faults: faults.clone(),
+            },
+            catalog: FaultyCatalog {
+                inner: Arc::new(catalog),
+                faults: faults.clone(),
+            },
+            swap: FaultySwap {
+                inner: swap,
+                faults: faults.clone(),
+            },
+            ledger: FaultyLedger {
+                inner: ledger,
+                faults: faults.clone(),
+            },
+            faults,
+        })
+    }
+
+    /// One committer tick: read etcd, run a pass (convert what is new, commit the
+    /// table), then maintain the table by `maintenance`.
+    pub async fn tick(
+        &self,
+        etcd: &EtcdState,
+        crosscheck: CrossCheckPolicy,
+        maintenance: Option<&MaintenancePolicy>,
+    ) -> Result<(), TickError> {
+        let hook: Arc<dyn FailpointHook> = self.faults.clone();
+        failpoint::scoped(hook, async {
+            let config = PipelineConfig {
+                etcd: read_etcd(&self.faults, etcd),
+                crosscheck,
+                ..PipelineConfig::default()
+            };
+            run_once(&self.source, &self.catalog, &self.ledger, &config, &|_| {})
+                .await
+                .map_err(|e| TickError {
+                    retryable: e.is_retryable(),
+                    message: e.to_string(),
+                })?;
+            let Some(policy) = maintenance else {
+                return Ok(());
+            };
+            let ident = table_ident(&TableNaming::default().table_for("orders"));
+            maintain_table(
+                &self.catalog,
+                &self.swap,
+                &self.ledger,
+                &S3Settings::default(),
+                &ident,
+                policy,
+                None,
+                now_ms(),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| TickError {
+                retryable: e.is_retryable(),
+                message: e.to_string(),
+            })
+        })
+        .await
+    }
+
+    /// The converter function handling S3 events for `keys` (as delivered: in any
+    /// order, some twice).
+    pub async fn convert_events(&self, keys: &[String]) -> Result<(), TickError> {
+        let events: Vec<ObjectCreated> = keys
+            .iter()
+            .map(|key| ObjectCreated {
+                bucket: BUCKET.into(),
+                key: key.clone(),
+                etag: None,
+                sequencer: None,
+                size: None,
+            })
+            .collect();
+        let service = ConverterService::new(
+            FaultySource {
+                inner: self.source.inner,
+                faults: self.faults.clone(),
+            },
+            Arc::new(FaultyCatalog {
+                inner: self.catalog.inner.clone(),
+                faults: self.faults.clone(),
+            }),
+            FaultyLedger {
+                inner: self.ledger.inner,
+                faults: self.faults.clone(),
+            },
+            ConverterSettings {
+                bucket: BUCKET.into(),
+                prefix: String::new(),
+                naming: TableNaming::default(),
+                limits: Default::default(),
+                concurrency: 2,
+            },
+        );
+        let hook: Arc<dyn FailpointHook> = self.faults.clone();
+        for outcome in failpoint::scoped(hook, service.handle(&events)).await {
+            outcome.map_err(|e| TickError {
+                retryable: e.is_retryable(),
+                message: e.to_string(),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The bucket of the simulated S3 events.
+pub const BUCKET: &str = "segments";
+
+/// What the brokers have written to etcd once every segment is uploaded.
+pub fn etcd_caught_up() -> EtcdState {
+    EtcdState::Read {
+        topics: BTreeSet::from(["orders".to_owned()]),
+        next_offsets: (0..PARTITIONS)
+            .map(|p| (("orders".to_owned(), p), SEGMENTS * RECORDS))
+            .collect(),
+    }
+}
+
+/// Plain ticks until two in a row succeed (a retryable failure, such as a busy
+/// database, is followed by the next tick, as the schedule would), then a maintenance
+/// tick that also removes orphans; etcd has caught up.
+pub async fn quiesce(
+    dir: &Path,
+    source: &MemorySource,
+    ledger: &SqliteLedger,
+) -> Result<(), String> {
+    let process = Process::open(dir, source, ledger, Faults::none()).await?;
+    let (mut clean, mut attempts) = (0, 0);
+    let mut policy = Some(MaintenancePolicy {
+        orphan_age: Some(std::time::Duration::ZERO),
+        orphan_interval: std::time::Duration::ZERO,
+        ..MaintenancePolicy::default()
+    });
+    while clean < 2 {
+        attempts += 1;
+        let maintenance = if clean == 1 { policy.take() } else { None };
+        match process
+            .tick(
+                &etcd_caught_up(),
+                CrossCheckPolicy::default(),
+                maintenance.as_ref(),
+            )
+            .await
+        {
+            Ok(()) => clean += 1,
+            Err(e) if e.retryable && attempts < 8 => {
+                clean = 0;
+                policy = policy.or(maintenance);
+            }
+            Err(e) => return Err(format!("quiescence tick {attempts}: {}", e.message)),
+        }
+    }
+    Ok(())
+}
+
 pub fn segment(base: i64) -> Result<Vec<u8>, kfs_segment::EncodeError> {
     let records = (base..base + RECORDS)
         .map(|offset| OwnedRecord {
@@ -383,15 +665,53 @@ pub async fn watermarks(catalog: &dyn Catalog) -> Result<kfs_plan::offsets::Offs
     }
 }
 
-/// Checks the invariants; returns a description of the first violation.
-pub async fn check(catalog: &dyn Catalog, ledger: &SqliteLedger) -> Result<(), String> {
+/// Checks the invariants; returns how many segments were quarantined as late, or a
+/// description of the first violation.
+///
+/// Every segment is in the table exactly once, or quarantined because it arrived after
+/// the table moved past it (below its partition's start, or inside a recorded gap):
+/// the live files hold exactly the other segments' records, no file is registered
+/// twice, every referenced file exists, every partition stands at its end, and every
+/// ledger entry is committed (in a snapshot the table has, or one expiry removed, below
+/// the watermark) or quarantined as late.
+pub async fn check(catalog: &dyn Catalog, ledger: &SqliteLedger) -> Result<i64, String> {
     let fail = |e: &dyn std::fmt::Display| e.to_string();
     let ident = table_ident(&TableNaming::default().table_for("orders"));
     let table = catalog.load_table(&ident).await.map_err(|e| fail(&e))?;
-    let watermarks = table_watermarks(&table).map_err(|e| fail(&e))?;
+    let progress = table_progress(&table).map_err(|e| fail(&e))?;
+    let watermarks = &progress.watermarks;
     for partition in 0..PARTITIONS {
         if watermarks.get(&partition) != Some(&(SEGMENTS * RECORDS)) {
             return Err(format!("watermarks {watermarks:?}"));
+        }
+    }
+    let mut late = 0;
+    for entry in ledger.list(None, None).await.map_err(|e| fail(&e))? {
+        let below_watermark = watermarks
+            .get(&entry.partition)
+            .is_some_and(|&next| entry.last_offset < next);
+        match &entry.state {
+            EntryState::Committed { snapshot_id }
+                if table.metadata().snapshot_by_id(*snapshot_id).is_some() || below_watermark => {}
+            EntryState::Quarantined { error }
+                if error.contains("not ingested behind the watermark") =>
+            {
+                // Late: below its partition's start, or inside a recorded gap.
+                let (partition, base) = (entry.partition, entry.base_offset);
+                let accounted = progress.starts.get(&partition).is_some_and(|&s| base < s)
+                    || progress
+                        .gaps
+                        .iter()
+                        .any(|g| g.partition == partition && g.from <= base && base <= g.to);
+                if !accounted {
+                    return Err(format!(
+                        "{}: quarantined as late, but neither below the start {:?} nor in a recorded gap {:?}",
+                        entry.segment, progress.starts, progress.gaps
+                    ));
+                }
+                late += 1;
+            }
+            other => return Err(format!("{}: ledger says {other:?}", entry.segment)),
         }
     }
     let snapshot = table
@@ -421,16 +741,11 @@ pub async fn check(catalog: &dyn Catalog, ledger: &SqliteLedger) -> Result<(), S
             }
         }
     }
-    let expected = (PARTITIONS as i64 * SEGMENTS * RECORDS) as u64;
+    let expected = ((PARTITIONS as i64 * SEGMENTS - late) * RECORDS) as u64;
     if records != expected {
-        return Err(format!("{records} records, expected {expected}"));
+        return Err(format!(
+            "{records} records, expected {expected} ({late} segments quarantined as late)"
+        ));
     }
-    for entry in ledger.list(None, None).await.map_err(|e| fail(&e))? {
-        match entry.state {
-            EntryState::Committed { snapshot_id }
-                if table.metadata().snapshot_by_id(snapshot_id).is_some() => {}
-            other => return Err(format!("{}: ledger says {other:?}", entry.segment)),
-        }
-    }
-    Ok(())
+    Ok(late)
 }
