@@ -69,9 +69,12 @@ enum Work {
     Events(Vec<String>),
 }
 
+/// What one seed saw: injected faults that fired, segments quarantined as late.
+type SeedOutcome = Result<(usize, i64), String>;
+
 /// One seed; returns how many injected faults fired and how many segments ended
 /// quarantined as late.
-async fn simulate(seed: u64) -> Result<(usize, i64), String> {
+async fn simulate(seed: u64) -> SeedOutcome {
     let text = |e: &dyn std::fmt::Display| e.to_string();
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().map_err(|e| text(&e))?;
@@ -247,12 +250,11 @@ async fn simulate(seed: u64) -> Result<(usize, i64), String> {
 async fn seeded_simulation_keeps_exactly_once() {
     let first = env_number("KFS_SIM_FIRST_SEED", 0);
     let seeds = env_number("KFS_SIM_SEEDS", 1000);
-    let outcomes: Vec<(u64, Result<(usize, i64), String>)> =
-        futures::stream::iter(first..first + seeds)
-            .map(|seed| async move { (seed, simulate(seed).await) })
-            .buffer_unordered(4)
-            .collect()
-            .await;
+    let outcomes: Vec<(u64, SeedOutcome)> = futures::stream::iter(first..first + seeds)
+        .map(|seed| async move { (seed, simulate(seed).await) })
+        .buffer_unordered(4)
+        .collect()
+        .await;
     let fired: usize = outcomes
         .iter()
         .filter_map(|(_, r)| r.as_ref().ok().map(|(fired, _)| fired))
