@@ -17,9 +17,12 @@
 //! exactly once or its segment is quarantined as late, no file is registered twice,
 //! every referenced file exists, and the ledger agrees with the table.
 //!
-//! `KFS_SIM_SEEDS` (default 1000) seeds from `KFS_SIM_FIRST_SEED` (default 0); a
-//! failing seed replays exactly with `KFS_SIM_FIRST_SEED=N KFS_SIM_SEEDS=1`
-//! (`KFS_SIM_TRACE=1` prints each round).
+//! `KFS_SIM_SEEDS` (default 1000) seeds from `KFS_SIM_FIRST_SEED` (default 0). A seed
+//! fixes the arrivals, events, etcd, faults and processes of every round; how the
+//! processes of a round interleave is left to the runtime, so a failing seed replays
+//! its scenario with `KFS_SIM_FIRST_SEED=N KFS_SIM_SEEDS=1`, and replays exactly, call
+//! for call, with `KFS_SIM_SERIAL=1` too (the processes of each round one after
+//! another, as the seed lists them). `KFS_SIM_TRACE=1` prints each round.
 
 mod faults;
 
@@ -104,6 +107,7 @@ async fn simulate(seed: u64) -> SeedOutcome {
     let mut last_marks = kfs_plan::offsets::OffsetMap::new();
     let mut fired = 0;
     let trace = std::env::var("KFS_SIM_TRACE").is_ok();
+    let serial = std::env::var("KFS_SIM_SERIAL").is_ok();
     for round in 0..ROUNDS {
         let take = if round + 1 == ROUNDS {
             arrivals.len()
@@ -202,7 +206,7 @@ async fn simulate(seed: u64) -> SeedOutcome {
         if trace {
             eprintln!("round {round}: {take} arrivals, {etcd:?}, {crosscheck:?}, {work:?}");
         }
-        let results = futures::future::join_all(work.iter().map(|(work, faults)| {
+        let runs = work.iter().map(|(work, faults)| {
             let (dir, source, ledger, etcd, maintenance) =
                 (dir.path(), &source, &ledger, &etcd, &maintenance);
             async move {
@@ -221,8 +225,16 @@ async fn simulate(seed: u64) -> SeedOutcome {
                 }
                 Ok::<(), String>(())
             }
-        }))
-        .await;
+        });
+        let results = if serial {
+            let mut results = Vec::new();
+            for run in runs {
+                results.push(run.await);
+            }
+            results
+        } else {
+            futures::future::join_all(runs).await
+        };
         fired += work
             .iter()
             .filter(|(_, f)| f.fired.load(Ordering::SeqCst))
