@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use kfs_testkit::Moto;
 use serde_json::Value;
-use support::{files_under, independent_bucket, kfs, repo, succeed, tempdir};
+use support::{files_under, independent_bucket, kfs, repo, succeed, tempdir, write_expected};
 
 fn run(source: &str, warehouse: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
     let mut command = kfs();
@@ -152,20 +152,6 @@ fn run_matches_the_encoded_records_reruns_add_nothing_and_new_segments_add_only_
         status.contains("pending: none") && status.contains("next offset"),
         "{status}"
     );
-}
-
-/// Writes `.expected.jsonl` beside every segment, with `dump --json` (itself checked
-/// against the independent encoder in dump_cli.rs).
-fn write_expected(root: &Path) {
-    for file in files_under(root)
-        .into_iter()
-        .filter(|f| f.extension().is_some_and(|e| e == "kfs"))
-    {
-        let dumped = succeed(kfs().arg("dump").arg("--json").arg(&file), "dump --json");
-        let target = PathBuf::from(file.to_string_lossy().replace(".kfs", ".expected.jsonl"));
-        std::fs::write(&target, &dumped.stdout)
-            .unwrap_or_else(|e| panic!("{}: {e}", target.display()));
-    }
 }
 
 #[test]

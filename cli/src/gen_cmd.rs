@@ -33,6 +33,10 @@ pub struct GenArgs {
     /// PRNG seed: the same seed writes the same bytes.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Mean time between a partition's records, in ms (3600000 spreads 600 records
+    /// over about 25 days).
+    #[arg(long, default_value_t = 20)]
+    record_spacing_ms: u64,
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -56,6 +60,7 @@ pub fn run(args: &GenArgs) -> Result<(), CliError> {
         records: args.records,
         codec: args.codec,
         seed: args.seed,
+        record_spacing_ms: args.record_spacing_ms,
     };
     let (mut segments, mut records, mut bytes) = (0u64, 0u64, 0u64);
     for generated in generate(&config) {

@@ -23,9 +23,14 @@ pub struct RunArgs {
     source: String,
     #[command(flatten)]
     warehouse: WarehouseArgs,
-    /// A TOML configuration file (table names, start offsets).
+    /// A TOML configuration file (table names, partition specs, start offsets).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Partition spec of tables created by this run, e.g. `day(timestamp)` or
+    /// `hour(timestamp), bucket(16, key)` (overrides the configuration file's
+    /// `partition_by`; existing tables keep theirs).
+    #[arg(long, value_name = "SPEC")]
+    partition_by: Option<String>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -47,6 +52,20 @@ struct ConfigFile {
     /// `[start_offsets.<topic>]` with `"<partition>" = offset` entries.
     #[serde(default)]
     start_offsets: BTreeMap<String, BTreeMap<String, i64>>,
+    /// Partition spec of new tables (`"day(timestamp)"`).
+    partition_by: Option<String>,
+    /// `topic = "spec"` entries: the partition spec of that topic's new table.
+    #[serde(default)]
+    partitioning: BTreeMap<String, String>,
+}
+
+/// Parses a partition spec given on the command line or in the configuration.
+fn partition_spec(
+    text: &str,
+    origin: &str,
+) -> Result<Vec<kfs_plan::layout::PartitionField>, CliError> {
+    kfs_plan::layout::parse_partition_spec(text)
+        .map_err(|e| CliError::Usage(format!("{origin}: {e}")))
 }
 
 fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
@@ -59,10 +78,16 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
     })?;
     let file: ConfigFile = toml::from_str(&text)
         .map_err(|e| CliError::Usage(format!("{}: {}", path.display(), e.message())))?;
+    let origin = path.display().to_string();
     let mut naming = TableNaming {
         namespace: file.namespace,
+        partition_by: partition_spec(file.partition_by.as_deref().unwrap_or_default(), &origin)?,
         ..TableNaming::default()
     };
+    for (topic, spec) in file.partitioning {
+        let fields = partition_spec(&spec, &format!("{origin}: partitioning.{topic}"))?;
+        naming.partitioning.insert(topic, fields);
+    }
     for (topic, table) in file.tables {
         let name = TableName::parse(&table).ok_or_else(|| {
             CliError::Usage(format!(
@@ -97,6 +122,9 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
 pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     let mut config = load_config(args.config.as_ref())?;
     config.commit.coalesce = !args.no_coalesce;
+    if let Some(spec) = &args.partition_by {
+        config.naming.partition_by = partition_spec(spec, "--partition-by")?;
+    }
     let source = OpendalSource::from_location(&args.source, &S3Settings::from_env())
         .map_err(|e| CliError::Pipeline(format!("source {e}")))?;
     let embedded = args.warehouse.open().await?;

@@ -53,3 +53,17 @@ pub fn independent_bucket(seed: u64, out: &Path) {
         "make_segments.py (pip install -r tests/requirements.txt)",
     );
 }
+
+/// Writes `.expected.jsonl` beside every segment under `root`, with `dump --json`
+/// (itself checked against the independent encoder in dump_cli.rs).
+pub fn write_expected(root: &Path) {
+    for file in files_under(root)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "kfs"))
+    {
+        let dumped = succeed(kfs().arg("dump").arg("--json").arg(&file), "dump --json");
+        let target = PathBuf::from(file.to_string_lossy().replace(".kfs", ".expected.jsonl"));
+        std::fs::write(&target, &dumped.stdout)
+            .unwrap_or_else(|e| panic!("{}: {e}", target.display()));
+    }
+}

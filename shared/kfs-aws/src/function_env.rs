@@ -12,6 +12,7 @@
 //! | `CATALOG_WAREHOUSE` | the REST catalog's warehouse *name* (Polaris catalog, Unity catalog) |
 //! | `CATALOG_SECRET_ARN` | Secrets Manager secret holding the REST credentials as JSON: `{"client_id", "client_secret", "scope", "oauth2-server-uri"}` or `{"token"}` |
 //! | `TABLE_NAMESPACE` | namespace of the topic tables (default `kafscale`) |
+//! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
 //! | `SWEEP_MAX_SEGMENTS` | segments the committer's sweep converts per run (default 200) |
 //! | `ETCD_ENDPOINTS` | comma-separated etcd endpoints of the offset cross-check (empty: off) |
@@ -36,6 +37,7 @@ use kfs_core::catalog::{
 use kfs_core::maintenance::MaintenancePolicy;
 use kfs_core::source::OpendalSource;
 use kfs_plan::duration::parse_duration;
+use kfs_plan::layout::parse_partition_spec;
 use kfs_plan::naming::TableNaming;
 
 use crate::dynamo_ledger::DynamoLedger;
@@ -159,6 +161,8 @@ impl FunctionEnv {
             catalog,
             naming: TableNaming {
                 namespace: var("TABLE_NAMESPACE"),
+                partition_by: parse_partition_spec(&var("PARTITION_BY").unwrap_or_default())
+                    .map_err(|e| ConfigError(format!("PARTITION_BY: {e}")))?,
                 ..TableNaming::default()
             },
             convert_concurrency: number("CONVERT_CONCURRENCY", 4)?,
@@ -268,5 +272,37 @@ mod tests {
         assert_eq!(with("50"), Some(Some(50)));
         assert_eq!(with("0"), Some(None));
         assert!(env(&[("WAREHOUSE", "s3://b/w"), ("MAX_SNAPSHOTS", "many")]).is_err());
+    }
+
+    #[test]
+    fn partition_spec_comes_from_partition_by() {
+        let base = [
+            ("WAREHOUSE", "s3://bucket/wh"),
+            ("SEGMENT_BUCKET", "segments"),
+            ("LEDGER_TABLE", "ledger"),
+        ];
+        let spec = |value: Option<&str>| {
+            let mut pairs = base.to_vec();
+            pairs.extend(value.map(|v| ("PARTITION_BY", v)));
+            env(&pairs).map(|e| {
+                e.naming
+                    .partition_for("orders")
+                    .iter()
+                    .map(|f| f.to_string())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(spec(None).ok(), Some(vec![]));
+        assert_eq!(
+            spec(Some("day(timestamp), bucket(16, key)")).ok(),
+            Some(vec!["day(timestamp)".into(), "bucket(16, key)".into()])
+        );
+        let error = spec(Some("week(timestamp)")).err().map(|e| e.to_string());
+        assert!(
+            error
+                .as_deref()
+                .is_some_and(|e| e.contains("PARTITION_BY") && e.contains("week")),
+            "{error:?}"
+        );
     }
 }

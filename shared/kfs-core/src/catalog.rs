@@ -388,12 +388,14 @@ pub fn table_ident(name: &TableName) -> TableIdent {
     )
 }
 
-/// Loads the table for `topic`, creating its namespace and the table on first sight,
-/// and makes sure iceberg-rust's blind commit retries are off for it.
+/// Loads the table for `topic`, creating its namespace and the table (partitioned by
+/// `partition_by`) on first sight, and makes sure iceberg-rust's blind commit retries
+/// are off for it. An existing table keeps its own partition spec.
 pub async fn ensure_topic_table(
     catalog: &dyn Catalog,
     name: &TableName,
     topic: &str,
+    partition_by: &[kfs_plan::layout::PartitionField],
 ) -> iceberg::Result<Table> {
     let ident = table_ident(name);
     let namespace = ident.namespace().clone();
@@ -408,9 +410,12 @@ pub async fn ensure_topic_table(
     let table = if catalog.table_exists(&ident).await? {
         catalog.load_table(&ident).await?
     } else {
+        let schema = topic_schema()?;
+        let spec = crate::table::topic_partition_spec(&schema, partition_by)?;
         let creation = TableCreation::builder()
             .name(name.name.clone())
-            .schema(topic_schema()?)
+            .schema(schema)
+            .partition_spec(spec)
             .properties(topic_table_properties(topic))
             .build();
         match catalog.create_table(&namespace, creation).await {

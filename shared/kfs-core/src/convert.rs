@@ -1,9 +1,10 @@
 //! The converter core: one segment → verified records → Arrow → Parquet data file(s)
 //! written through iceberg-rust's writer stack, named after the segment's identity.
 //!
-//! The data file name derives from the segment key and its ETag (or content hash), so
-//! converting the same segment version twice writes the same path again and can never
-//! leave two different files in play.
+//! The data file name derives from the segment key, its ETag (or content hash) and a
+//! token unique to the write ([`write_token`]): two conversions of one segment never
+//! write the same path, and the ledger's conditional insert decides whose files count.
+//! A partitioned table gets one file per partition value.
 //!
 //! Conversion streams: the segment arrives as a stream of chunks, a blocking thread
 //! decodes it batch by batch into Arrow batches of [`ROWS_PER_BATCH`] rows, and the
@@ -18,14 +19,17 @@ use arrow_array::builder::{
 };
 use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray};
 use arrow_schema::{DataType, SchemaRef};
+use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
-    DefaultLocationGenerator, FileNameGenerator, LocationGenerator,
+    DefaultLocationGenerator, FileNameGenerator,
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::sanitize;
@@ -143,7 +147,8 @@ pub fn write_token() -> String {
     token
 }
 
-/// Always the same name: one segment version, one file.
+/// The name given: one file per write (per partition value, each in its own
+/// directory).
 #[derive(Debug, Clone)]
 struct FixedFileName(String);
 
@@ -294,27 +299,70 @@ pub fn writer_properties() -> iceberg::Result<WriterProperties> {
     Ok(builder.build())
 }
 
-/// The writer of table data files: one Parquet file named `{stem}.parquet` in the
-/// table's data directory (the same name every time, so a retry overwrites), through
-/// iceberg-rust's writer stack. Returns the writer and the file's location.
-async fn data_file_writer(
-    table: &Table,
-    stem: String,
-) -> iceberg::Result<(impl IcebergWriter + use<>, String)> {
-    let metadata = table.metadata();
-    let location = DefaultLocationGenerator::new(metadata)?;
-    let path = location.generate_location(None, &format!("{stem}.parquet"));
-    let parquet =
-        ParquetWriterBuilder::new(writer_properties()?, metadata.current_schema().clone());
-    let rolling = RollingFileWriterBuilder::new(
-        parquet,
-        usize::MAX,
-        table.file_io().clone(),
-        location,
-        FixedFileName(stem),
-    );
-    let writer = DataFileWriterBuilder::new(rolling).build(None).await?;
-    Ok((writer, path))
+/// The builder of one data file, through iceberg-rust's writer stack.
+type FileBuilder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, FixedFileName>;
+
+/// Where a segment's batches go: one Parquet file named `{stem}.parquet` in the table's
+/// data directory, or, for a partitioned table, one such file per partition value in
+/// that value's directory (`data/timestamp_day=2026-11-30/…`).
+enum SegmentWriter {
+    /// The table is unpartitioned.
+    Single(Box<<FileBuilder as IcebergWriterBuilder>::R>),
+    /// The table's default spec partitions it.
+    Fanout {
+        splitter: Box<RecordBatchPartitionSplitter>,
+        writer: Box<FanoutWriter<FileBuilder>>,
+    },
+}
+
+impl SegmentWriter {
+    /// The writer for `table` (by its default partition spec), with every file named
+    /// `{stem}.parquet`.
+    async fn new(table: &Table, stem: String) -> iceberg::Result<Self> {
+        let metadata = table.metadata();
+        let location = DefaultLocationGenerator::new(metadata)?;
+        let parquet =
+            ParquetWriterBuilder::new(writer_properties()?, metadata.current_schema().clone());
+        let rolling = RollingFileWriterBuilder::new(
+            parquet,
+            usize::MAX,
+            table.file_io().clone(),
+            location,
+            FixedFileName(stem),
+        );
+        let builder = DataFileWriterBuilder::new(rolling);
+        let spec = metadata.default_partition_spec();
+        if spec.is_unpartitioned() {
+            return Ok(Self::Single(Box::new(builder.build(None).await?)));
+        }
+        Ok(Self::Fanout {
+            splitter: Box::new(RecordBatchPartitionSplitter::try_new_with_computed_values(
+                metadata.current_schema().clone(),
+                spec.clone(),
+            )?),
+            writer: Box::new(FanoutWriter::new(builder)),
+        })
+    }
+
+    async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
+        match self {
+            Self::Single(writer) => writer.write(batch).await,
+            Self::Fanout { splitter, writer } => {
+                for (key, part) in splitter.split(&batch)? {
+                    writer.write(key, part).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn close(self) -> iceberg::Result<Vec<DataFile>> {
+        match self {
+            Self::Single(mut writer) => writer.close().await,
+            Self::Fanout { writer, .. } => writer.close().await,
+        }
+    }
 }
 
 /// What the decoding thread sends the writer.
@@ -440,7 +488,7 @@ pub async fn convert_segment(
     let schema = arrow_schema(metadata.current_schema()).map_err(write_error)?;
     let columns = RecordColumns::new(schema).map_err(write_error)?;
     let stem = data_file_stem(input.key, input.etag);
-    let (mut writer, path) = data_file_writer(table, stem).await.map_err(write_error)?;
+    let mut writer = SegmentWriter::new(table, stem).await.map_err(write_error)?;
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<DecodedBatch>(BATCHES_IN_FLIGHT);
     let key = input.key.clone();
     let reader = StreamReader {
@@ -473,10 +521,13 @@ pub async fn convert_segment(
     let decoded = match (written, decoded) {
         (Ok(()), Ok(decoded)) => decoded,
         (Err(e), _) | (Ok(()), Err(e)) => {
-            // Best effort: the name is deterministic, so a later conversion overwrites
-            // it and orphan cleanup removes it otherwise.
-            let _ = writer.close().await;
-            let _ = crate::failpoint::delete_file(table.file_io(), &path).await;
+            // Best effort: files named for this write alone, referenced by nothing;
+            // orphan cleanup removes what is left.
+            if let Ok(files) = writer.close().await {
+                for file in files {
+                    let _ = crate::failpoint::delete_file(table.file_io(), file.file_path()).await;
+                }
+            }
             return Err(e);
         }
     };

@@ -20,7 +20,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use iceberg::spec::{ListType, NestedField, PrimitiveType, Schema, StructType, Type};
+use std::str::FromStr;
+
+use iceberg::spec::{
+    ListType, NestedField, PrimitiveType, Schema, StructType, Transform, Type, UnboundPartitionSpec,
+};
+use kfs_plan::layout::PartitionField;
 
 /// Table property recording the topic a table is fed from.
 pub const TOPIC_PROPERTY: &str = "kfs.topic";
@@ -74,6 +79,48 @@ pub fn topic_schema() -> iceberg::Result<Schema> {
                 .into(),
         ])
         .build()
+}
+
+/// The partition spec of a new topic table: `fields` bound to the topic schema. An
+/// unknown column, or a transform its type does not allow (`day(key)`), is a
+/// `DataInvalid` error naming the field.
+pub fn topic_partition_spec(
+    schema: &Schema,
+    fields: &[PartitionField],
+) -> iceberg::Result<UnboundPartitionSpec> {
+    let mut builder = UnboundPartitionSpec::builder();
+    for field in fields {
+        let source = schema.field_by_name(&field.column).ok_or_else(|| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!(
+                    "partition field {field}: the table has no column {:?} (columns: {})",
+                    field.column,
+                    schema
+                        .as_struct()
+                        .fields()
+                        .iter()
+                        .map(|f| f.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })?;
+        let transform = Transform::from_str(&field.transform.iceberg_name())?;
+        if transform.result_type(&source.field_type).is_err() {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!(
+                    "partition field {field}: {} does not apply to column {:?} of type {}",
+                    field.transform.iceberg_name(),
+                    field.column,
+                    source.field_type
+                ),
+            ));
+        }
+        builder = builder.add_partition_field(source.id, field.name(), transform)?;
+    }
+    Ok(builder.build())
 }
 
 /// Properties of a new topic table.

@@ -1,7 +1,8 @@
 //! Pure planning logic of kfs-iceberg: no I/O, no async, no clock.
 //!
 //! - [`keys`]: which objects of a bucket are segments, and what their keys say.
-//! - [`naming`]: the Iceberg table a topic lands in.
+//! - [`naming`]: the Iceberg table a topic lands in, and how it is partitioned.
+//! - [`layout`]: partition specs as operators write them (`day(timestamp)`).
 //! - [`offsets`]: the per-partition offset map carried in every snapshot summary.
 //! - [`events`]: what S3, SQS and EventBridge events announce.
 //! - [`crosscheck`]: what etcd's offsets allow a commit to take.
@@ -23,6 +24,7 @@ pub mod duration;
 pub mod events;
 pub mod hash;
 pub mod keys;
+pub mod layout;
 pub mod naming;
 pub mod offsets;
 pub mod shard;

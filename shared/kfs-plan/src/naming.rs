@@ -1,8 +1,11 @@
 //! The Iceberg table a topic lands in: `kafscale.<topic>` by default, the topic
 //! lowercased with every character outside `[a-z0-9_]` replaced by `_`, unless the
-//! configuration names another table for it.
+//! configuration names another table for it; and the partition spec its table is
+//! created with (per topic, else the default; unpartitioned unless configured).
 
 use std::collections::BTreeMap;
+
+use crate::layout::PartitionField;
 
 /// The default Iceberg namespace of the tables.
 pub const DEFAULT_NAMESPACE: &str = "kafscale";
@@ -46,9 +49,20 @@ pub struct TableNaming {
     pub namespace: Option<String>,
     /// Explicit `topic → table` entries.
     pub overrides: BTreeMap<String, TableName>,
+    /// Partition spec of new tables whose topic has no entry in `partitioning`.
+    pub partition_by: Vec<PartitionField>,
+    /// Partition spec of new tables, per topic.
+    pub partitioning: BTreeMap<String, Vec<PartitionField>>,
 }
 
 impl TableNaming {
+    /// The partition spec of `topic`'s table (empty: unpartitioned).
+    pub fn partition_for(&self, topic: &str) -> &[PartitionField] {
+        self.partitioning
+            .get(topic)
+            .map_or(self.partition_by.as_slice(), Vec::as_slice)
+    }
+
     /// The table for `topic`.
     pub fn table_for(&self, topic: &str) -> TableName {
         if let Some(name) = self.overrides.get(topic) {

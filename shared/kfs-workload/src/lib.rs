@@ -57,6 +57,9 @@ pub struct WorkloadConfig {
     pub codec: CodecChoice,
     /// PRNG seed.
     pub seed: u64,
+    /// Mean time between a partition's records, in ms (default 20: a few seconds per
+    /// segment; an hour spreads a small workload over days, for time partitioning).
+    pub record_spacing_ms: u64,
 }
 
 impl Default for WorkloadConfig {
@@ -69,6 +72,7 @@ impl Default for WorkloadConfig {
             records: 200,
             codec: CodecChoice::Mixed,
             seed: 42,
+            record_spacing_ms: 20,
         }
     }
 }
@@ -207,7 +211,7 @@ fn generate_batches(
         left -= size;
         let records = (0..size)
             .map(|_| {
-                *clock_ms += rng.below(40) as i64;
+                *clock_ms += rng.below(config.record_spacing_ms.saturating_mul(2).max(1)) as i64;
                 let offset = *next_offset;
                 *next_offset += 1;
                 // Producers' clocks disagree a little: some timestamps go backwards.

@@ -1,0 +1,134 @@
+//! Time partitioning end to end on the embedded default: segments whose records span
+//! about three weeks are run with `--partition-by 'day(timestamp)'`; pyiceberg and
+//! DuckDB read back exactly the encoded rows, every data file holds one day, and a
+//! pyiceberg scan filtered to one day plans only that day's files and returns exactly
+//! that day's records (`tests/python/check_partitioned.py`): committed with coalescing
+//! (one file per day), rerun (nothing added), and committed one file per segment and
+//! day, then compacted per day. A bad spec is refused with its position and reason.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+use support::{kfs, output_of, repo, succeed, tempdir, write_expected};
+
+/// Checks the table in `warehouse` against the records encoded under `source`, with
+/// pyiceberg and DuckDB, and its day partitioning with pyiceberg; returns the facts.
+fn check(warehouse: &Path, source: &Path) -> Value {
+    succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/python/verify_tables.py"))
+            .arg("--warehouse")
+            .arg(warehouse)
+            .arg("--expected")
+            .arg(source),
+        "verify_tables.py",
+    );
+    let out = succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/python/check_partitioned.py"))
+            .arg("--warehouse")
+            .arg(warehouse)
+            .arg("--expected")
+            .arg(source),
+        "check_partitioned.py",
+    );
+    let facts: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("check_partitioned.py output: {e}"));
+    println!("check_partitioned: {facts}");
+    let days = facts["days"].as_u64().unwrap_or(0);
+    let planned = facts["planned_files"].as_u64().unwrap_or(0);
+    let files = facts["files"].as_u64().unwrap_or(0);
+    assert!(days >= 10, "records should span many days: {facts}");
+    assert!(
+        planned >= 1 && planned < files,
+        "one day's scan must plan only its files: {facts}"
+    );
+    facts
+}
+
+fn run(source: &Path, warehouse: &Path, extra: &[&str]) {
+    succeed(
+        kfs()
+            .args(["run", "--quiet", "--partition-by", "day(timestamp)"])
+            .args(extra)
+            .arg("--source")
+            .arg(source)
+            .arg("--warehouse")
+            .arg(warehouse),
+        "run --partition-by",
+    );
+}
+
+#[test]
+fn day_partitioned_tables_plan_one_day_and_hold_exactly_the_encoded_rows() {
+    let dir = tempdir();
+    let source = dir.path().join("bucket");
+    // 2 partitions × 3 segments × 200 records, an hour apart on average.
+    succeed(
+        kfs().arg("gen").arg("--out").arg(&source).args([
+            "--topics",
+            "1",
+            "--record-spacing-ms",
+            "3600000",
+        ]),
+        "gen",
+    );
+    write_expected(&source);
+    // Coalesced at commit: one file per day.
+    let warehouse = dir.path().join("coalesced");
+    run(&source, &warehouse, &[]);
+    let facts = check(&warehouse, &source);
+    assert_eq!(facts["files"], facts["days"], "{facts}");
+    // A rerun adds nothing.
+    run(&source, &warehouse, &[]);
+    check(&warehouse, &source);
+    // One file per segment and day, then compacted per day.
+    let warehouse = dir.path().join("compacted");
+    run(&source, &warehouse, &["--no-coalesce"]);
+    let before = check(&warehouse, &source);
+    let wh = warehouse.to_string_lossy().into_owned();
+    succeed(kfs().args(["compact", "--warehouse", &wh]), "compact");
+    let after = check(&warehouse, &source);
+    assert!(
+        after["files"].as_u64() < before["files"].as_u64(),
+        "{before} → {after}"
+    );
+    assert_eq!(after["files"], after["days"], "{after}");
+}
+
+#[test]
+fn a_bad_partition_spec_is_refused_with_where_and_why() {
+    let dir = tempdir();
+    let warehouse = dir.path().join("wh");
+    for (spec, expected) in [
+        ("week(timestamp)", "at byte 0: unknown transform \"week\""),
+        ("day(nosuch)", "the table has no column \"nosuch\""),
+        ("day(key)", "day does not apply to column \"key\""),
+    ] {
+        let source = dir.path().join("bucket");
+        succeed(
+            kfs().arg("gen").arg("--out").arg(&source).args([
+                "--topics",
+                "1",
+                "--partitions",
+                "1",
+                "--segments",
+                "1",
+            ]),
+            "gen",
+        );
+        let output = output_of(
+            kfs()
+                .args(["run", "--quiet", "--partition-by", spec, "--source"])
+                .arg(&source)
+                .arg("--warehouse")
+                .arg(&warehouse),
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{spec} was accepted");
+        assert!(stderr.contains(expected), "{spec}: {stderr}");
+    }
+}
