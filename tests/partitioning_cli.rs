@@ -132,3 +132,108 @@ fn a_bad_partition_spec_is_refused_with_where_and_why() {
         assert!(stderr.contains(expected), "{spec}: {stderr}");
     }
 }
+
+#[test]
+fn topics_map_to_tables_by_pattern_with_the_configured_layout_and_properties() {
+    let dir = tempdir();
+    let source = dir.path().join("bucket");
+    let warehouse = dir.path().join("wh");
+    // Topics `orders` and `payments`.
+    succeed(
+        kfs()
+            .arg("gen")
+            .arg("--out")
+            .arg(&source)
+            .args(["--topics", "2", "--segments", "2"]),
+        "gen",
+    );
+    let config = dir.path().join("kfs.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[table_patterns]]
+topic = "(?P<name>orders|payments)"
+table = "sales.${name}_v1"
+
+[partitioning]
+payments = "identity(partition)"
+
+[table_properties]
+"write.parquet.compression-codec" = "gzip"
+"write.parquet.compression-level" = "9"
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    succeed(
+        kfs()
+            .args(["run", "--quiet", "--config"])
+            .arg(&config)
+            .arg("--source")
+            .arg(&source)
+            .arg("--warehouse")
+            .arg(&warehouse),
+        "run --config",
+    );
+    let script = r#"
+import json, os, sys
+import pyarrow.parquet as pq
+from pyiceberg.catalog.sql import SqlCatalog
+wh = os.path.abspath(sys.argv[1])
+catalog = SqlCatalog("local", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+facts = {}
+for name in ("orders_v1", "payments_v1"):
+    table = catalog.load_table(f"sales.{name}")
+    files = [task.file.file_path for task in table.scan().plan_files()]
+    codecs = sorted({pq.ParquetFile(path.removeprefix("file://")).metadata.row_group(0).column(0).compression for path in files})
+    facts[name] = {
+        "rows": table.scan().to_arrow().num_rows,
+        "spec": [str(f.transform) + ":" + f.name for f in table.spec().fields],
+        "codec": table.properties.get("write.parquet.compression-codec"),
+        "file_codecs": codecs,
+    }
+facts["tables"] = sorted(str(t) for t in catalog.list_tables("sales"))
+print(json.dumps(facts))
+"#;
+    let out = succeed(
+        Command::new("python3").args(["-c", script]).arg(&warehouse),
+        "pyiceberg check of the mapped tables",
+    );
+    let facts: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    println!("mapped tables: {facts}");
+    assert_eq!(facts["orders_v1"]["rows"], 800, "{facts}");
+    assert_eq!(facts["payments_v1"]["rows"], 800, "{facts}");
+    assert_eq!(facts["orders_v1"]["spec"], serde_json::json!([]), "{facts}");
+    assert_eq!(
+        facts["payments_v1"]["spec"],
+        serde_json::json!(["identity:partition"]),
+        "{facts}"
+    );
+    for table in ["orders_v1", "payments_v1"] {
+        assert_eq!(facts[table]["codec"], "gzip", "{facts}");
+        assert_eq!(
+            facts[table]["file_codecs"],
+            serde_json::json!(["GZIP"]),
+            "{facts}"
+        );
+    }
+    // A bad property is refused before anything runs.
+    std::fs::write(
+        &config,
+        "[table_properties]\n\"write.parquet.compression-codec\" = \"lzma\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let output = output_of(
+        kfs()
+            .args(["run", "--quiet", "--config"])
+            .arg(&config)
+            .arg("--source")
+            .arg(&source)
+            .arg("--warehouse")
+            .arg(dir.path().join("other")),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("\"lzma\""),
+        "{stderr}"
+    );
+}

@@ -9,7 +9,7 @@ use kfs_core::catalog::S3Settings;
 use kfs_core::pipeline::{PipelineConfig, Progress, RunReport, run_once};
 use kfs_core::source::OpendalSource;
 use kfs_plan::commit::HoldReason;
-use kfs_plan::naming::{TableName, TableNaming};
+use kfs_plan::naming::{TableName, TableNaming, TablePattern};
 use serde::Deserialize;
 
 use crate::CliError;
@@ -57,6 +57,22 @@ struct ConfigFile {
     /// `topic = "spec"` entries: the partition spec of that topic's new table.
     #[serde(default)]
     partitioning: BTreeMap<String, String>,
+    /// `[[table_patterns]]` rules: `topic` (a regular expression matching whole topic
+    /// names) and `table` (`namespace.name`, with `$1` or `${group}`), tried in order
+    /// after the explicit `tables` entries.
+    #[serde(default)]
+    table_patterns: Vec<TablePatternEntry>,
+    /// Properties of new tables (`"write.parquet.compression-codec" = "zstd"`).
+    #[serde(default)]
+    table_properties: BTreeMap<String, String>,
+}
+
+/// One `[[table_patterns]]` rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TablePatternEntry {
+    topic: String,
+    table: String,
 }
 
 /// Parses a partition spec given on the command line or in the configuration.
@@ -84,6 +100,15 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
         partition_by: partition_spec(file.partition_by.as_deref().unwrap_or_default(), &origin)?,
         ..TableNaming::default()
     };
+    for rule in &file.table_patterns {
+        let pattern = TablePattern::new(&rule.topic, &rule.table)
+            .map_err(|e| CliError::Usage(format!("{origin}: table_patterns: {e}")))?;
+        naming.patterns.push(pattern);
+    }
+    // Checked now, not at the first table creation.
+    kfs_core::convert::compression(&file.table_properties.clone().into_iter().collect())
+        .map_err(|e| CliError::Usage(format!("{origin}: table_properties: {}", e.message())))?;
+    naming.properties = file.table_properties;
     for (topic, spec) in file.partitioning {
         let fields = partition_spec(&spec, &format!("{origin}: partitioning.{topic}"))?;
         naming.partitioning.insert(topic, fields);

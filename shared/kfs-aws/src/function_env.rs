@@ -12,6 +12,8 @@
 //! | `CATALOG_WAREHOUSE` | the REST catalog's warehouse *name* (Polaris catalog, Unity catalog) |
 //! | `CATALOG_SECRET_ARN` | Secrets Manager secret holding the REST credentials as JSON: `{"client_id", "client_secret", "scope", "oauth2-server-uri"}` or `{"token"}` |
 //! | `TABLE_NAMESPACE` | namespace of the topic tables (default `kafscale`) |
+//! | `TABLE_MAPPING` | JSON array of `{"topic": "<regex>", "table": "namespace.name"}` rules (whole-name matches, `$1`/`${group}` in the table), tried in order; other topics go to `TABLE_NAMESPACE.<topic>` |
+//! | `TABLE_PROPERTIES` | JSON object of properties of the tables the functions create, e.g. `{"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9", "write.target-file-size-bytes": "268435456"}` |
 //! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
 //! | `SWEEP_MAX_SEGMENTS` | segments the committer's sweep converts per run (default 200) |
@@ -26,6 +28,7 @@
 //! from `AWS_ENDPOINT_URL` for local stacks. REST catalog credentials are read from
 //! Secrets Manager at cold start, never from plain variables, and never logged.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -38,7 +41,7 @@ use kfs_core::maintenance::MaintenancePolicy;
 use kfs_core::source::OpendalSource;
 use kfs_plan::duration::parse_duration;
 use kfs_plan::layout::parse_partition_spec;
-use kfs_plan::naming::TableNaming;
+use kfs_plan::naming::{TableNaming, TablePattern};
 
 use crate::dynamo_ledger::DynamoLedger;
 
@@ -163,6 +166,8 @@ impl FunctionEnv {
                 namespace: var("TABLE_NAMESPACE"),
                 partition_by: parse_partition_spec(&var("PARTITION_BY").unwrap_or_default())
                     .map_err(|e| ConfigError(format!("PARTITION_BY: {e}")))?,
+                patterns: table_mapping(var("TABLE_MAPPING").as_deref())?,
+                properties: table_properties(var("TABLE_PROPERTIES").as_deref())?,
                 ..TableNaming::default()
             },
             convert_concurrency: number("CONVERT_CONCURRENCY", 4)?,
@@ -238,6 +243,46 @@ impl FunctionEnv {
     }
 }
 
+/// Reads `TABLE_MAPPING`: a JSON array of `{"topic", "table"}` rules.
+fn table_mapping(text: Option<&str>) -> Result<Vec<TablePattern>, ConfigError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Rule {
+        topic: String,
+        table: String,
+    }
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let rules: Vec<Rule> = serde_json::from_str(text).map_err(|e| {
+        ConfigError(format!(
+            "TABLE_MAPPING: expected a JSON array of {{\"topic\", \"table\"}}: {e}"
+        ))
+    })?;
+    rules
+        .iter()
+        .map(|rule| {
+            TablePattern::new(&rule.topic, &rule.table)
+                .map_err(|e| ConfigError(format!("TABLE_MAPPING: {e}")))
+        })
+        .collect()
+}
+
+/// Reads `TABLE_PROPERTIES`: a JSON object of string properties, checked.
+fn table_properties(text: Option<&str>) -> Result<BTreeMap<String, String>, ConfigError> {
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
+        return Ok(BTreeMap::new());
+    };
+    let properties: BTreeMap<String, String> = serde_json::from_str(text).map_err(|e| {
+        ConfigError(format!(
+            "TABLE_PROPERTIES: expected a JSON object of strings: {e}"
+        ))
+    })?;
+    kfs_core::convert::compression(&properties.clone().into_iter().collect())
+        .map_err(|e| ConfigError(format!("TABLE_PROPERTIES: {}", e.message())))?;
+    Ok(properties)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,6 +317,56 @@ mod tests {
         assert_eq!(with("50"), Some(Some(50)));
         assert_eq!(with("0"), Some(None));
         assert!(env(&[("WAREHOUSE", "s3://b/w"), ("MAX_SNAPSHOTS", "many")]).is_err());
+    }
+
+    #[test]
+    fn table_mapping_and_properties_come_from_json() {
+        let base = [
+            ("WAREHOUSE", "s3://bucket/wh"),
+            ("SEGMENT_BUCKET", "segments"),
+            ("LEDGER_TABLE", "ledger"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            env(&pairs)
+        };
+        let naming = with(&[
+            (
+                "TABLE_MAPPING",
+                r#"[{"topic": "orders-(.*)", "table": "sales.orders_$1"}]"#,
+            ),
+            (
+                "TABLE_PROPERTIES",
+                r#"{"write.parquet.compression-codec": "snappy"}"#,
+            ),
+        ])
+        .map(|e| e.naming);
+        let naming = naming.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(naming.table_for("orders-eu").to_string(), "sales.orders_eu");
+        assert_eq!(naming.table_for("clicks").to_string(), "kafscale.clicks");
+        assert_eq!(
+            naming
+                .properties
+                .get("write.parquet.compression-codec")
+                .map(String::as_str),
+            Some("snappy")
+        );
+        for (name, value) in [
+            ("TABLE_MAPPING", r#"{"topic": "x"}"#),
+            ("TABLE_MAPPING", r#"[{"topic": "(", "table": "t"}]"#),
+            (
+                "TABLE_PROPERTIES",
+                r#"{"write.parquet.compression-codec": "lzma"}"#,
+            ),
+            ("TABLE_PROPERTIES", r#"["not", "an object"]"#),
+        ] {
+            let error = with(&[(name, value)]).err().map(|e| e.to_string());
+            assert!(
+                error.as_deref().is_some_and(|e| e.contains(name)),
+                "{name}={value}: {error:?}"
+            );
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ async fn glue_tables_take_commits_with_the_offset_map() {
         let object_key = key.to_string();
         let index_key = object_key.replace(".kfs", ".index");
         stack.put(&[(&object_key, &segment.kfs), (&index_key, &segment.index)]);
-        let table = ensure_topic_table(catalog.as_ref(), &name, "orders", &[])
+        let table = ensure_topic_table(catalog.as_ref(), &name, "orders", &Default::default())
             .await
             .unwrap_or_else(|e| panic!("table: {e}"));
         let target = TopicTable {

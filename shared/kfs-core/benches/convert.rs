@@ -136,7 +136,7 @@ fn benches(c: &mut Criterion) {
     });
 
     let batches = to_arrow(&mut new_columns(), &decoded);
-    let properties = match writer_properties() {
+    let properties = match writer_properties(&Default::default()) {
         Ok(properties) => properties,
         Err(e) => panic!("no writer properties: {e}"),
     };

@@ -21,7 +21,7 @@ use iceberg_catalog_sql::{
     SqlCatalogBuilder,
 };
 use iceberg_storage_opendal::{OpenDalResolvingStorageFactory, OpenDalStorageFactory};
-use kfs_plan::naming::TableName;
+use kfs_plan::naming::{TableName, TableNaming};
 
 use crate::table::{COMMIT_RETRIES_PROPERTY, topic_schema, topic_table_properties};
 use crate::table_commit::{SqlTableSwap, TableSwap};
@@ -388,14 +388,15 @@ pub fn table_ident(name: &TableName) -> TableIdent {
     )
 }
 
-/// Loads the table for `topic`, creating its namespace and the table (partitioned by
-/// `partition_by`) on first sight, and makes sure iceberg-rust's blind commit retries
-/// are off for it. An existing table keeps its own partition spec.
+/// Loads the table for `topic`, creating its namespace and the table (laid out as
+/// `layout` says: partition spec and properties) on first sight, and makes sure
+/// iceberg-rust's blind commit retries are off for it. An existing table keeps its own
+/// spec and properties.
 pub async fn ensure_topic_table(
     catalog: &dyn Catalog,
     name: &TableName,
     topic: &str,
-    partition_by: &[kfs_plan::layout::PartitionField],
+    layout: &TableNaming,
 ) -> iceberg::Result<Table> {
     let ident = table_ident(name);
     let namespace = ident.namespace().clone();
@@ -411,12 +412,15 @@ pub async fn ensure_topic_table(
         catalog.load_table(&ident).await?
     } else {
         let schema = topic_schema()?;
-        let spec = crate::table::topic_partition_spec(&schema, partition_by)?;
+        let spec = crate::table::topic_partition_spec(&schema, layout.partition_for(topic))?;
+        let mut properties = topic_table_properties(topic);
+        properties.extend(layout.properties.clone());
+        crate::convert::compression(&properties)?;
         let creation = TableCreation::builder()
             .name(name.name.clone())
             .schema(schema)
             .partition_spec(spec)
-            .properties(topic_table_properties(topic))
+            .properties(properties)
             .build();
         match catalog.create_table(&namespace, creation).await {
             Ok(table) => table,

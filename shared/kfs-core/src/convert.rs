@@ -11,6 +11,7 @@
 //! async side hands them to the Parquet writer. Memory is bounded by a frame, a few
 //! Arrow batches and the Parquet row group being built, never by the segment's size.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -283,14 +284,63 @@ impl RecordColumns {
     }
 }
 
-/// Parquet settings of data files: zstd, row groups of at most 1 Mi rows / 128 MiB, and
-/// no dictionary for the columns that are unique per record (a dictionary there is
-/// built only to be abandoned).
-pub fn writer_properties() -> iceberg::Result<WriterProperties> {
-    let level = ZstdLevel::try_new(3)
-        .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
+/// Table property of the data files' compression codec: `zstd` (default), `snappy`,
+/// `gzip`, `lz4`, `brotli` or `uncompressed`.
+pub const COMPRESSION_CODEC_PROPERTY: &str = "write.parquet.compression-codec";
+/// Table property of the codec's level (zstd 1-22, default 3; gzip 0-9; brotli 0-11).
+pub const COMPRESSION_LEVEL_PROPERTY: &str = "write.parquet.compression-level";
+
+/// The Parquet compression a table's properties ask for; an unknown codec or a level
+/// out of range is a `DataInvalid` error naming the property.
+pub fn compression(properties: &HashMap<String, String>) -> iceberg::Result<Compression> {
+    let invalid = |message: String| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, message);
+    let codec = properties
+        .get(COMPRESSION_CODEC_PROPERTY)
+        .map_or("zstd", String::as_str)
+        .to_ascii_lowercase();
+    let level = properties
+        .get(COMPRESSION_LEVEL_PROPERTY)
+        .map(|text| {
+            text.trim().parse::<u32>().map_err(|_| {
+                invalid(format!(
+                    "{COMPRESSION_LEVEL_PROPERTY}={text:?} is not a level"
+                ))
+            })
+        })
+        .transpose()?;
+    let out_of_range = |e: parquet::errors::ParquetError| {
+        invalid(format!("{COMPRESSION_LEVEL_PROPERTY} for {codec}: {e}"))
+    };
+    Ok(match codec.as_str() {
+        "zstd" => Compression::ZSTD(
+            ZstdLevel::try_new(level.map_or(3, |l| l as i32)).map_err(out_of_range)?,
+        ),
+        "gzip" => Compression::GZIP(
+            parquet::basic::GzipLevel::try_new(level.unwrap_or(6)).map_err(out_of_range)?,
+        ),
+        "brotli" => Compression::BROTLI(
+            parquet::basic::BrotliLevel::try_new(level.unwrap_or(1)).map_err(out_of_range)?,
+        ),
+        "snappy" => Compression::SNAPPY,
+        "lz4" | "lz4_raw" => Compression::LZ4_RAW,
+        "uncompressed" | "none" => Compression::UNCOMPRESSED,
+        other => {
+            return Err(invalid(format!(
+                "{COMPRESSION_CODEC_PROPERTY}={other:?}: expected zstd, snappy, gzip, lz4, brotli or uncompressed"
+            )));
+        }
+    })
+}
+
+/// Parquet settings of data files: the table's compression ([`compression`], zstd
+/// level 3 by default), row groups of at most 1 Mi rows / 128 MiB, and no dictionary for
+/// the columns that are unique per record (a dictionary there is built only to be
+/// abandoned).
+pub fn writer_properties(
+    table_properties: &HashMap<String, String>,
+) -> iceberg::Result<WriterProperties> {
     let mut builder = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(level))
+        .set_compression(compression(table_properties)?)
         .set_max_row_group_row_count(Some(1 << 20))
         .set_max_row_group_bytes(Some(128 << 20));
     for unique in ["record_id", "offset", "timestamp_ms", "timestamp"] {
@@ -322,8 +372,10 @@ impl SegmentWriter {
     async fn new(table: &Table, stem: String) -> iceberg::Result<Self> {
         let metadata = table.metadata();
         let location = DefaultLocationGenerator::new(metadata)?;
-        let parquet =
-            ParquetWriterBuilder::new(writer_properties()?, metadata.current_schema().clone());
+        let parquet = ParquetWriterBuilder::new(
+            writer_properties(metadata.properties())?,
+            metadata.current_schema().clone(),
+        );
         let rolling = RollingFileWriterBuilder::new(
             parquet,
             usize::MAX,
@@ -541,4 +593,47 @@ pub async fn convert_segment(
         base_offset: decoded.base_offset,
         last_offset: decoded.last_offset,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compression_follows_the_table_properties() {
+        let codec = |pairs: &[(&str, &str)]| {
+            let properties: HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            compression(&properties).map(|c| format!("{c:?}"))
+        };
+        assert_eq!(codec(&[]).ok().as_deref(), Some("ZSTD(ZstdLevel(3))"));
+        assert_eq!(
+            codec(&[
+                (COMPRESSION_CODEC_PROPERTY, "GZIP"),
+                (COMPRESSION_LEVEL_PROPERTY, "9")
+            ])
+            .ok()
+            .as_deref(),
+            Some("GZIP(GzipLevel(9))")
+        );
+        assert_eq!(
+            codec(&[(COMPRESSION_CODEC_PROPERTY, "snappy")])
+                .ok()
+                .as_deref(),
+            Some("SNAPPY")
+        );
+        for bad in [
+            &[(COMPRESSION_CODEC_PROPERTY, "lzma")][..],
+            &[(COMPRESSION_LEVEL_PROPERTY, "99")][..],
+            &[(COMPRESSION_LEVEL_PROPERTY, "high")][..],
+        ] {
+            let error = codec(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                error.contains("write.parquet.compression"),
+                "{bad:?}: {error}"
+            );
+        }
+    }
 }

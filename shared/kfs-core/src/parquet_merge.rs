@@ -110,9 +110,11 @@ async fn merge_and_upload(
         }
         out.close().await
     });
+    let table_properties = metadata.properties().clone();
     let merged = tokio::task::spawn_blocking(move || {
         merge_blocking(
             &sources,
+            table_properties,
             arrow_schema,
             copy_min_bytes,
             ChannelWrite::new(sender),
@@ -139,11 +141,12 @@ async fn merge_and_upload(
 /// The synchronous merge: returns the written file's metadata, its size and stats.
 fn merge_blocking(
     sources: &[RangeSource],
+    table_properties: std::collections::HashMap<String, String>,
     arrow_schema: arrow_schema::SchemaRef,
     copy_min_bytes: u64,
     out: ChannelWrite,
 ) -> Result<(ParquetMetaData, u64, MergeStats)> {
-    let mut properties = crate::convert::writer_properties()?;
+    let mut properties = crate::convert::writer_properties(&table_properties)?;
     add_encoded_arrow_schema_to_metadata(&arrow_schema, &mut properties);
     let properties = Arc::new(properties);
     let schema = ArrowSchemaConverter::new()

@@ -205,7 +205,7 @@ impl TopicTable {
         topic: &str,
     ) -> Result<Self, PipelineError> {
         let name = naming.table_for(topic);
-        let table = ensure_topic_table(catalog, &name, topic, naming.partition_for(topic))
+        let table = ensure_topic_table(catalog, &name, topic, naming)
             .await
             .map_err(|source| PipelineError::Catalog {
                 table: name.to_string(),

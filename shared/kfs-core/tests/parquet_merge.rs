@@ -74,7 +74,7 @@ async fn copied_and_reencoded_row_groups_hold_the_same_rows() -> TestResult {
     )
     .await?;
     let name = TableNaming::default().table_for("orders");
-    let table = ensure_topic_table(&catalog, &name, "orders", &[]).await?;
+    let table = ensure_topic_table(&catalog, &name, "orders", &Default::default()).await?;
     let mut files = Vec::new();
     for (i, base) in [0i64, 500, 1000].into_iter().enumerate() {
         let key = SegmentKey {

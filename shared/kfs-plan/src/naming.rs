@@ -1,7 +1,8 @@
 //! The Iceberg table a topic lands in: `kafscale.<topic>` by default, the topic
 //! lowercased with every character outside `[a-z0-9_]` replaced by `_`, unless the
-//! configuration names another table for it; and the partition spec its table is
-//! created with (per topic, else the default; unpartitioned unless configured).
+//! configuration names another table for it, explicitly or by a regular expression
+//! over topic names; and how a new table is laid out: its partition spec (per topic,
+//! else the default; unpartitioned unless configured) and table properties.
 
 use std::collections::BTreeMap;
 
@@ -53,6 +54,59 @@ pub struct TableNaming {
     pub partition_by: Vec<PartitionField>,
     /// Partition spec of new tables, per topic.
     pub partitioning: BTreeMap<String, Vec<PartitionField>>,
+    /// `topic regex → table` rules, tried in order after the explicit entries.
+    pub patterns: Vec<TablePattern>,
+    /// Table properties of new tables (`write.target-file-size-bytes`,
+    /// `write.parquet.compression-codec`, `write.parquet.compression-level`, ...).
+    pub properties: BTreeMap<String, String>,
+}
+
+/// A rule mapping every topic its regular expression matches (in full) to a table
+/// named by a template: `$1`, `${name}` are the expression's groups, and each part of
+/// the result is sanitized like a topic.
+#[derive(Debug, Clone)]
+pub struct TablePattern {
+    topic: regex::Regex,
+    table: String,
+}
+
+impl PartialEq for TablePattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.topic.as_str() == other.topic.as_str() && self.table == other.table
+    }
+}
+
+impl Eq for TablePattern {}
+
+impl TablePattern {
+    /// A rule: topics matching `topic` (anchored at both ends) go to the table named by
+    /// `table`, `namespace.name` or a bare name.
+    pub fn new(topic: &str, table: &str) -> Result<Self, String> {
+        let regex = regex::Regex::new(&format!("^(?:{topic})$"))
+            .map_err(|e| format!("topic pattern {topic:?}: {e}"))?;
+        if table.trim().is_empty() {
+            return Err(format!("topic pattern {topic:?}: empty table name"));
+        }
+        Ok(Self {
+            topic: regex,
+            table: table.to_owned(),
+        })
+    }
+
+    /// The table of `topic`, if the rule matches it and names a table.
+    fn table_for(&self, topic: &str, namespace: &str) -> Option<TableName> {
+        let captures = self.topic.captures(topic)?;
+        let mut expanded = String::new();
+        captures.expand(&self.table, &mut expanded);
+        let (ns, name) = match expanded.rsplit_once('.') {
+            Some((ns, name)) => (sanitize(ns), sanitize(name)),
+            None => (namespace.to_owned(), sanitize(&expanded)),
+        };
+        (!ns.is_empty() && !name.is_empty()).then_some(TableName {
+            namespace: ns,
+            name,
+        })
+    }
 }
 
 impl TableNaming {
@@ -68,11 +122,16 @@ impl TableNaming {
         if let Some(name) = self.overrides.get(topic) {
             return name.clone();
         }
+        let namespace = self.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+        if let Some(name) = self
+            .patterns
+            .iter()
+            .find_map(|pattern| pattern.table_for(topic, namespace))
+        {
+            return name;
+        }
         TableName {
-            namespace: self
-                .namespace
-                .clone()
-                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
+            namespace: namespace.to_owned(),
             name: sanitize(topic),
         }
     }
@@ -113,5 +172,31 @@ mod tests {
             TableName::parse("plain").map(|t| t.to_string()),
             Some("kafscale.plain".into())
         );
+    }
+
+    #[test]
+    fn patterns_map_topics_by_regular_expression_after_explicit_entries() {
+        let rule = |topic: &str, table: &str| {
+            TablePattern::new(topic, table).unwrap_or_else(|e| unreachable!("{e}"))
+        };
+        let mut naming = TableNaming {
+            patterns: vec![
+                rule(r"orders-(?P<region>[a-z]+)", "sales.orders_${region}"),
+                rule(r"(.*)\.audit", "audit_$1"),
+            ],
+            ..TableNaming::default()
+        };
+        naming.overrides.insert(
+            "orders-eu".into(),
+            TableName::parse("eu.orders").unwrap_or_else(|| unreachable!()),
+        );
+        let table = |topic: &str| naming.table_for(topic).to_string();
+        assert_eq!(table("orders-us"), "sales.orders_us");
+        assert_eq!(table("orders-eu"), "eu.orders");
+        // Anchored: a partial match is no match.
+        assert_eq!(table("old-orders-us"), "kafscale.old_orders_us");
+        assert_eq!(table("Billing.audit"), "kafscale.audit_billing");
+        assert!(TablePattern::new("(", "t").is_err());
+        assert!(TablePattern::new("x", " ").is_err());
     }
 }

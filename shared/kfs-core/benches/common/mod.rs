@@ -63,7 +63,7 @@ impl BenchTable {
         let catalog = open_sql_catalog(&database, &warehouse, &S3Settings::default()).await?;
         let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
         let name = TableNaming::default().table_for("bench");
-        let table = ensure_topic_table(&catalog, &name, "bench", &[]).await?;
+        let table = ensure_topic_table(&catalog, &name, "bench", &Default::default()).await?;
         Ok(Self {
             _dir: dir,
             catalog,
