@@ -160,6 +160,12 @@ pub async fn open_sql_catalog(
         ),
         // One connection: the SQLite catalog must not race itself.
         ("pool.max-connections".to_owned(), "1".to_owned()),
+        // No idle reaping every 10 s: sqlx's pool maintenance task can wedge in a
+        // busy loop (launchbadge/sqlx#3645, an idle-count underflow), which the
+        // seeded simulation hit as a thread spinning at 100% and a process that never
+        // exits. One local connection gains nothing from reaping; the sweep now runs
+        // only at sqlx's 30-minute connection lifetime.
+        ("pool.idle-timeout".to_owned(), "31536000".to_owned()),
     ]);
     let builder = match warehouse {
         Warehouse::Local(_) => {

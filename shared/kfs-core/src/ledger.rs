@@ -361,8 +361,12 @@ impl SqliteLedger {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(std::time::Duration::from_secs(30));
+        // No idle timeout and no lifetime: no pool maintenance task, which in sqlx 0.8
+        // can wedge in a busy loop (launchbadge/sqlx#3645); see `open_sql_catalog`.
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .idle_timeout(None)
+            .max_lifetime(None)
             .connect_with(options)
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;

@@ -87,8 +87,11 @@ impl SqlTableSwap {
         let options = SqliteConnectOptions::new()
             .filename(database)
             .busy_timeout(std::time::Duration::from_secs(30));
+        // No pool maintenance task (launchbadge/sqlx#3645; see `open_sql_catalog`).
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
             .connect_with(options)
             .await
             .map_err(|e| {
