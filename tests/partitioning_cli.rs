@@ -49,15 +49,28 @@ fn check(warehouse: &Path, source: &Path) -> Value {
     facts
 }
 
+fn gen_segments(out: &Path, args: &[&str]) {
+    succeed(kfs().arg("gen").arg("--out").arg(out).args(args), "gen");
+}
+
+/// `kfs-iceberg run --quiet ARGS --source SOURCE --warehouse WAREHOUSE`.
+fn run_command(source: &Path, warehouse: &Path, args: &[&str]) -> Command {
+    let mut command = kfs();
+    command
+        .args(["run", "--quiet"])
+        .args(args)
+        .arg("--source")
+        .arg(source)
+        .arg("--warehouse")
+        .arg(warehouse);
+    command
+}
+
 fn run(source: &Path, warehouse: &Path, extra: &[&str]) {
+    let mut args = vec!["--partition-by", "day(timestamp)"];
+    args.extend_from_slice(extra);
     succeed(
-        kfs()
-            .args(["run", "--quiet", "--partition-by", "day(timestamp)"])
-            .args(extra)
-            .arg("--source")
-            .arg(source)
-            .arg("--warehouse")
-            .arg(warehouse),
+        &mut run_command(source, warehouse, &args),
         "run --partition-by",
     );
 }
@@ -67,14 +80,9 @@ fn day_partitioned_tables_plan_one_day_and_hold_exactly_the_encoded_rows() {
     let dir = tempdir();
     let source = dir.path().join("bucket");
     // 2 partitions × 3 segments × 200 records, an hour apart on average.
-    succeed(
-        kfs().arg("gen").arg("--out").arg(&source).args([
-            "--topics",
-            "1",
-            "--record-spacing-ms",
-            "3600000",
-        ]),
-        "gen",
+    gen_segments(
+        &source,
+        &["--topics", "1", "--record-spacing-ms", "3600000"],
     );
     write_expected(&source);
     // Coalesced at commit: one file per day.
@@ -109,24 +117,15 @@ fn a_bad_partition_spec_is_refused_with_where_and_why() {
         ("day(key)", "day does not apply to column \"key\""),
     ] {
         let source = dir.path().join("bucket");
-        succeed(
-            kfs().arg("gen").arg("--out").arg(&source).args([
-                "--topics",
-                "1",
-                "--partitions",
-                "1",
-                "--segments",
-                "1",
-            ]),
-            "gen",
+        gen_segments(
+            &source,
+            &["--topics", "1", "--partitions", "1", "--segments", "1"],
         );
-        let output = output_of(
-            kfs()
-                .args(["run", "--quiet", "--partition-by", spec, "--source"])
-                .arg(&source)
-                .arg("--warehouse")
-                .arg(&warehouse),
-        );
+        let output = output_of(&mut run_command(
+            &source,
+            &warehouse,
+            &["--partition-by", spec],
+        ));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{spec} was accepted");
         assert!(stderr.contains(expected), "{spec}: {stderr}");
@@ -139,14 +138,7 @@ fn topics_map_to_tables_by_pattern_with_the_configured_layout_and_properties() {
     let source = dir.path().join("bucket");
     let warehouse = dir.path().join("wh");
     // Topics `orders` and `payments`.
-    succeed(
-        kfs()
-            .arg("gen")
-            .arg("--out")
-            .arg(&source)
-            .args(["--topics", "2", "--segments", "2"]),
-        "gen",
-    );
+    gen_segments(&source, &["--topics", "2", "--segments", "2"]);
     let config = dir.path().join("kfs.toml");
     std::fs::write(
         &config,
@@ -164,14 +156,9 @@ payments = "identity(partition)"
 "#,
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    let config_arg = config.to_string_lossy().into_owned();
     succeed(
-        kfs()
-            .args(["run", "--quiet", "--config"])
-            .arg(&config)
-            .arg("--source")
-            .arg(&source)
-            .arg("--warehouse")
-            .arg(&warehouse),
+        &mut run_command(&source, &warehouse, &["--config", &config_arg]),
         "run --config",
     );
     let script = r#"
@@ -222,15 +209,11 @@ print(json.dumps(facts))
         "[table_properties]\n\"write.parquet.compression-codec\" = \"lzma\"\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let output = output_of(
-        kfs()
-            .args(["run", "--quiet", "--config"])
-            .arg(&config)
-            .arg("--source")
-            .arg(&source)
-            .arg("--warehouse")
-            .arg(dir.path().join("other")),
-    );
+    let output = output_of(&mut run_command(
+        &source,
+        &dir.path().join("other"),
+        &["--config", &config_arg],
+    ));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         !output.status.success() && stderr.contains("\"lzma\""),

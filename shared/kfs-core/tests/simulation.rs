@@ -63,6 +63,19 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// No fault one time in `none_in`, else a random mode at a random step, at one of
+/// its first four occurrences.
+fn random_fault(rng: &mut Rng, none_in: u64) -> Arc<Faults> {
+    if rng.below(none_in) == 0 {
+        return Faults::none();
+    }
+    Faults::new(
+        STEPS[rng.below(STEPS.len() as u64) as usize],
+        MODES[rng.below(MODES.len() as u64) as usize],
+        1 + rng.below(4) as usize,
+    )
+}
+
 /// What one process does in a round.
 #[derive(Debug)]
 enum Work {
@@ -178,29 +191,13 @@ async fn simulate(seed: u64) -> SeedOutcome {
         let processes = 1 + rng.below(4);
         let mut work: Vec<(Work, Arc<Faults>)> = (0..processes)
             .map(|_| {
-                let faults = if rng.below(3) == 0 {
-                    Faults::none()
-                } else {
-                    Faults::new(
-                        STEPS[rng.below(STEPS.len() as u64) as usize],
-                        MODES[rng.below(MODES.len() as u64) as usize],
-                        1 + rng.below(4) as usize,
-                    )
-                };
+                let faults = random_fault(&mut rng, 3);
                 let maintain = rng.below(3) == 0;
                 (Work::Tick { maintain }, faults)
             })
             .collect();
         if !events.is_empty() {
-            let faults = if rng.below(2) == 0 {
-                Faults::none()
-            } else {
-                Faults::new(
-                    STEPS[rng.below(STEPS.len() as u64) as usize],
-                    MODES[rng.below(MODES.len() as u64) as usize],
-                    1 + rng.below(4) as usize,
-                )
-            };
+            let faults = random_fault(&mut rng, 2);
             work.push((Work::Events(events), faults));
         }
         if trace {
