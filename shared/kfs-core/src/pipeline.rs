@@ -2,7 +2,7 @@
 //! list the source, convert every complete segment the ledger has not seen (pending
 //! or quarantined), then commit each table's pending segments.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -349,10 +349,12 @@ pub async fn ingest_segment(
         InsertOutcome::Inserted => Ok(entry),
         InsertOutcome::Exists(existing) => {
             // Another process recorded this segment first: our files (named for this
-            // write alone) are referenced by nothing. Best effort; orphan cleanup
-            // removes what a failure here leaves.
-            for path in written {
-                let _ = crate::failpoint::delete_file(table.file_io(), &path).await;
+            // write alone) are referenced by nothing, unless the entry found is our
+            // own (a retried insert whose first attempt landed). Best effort; orphan
+            // cleanup removes what a failure here leaves.
+            let kept: HashSet<String> = converted_paths(&existing).into_iter().collect();
+            for path in written.iter().filter(|path| !kept.contains(*path)) {
+                let _ = crate::failpoint::delete_file(table.file_io(), path).await;
             }
             Ok(*existing)
         }

@@ -165,10 +165,13 @@ async fn two_committers_racing_commit_every_segment_once() -> TestResult {
     Ok(())
 }
 
-/// A ledger whose `mark_committed` fails a number of times after the commit landed.
+/// A ledger whose `mark_committed` fails a number of times after the commit landed,
+/// and whose client may retry an insert whose first attempt landed (as the AWS SDK
+/// does after a lost response): the retry finds the entry it wrote.
 struct LosesMarks<L> {
     inner: L,
     failures_left: AtomicUsize,
+    retried_inserts: bool,
 }
 
 impl<L: Ledger> Ledger for LosesMarks<L> {
@@ -176,7 +179,11 @@ impl<L: Ledger> Ledger for LosesMarks<L> {
         self.inner.get(segment).await
     }
     async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
-        self.inner.insert(entry).await
+        let first = self.inner.insert(entry).await?;
+        if self.retried_inserts {
+            return self.inner.insert(entry).await;
+        }
+        Ok(first)
     }
     async fn list(
         &self,
@@ -219,6 +226,7 @@ async fn a_commit_whose_marking_was_lost_is_recovered_not_repeated() -> TestResu
     let ledger = LosesMarks {
         inner: SqliteLedger::open(&setup.ledger_path).await?,
         failures_left: AtomicUsize::new(1),
+        retried_inserts: false,
     };
     let bases = [0, 10, 20];
     convert(&setup, &ledger, &bases).await?;
@@ -429,5 +437,38 @@ async fn a_compaction_racing_an_append_restages_and_loses_nothing() -> TestResul
     assert_eq!(expiry.retained, 1);
     assert!(expiry.deleted_files.iter().any(|f| f.ends_with(".parquet")));
     assert_eq!(committed_records(&setup).await?, (80, 1));
+    Ok(())
+}
+
+/// An insert retried by the ledger's client after its first attempt landed finds the
+/// entry it wrote: the converter keeps that entry's files (it deletes only files a
+/// *different* winner's entry does not name), and they commit.
+#[tokio::test]
+async fn a_retried_insert_that_finds_its_own_entry_keeps_its_files() -> TestResult {
+    let setup = setup().await?;
+    let ledger = LosesMarks {
+        inner: SqliteLedger::open(&setup.ledger_path).await?,
+        failures_left: AtomicUsize::new(0),
+        retried_inserts: true,
+    };
+    convert(&setup, &ledger, &[0, 10]).await?;
+    for entry in ledger.list(Some("pending"), None).await? {
+        for path in kfs_core::pipeline::converted_paths(&entry) {
+            let local = path.strip_prefix("file://").unwrap_or(&path);
+            assert!(std::path::Path::new(local).exists(), "{path} was deleted");
+        }
+    }
+    let name = TableNaming::default().table_for("orders");
+    commit_table(
+        &setup.catalog,
+        &ledger,
+        &name,
+        "orders",
+        &listing(&[0, 10]),
+        &CommitSettings::default(),
+        1,
+    )
+    .await?;
+    assert_eq!(committed_records(&setup).await?, (20, 2));
     Ok(())
 }
