@@ -19,8 +19,7 @@ use kfs_plan::crosscheck::{AgedSegment, CrossCheck, CrossCheckPolicy, EtcdView, 
 use kfs_plan::naming::TableName;
 use kfs_plan::offsets::{
     COMMIT_ID_KEY, Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, gap_history_from_summary,
-    gap_history_property, gaps_from_summary, offsets_from_summary, ranges_from_summary,
-    starts_from_summary,
+    gaps_from_summary, offsets_from_summary, ranges_from_summary, starts_from_summary,
 };
 use kfs_plan::sweep::TableProgress;
 
@@ -344,31 +343,38 @@ pub async fn commit_table(
     let mut pending: Vec<PendingSegment> = outcome.crosscheck.allowed.clone();
     for attempt in 1..=settings.max_attempts {
         outcome.attempts = attempt;
-        let (watermarks, starts) = table_offsets(&table).map_err(summary_error)?;
+        let progress = table_progress(&table).map_err(summary_error)?;
+        let watermarks = &progress.watermarks;
         let plan = plan_commit(&PlanInput {
             topic,
-            watermarks: &watermarks,
-            starts: &starts,
+            watermarks,
+            starts: &progress.starts,
             pending: &pending,
             listing,
             start_offsets: &settings.start_offsets,
             max_segments: settings.max_segments,
             skipped: &skipped,
         });
-        outcome.recovered +=
-            recover_covered(&table, ledger, &plan, &settings.start_offsets, now_ms)
-                .await
-                .map_err(|e| match e {
-                    Recover::Ledger(e) => ledger_error(e),
-                    Recover::Summary(e) => summary_error(e),
-                })?;
+        outcome.recovered += recover_covered(
+            &table,
+            &progress,
+            ledger,
+            &plan,
+            &settings.start_offsets,
+            now_ms,
+        )
+        .await
+        .map_err(|e| match e {
+            Recover::Ledger(e) => ledger_error(e),
+            Recover::Summary(e) => summary_error(e),
+        })?;
         let covered: BTreeSet<&str> = plan.covered.iter().map(|s| s.id.as_str()).collect();
         pending.retain(|s| !covered.contains(s.id.as_str()));
         outcome.holds = plan.holds.clone();
         outcome.watermarks = plan.offsets.clone();
         let previous_newest = newest_record_ms(&table);
         if plan.is_empty() {
-            outcome.watermarks = watermarks;
+            outcome.watermarks = watermarks.clone();
             outcome.newest_record_ms = previous_newest;
             return Ok(outcome);
         }
@@ -384,11 +390,7 @@ pub async fn commit_table(
         };
         let file_count = data_files.len();
         let newest = previous_newest.max(newest_in_files(&data_files));
-        let mut properties = plan.summary(topic).properties();
-        let mut history = table_progress(&table).map_err(summary_error)?.gaps;
-        history.extend(plan.gaps.iter().copied());
-        let (key, value) = gap_history_property(&history);
-        properties.insert(key, value);
+        let mut properties = plan.summary(topic, &progress.gaps).properties();
         if let Some(newest) = newest {
             properties.insert(MAX_TIMESTAMP_KEY.to_owned(), newest.to_string());
         }
@@ -509,13 +511,13 @@ enum Recover {
 /// shows their offsets in the table).
 async fn recover_covered(
     table: &Table,
+    progress: &TableProgress,
     ledger: &impl Ledger,
     plan: &CommitPlan,
     configured_starts: &BTreeMap<i32, i64>,
     now_ms: i64,
 ) -> Result<usize, Recover> {
     let mut recovered = 0;
-    let mut progress = None;
     for segment in &plan.covered {
         let found = find_range(
             table,
@@ -528,17 +530,15 @@ async fn recover_covered(
             Some(id) => Some(id),
             // The snapshot that took it has been expired: the offsets are in the table
             // unless they lie in a recorded gap or below where the partition began.
-            None => {
-                if progress.is_none() {
-                    progress = Some(table_progress(table).map_err(Recover::Summary)?);
-                }
-                let committed = progress
-                    .as_ref()
-                    .is_some_and(|progress| in_table(progress, configured_starts, segment));
-                committed
-                    .then(|| table.metadata().current_snapshot_id())
-                    .flatten()
-            }
+            None => progress
+                .shows_committed(
+                    segment.partition,
+                    segment.base_offset,
+                    segment.last_offset,
+                    configured_starts.get(&segment.partition).copied(),
+                )
+                .then(|| table.metadata().current_snapshot_id())
+                .flatten(),
         };
         if let Some(snapshot_id) = snapshot_id {
             recovered += ledger
@@ -548,29 +548,6 @@ async fn recover_covered(
         }
     }
     Ok(recovered)
-}
-
-/// Whether the table holds `segment`'s offsets by its progress alone: below the
-/// watermark, at or past the partition's start (recorded or configured), in no gap.
-fn in_table(
-    progress: &TableProgress,
-    configured_starts: &BTreeMap<i32, i64>,
-    segment: &PendingSegment,
-) -> bool {
-    let partition = segment.partition;
-    let below_watermark = progress
-        .watermarks
-        .get(&partition)
-        .is_some_and(|&next| segment.last_offset < next);
-    let past_start = progress
-        .starts
-        .get(&partition)
-        .or_else(|| configured_starts.get(&partition))
-        .is_none_or(|&start| segment.base_offset >= start);
-    let in_gap = progress.gaps.iter().any(|g| {
-        g.partition == partition && g.from <= segment.last_offset && segment.base_offset <= g.to
-    });
-    below_watermark && past_start && !in_gap
 }
 
 fn data_files_of(

@@ -139,14 +139,20 @@ impl CommitPlan {
         format!("{hash:016x}")
     }
 
-    /// The snapshot summary this commit carries.
-    pub fn summary(&self, topic: &str) -> CommitSummary {
+    /// The snapshot summary this commit carries, given the gaps the table has recorded
+    /// before it (carried forward with this commit's own).
+    pub fn summary(&self, topic: &str, recorded_gaps: &[Gap]) -> CommitSummary {
+        let mut gap_history: Vec<Gap> = recorded_gaps.to_vec();
+        gap_history.extend(self.gaps.iter().copied());
+        gap_history.sort_unstable();
+        gap_history.dedup();
         CommitSummary {
             topic: topic.to_owned(),
             offsets: self.offsets.clone(),
             starts: self.starts.clone(),
             ranges: self.ranges.clone(),
             gaps: self.gaps.clone(),
+            gap_history,
             commit_id: self.commit_id(topic),
             segments: self.take.len() as u64,
             records: self.records(),

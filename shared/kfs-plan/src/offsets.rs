@@ -141,14 +141,6 @@ pub fn gap_history_from_summary(
     parse(summary, GAP_HISTORY_KEY)
 }
 
-/// The summary property carrying `gaps` as the gap history.
-pub fn gap_history_property(gaps: &[Gap]) -> (String, String) {
-    (
-        GAP_HISTORY_KEY.to_owned(),
-        serde_json::to_string(gaps).unwrap_or_default(),
-    )
-}
-
 /// Encodes a partition-keyed map with string keys, as JSON objects require.
 fn keyed<V: Serialize>(map: &BTreeMap<i32, V>) -> String {
     let keyed: BTreeMap<String, &V> = map.iter().map(|(p, v)| (p.to_string(), v)).collect();
@@ -168,6 +160,8 @@ pub struct CommitSummary {
     pub ranges: BTreeMap<i32, (i64, i64)>,
     /// Gaps recorded.
     pub gaps: Vec<Gap>,
+    /// Every gap the table has recorded, these included.
+    pub gap_history: Vec<Gap>,
     /// Commit id.
     pub commit_id: String,
     /// Segments committed.
@@ -187,6 +181,10 @@ impl CommitSummary {
             (
                 GAPS_KEY.to_owned(),
                 serde_json::to_string(&self.gaps).unwrap_or_default(),
+            ),
+            (
+                GAP_HISTORY_KEY.to_owned(),
+                serde_json::to_string(&self.gap_history).unwrap_or_default(),
             ),
             (COMMIT_ID_KEY.to_owned(), self.commit_id.clone()),
             (SEGMENTS_KEY.to_owned(), self.segments.to_string()),
@@ -212,6 +210,7 @@ mod tests {
                 to: 99,
                 reason: GapReason::NoSegment,
             }],
+            gap_history: vec![],
             commit_id: "c1".into(),
             segments: 2,
             records: 20,
@@ -228,6 +227,7 @@ mod tests {
             Ok(Some(summary.starts.clone()))
         );
         assert_eq!(gaps_from_summary(&props), Ok(summary.gaps.clone()));
+        assert_eq!(gap_history_from_summary(&props), Ok(Some(vec![])));
         assert_eq!(offsets_from_summary(&HashMap::new()), Ok(None));
         let bad = HashMap::from([(OFFSETS_KEY.to_owned(), "{\"x\":1}".to_owned())]);
         assert!(offsets_from_summary(&bad).is_err());

@@ -38,6 +38,34 @@ pub enum ListedSegment {
 }
 
 impl TableProgress {
+    /// Whether the progress alone shows offsets `base..=last` of `partition` in the
+    /// table (when the snapshot that added them has been expired): below the
+    /// watermark, at or past the partition's start (recorded, else
+    /// `configured_start`), and in no recorded gap.
+    pub fn shows_committed(
+        &self,
+        partition: i32,
+        base: i64,
+        last: i64,
+        configured_start: Option<i64>,
+    ) -> bool {
+        let below_watermark = self
+            .watermarks
+            .get(&partition)
+            .is_some_and(|&next| last < next);
+        let past_start = self
+            .starts
+            .get(&partition)
+            .copied()
+            .or(configured_start)
+            .is_none_or(|start| base >= start);
+        let in_gap = self
+            .gaps
+            .iter()
+            .any(|g| g.partition == partition && g.from <= last && base <= g.to);
+        below_watermark && past_start && !in_gap
+    }
+
     /// Classifies the segment of `partition` starting at `base_offset`.
     pub fn classify(&self, partition: i32, base_offset: i64) -> ListedSegment {
         if let Some(&start) = self.starts.get(&partition)
@@ -87,5 +115,16 @@ mod tests {
             ListedSegment::LateAfterGap(_)
         ));
         assert_eq!(progress.classify(0, 30), ListedSegment::Committed);
+        assert!(progress.shows_committed(0, 30, 39, None));
+        assert!(
+            !progress.shows_committed(0, 15, 24, None),
+            "overlaps the gap"
+        );
+        assert!(!progress.shows_committed(0, 0, 9, None), "below the start");
+        assert!(
+            !progress.shows_committed(0, 95, 104, None),
+            "past the watermark"
+        );
+        assert!(!progress.shows_committed(1, 0, 9, None), "no watermark");
     }
 }

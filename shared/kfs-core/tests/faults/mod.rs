@@ -31,6 +31,7 @@ use kfs_plan::crosscheck::{CrossCheckPolicy, EtcdState};
 use kfs_plan::events::ObjectCreated;
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
+use kfs_plan::sweep::ListedSegment;
 use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
 
 pub const PARTITIONS: i32 = 2;
@@ -697,12 +698,10 @@ pub async fn check(catalog: &dyn Catalog, ledger: &SqliteLedger) -> Result<i64, 
                 if error.contains("not ingested behind the watermark") =>
             {
                 // Late: below its partition's start, or inside a recorded gap.
-                let (partition, base) = (entry.partition, entry.base_offset);
-                let accounted = progress.starts.get(&partition).is_some_and(|&s| base < s)
-                    || progress
-                        .gaps
-                        .iter()
-                        .any(|g| g.partition == partition && g.from <= base && base <= g.to);
+                let accounted = matches!(
+                    progress.classify(entry.partition, entry.base_offset),
+                    ListedSegment::LateBeforeStart { .. } | ListedSegment::LateAfterGap(_)
+                );
                 if !accounted {
                     return Err(format!(
                         "{}: quarantined as late, but neither below the start {:?} nor in a recorded gap {:?}",
