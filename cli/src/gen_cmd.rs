@@ -37,6 +37,10 @@ pub struct GenArgs {
     /// over about 25 days).
     #[arg(long, default_value_t = 20)]
     record_spacing_ms: u64,
+    /// JSON values of the later half of each partition's segments carry two more
+    /// fields (`channel`, `shipping`): a schema that grows, for `--value-format json`.
+    #[arg(long)]
+    later_fields: bool,
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -61,6 +65,7 @@ pub fn run(args: &GenArgs) -> Result<(), CliError> {
         codec: args.codec,
         seed: args.seed,
         record_spacing_ms: args.record_spacing_ms,
+        later_fields: args.later_fields,
     };
     let (mut segments, mut records, mut bytes) = (0u64, 0u64, 0u64);
     for generated in generate(&config) {

@@ -9,7 +9,7 @@ use kfs_core::catalog::S3Settings;
 use kfs_core::pipeline::{PipelineConfig, Progress, RunReport, run_once};
 use kfs_core::source::OpendalSource;
 use kfs_plan::commit::HoldReason;
-use kfs_plan::naming::{TableName, TableNaming, TablePattern};
+use kfs_plan::naming::{TableName, TableNaming, TablePattern, ValueFormat};
 use serde::Deserialize;
 
 use crate::CliError;
@@ -31,6 +31,12 @@ pub struct RunArgs {
     /// `partition_by`; existing tables keep theirs).
     #[arg(long, value_name = "SPEC")]
     partition_by: Option<String>,
+    /// How tables created by this run store record values: `raw` (key and value as
+    /// bytes) or `json` (the fields of JSON object values as typed columns; values
+    /// that cannot be written go to `<table>__dlq`). Overrides the configuration
+    /// file's `value_format`; existing tables keep theirs.
+    #[arg(long, value_name = "FORMAT")]
+    value_format: Option<String>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -65,6 +71,8 @@ struct ConfigFile {
     /// Properties of new tables (`"write.parquet.compression-codec" = "zstd"`).
     #[serde(default)]
     table_properties: BTreeMap<String, String>,
+    /// How new tables store record values: `"raw"` (default) or `"json"`.
+    value_format: Option<String>,
 }
 
 /// One `[[table_patterns]]` rule.
@@ -98,6 +106,13 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
     let mut naming = TableNaming {
         namespace: file.namespace,
         partition_by: partition_spec(file.partition_by.as_deref().unwrap_or_default(), &origin)?,
+        value_format: file
+            .value_format
+            .as_deref()
+            .map(ValueFormat::parse)
+            .transpose()
+            .map_err(|e| CliError::Usage(format!("{origin}: {e}")))?
+            .unwrap_or_default(),
         ..TableNaming::default()
     };
     for rule in &file.table_patterns {
@@ -149,6 +164,10 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     config.commit.coalesce = !args.no_coalesce;
     if let Some(spec) = &args.partition_by {
         config.naming.partition_by = partition_spec(spec, "--partition-by")?;
+    }
+    if let Some(format) = &args.value_format {
+        config.naming.value_format = ValueFormat::parse(format)
+            .map_err(|e| CliError::Usage(format!("--value-format: {e}")))?;
     }
     let source = OpendalSource::from_location(&args.source, &S3Settings::from_env())
         .map_err(|e| CliError::Pipeline(format!("source {e}")))?;

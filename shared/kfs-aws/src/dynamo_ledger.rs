@@ -23,7 +23,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use kfs_core::ledger::{
-    EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, existing_entry, sort_entries,
+    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, existing_entry,
+    sort_entries,
 };
 
 /// Name of the sparse work index.
@@ -155,6 +156,16 @@ fn to_item(entry: &LedgerEntry) -> Result<Item, LedgerError> {
     if let EntryState::Quarantined { error } | EntryState::Skipped { error } = &entry.state {
         item.insert("error_text".into(), s(error));
     }
+    let dead_letters = entry
+        .dead_letters
+        .to_stored()
+        .map_err(|e| LedgerError::Corrupt {
+            segment: entry.segment.clone(),
+            reason: e.to_string(),
+        })?;
+    if let Some(dead_letters) = dead_letters {
+        item.insert("dead_letters".into(), s(&dead_letters));
+    }
     Ok(item)
 }
 
@@ -197,7 +208,10 @@ fn from_item(item: &Item) -> Result<LedgerEntry, LedgerError> {
     };
     let data_files: Vec<String> =
         serde_json::from_str(&text("data_files")?).map_err(|e| corrupt(e.to_string()))?;
+    let dead_letters = DeadLetters::from_stored(text("dead_letters").ok().as_deref())
+        .map_err(|e| corrupt(format!("dead_letters: {e}")))?;
     Ok(LedgerEntry {
+        dead_letters,
         etag: text("etag")?,
         table: text("table_name")?,
         topic: text("topic")?,

@@ -14,6 +14,7 @@
 //! | `TABLE_NAMESPACE` | namespace of the topic tables (default `kafscale`) |
 //! | `TABLE_MAPPING` | JSON array of `{"topic": "<regex>", "table": "namespace.name"}` rules (whole-name matches, `$1`/`${group}` in the table), tried in order; other topics go to `TABLE_NAMESPACE.<topic>` |
 //! | `TABLE_PROPERTIES` | JSON object of properties of the tables the functions create, e.g. `{"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9", "write.target-file-size-bytes": "268435456"}` |
+//! | `VALUE_FORMAT` | how the tables the functions create store record values: `raw` (default) or `json` (typed columns; values that cannot be written go to `<table>__dlq`) |
 //! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
 //! | `SWEEP_MAX_SEGMENTS` | segments the committer's sweep converts per run (default 200) |
@@ -41,7 +42,7 @@ use kfs_core::maintenance::MaintenancePolicy;
 use kfs_core::source::OpendalSource;
 use kfs_plan::duration::parse_duration;
 use kfs_plan::layout::parse_partition_spec;
-use kfs_plan::naming::{TableNaming, TablePattern};
+use kfs_plan::naming::{TableNaming, TablePattern, ValueFormat};
 
 use crate::dynamo_ledger::DynamoLedger;
 
@@ -168,6 +169,11 @@ impl FunctionEnv {
                     .map_err(|e| ConfigError(format!("PARTITION_BY: {e}")))?,
                 patterns: table_mapping(var("TABLE_MAPPING").as_deref())?,
                 properties: table_properties(var("TABLE_PROPERTIES").as_deref())?,
+                value_format: var("VALUE_FORMAT")
+                    .map(|v| ValueFormat::parse(&v))
+                    .transpose()
+                    .map_err(|e| ConfigError(format!("VALUE_FORMAT: {e}")))?
+                    .unwrap_or_default(),
                 ..TableNaming::default()
             },
             convert_concurrency: number("CONVERT_CONCURRENCY", 4)?,

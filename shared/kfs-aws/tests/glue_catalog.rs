@@ -47,6 +47,7 @@ async fn glue_tables_take_commits_with_the_offset_map() {
             modified_ms: None,
         };
         ingest_segment(
+            catalog.as_ref(),
             &source,
             &target,
             &ledger,

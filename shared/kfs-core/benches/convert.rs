@@ -19,7 +19,8 @@ use arrow_array::RecordBatch;
 use common::BenchTable;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kfs_core::convert::{
-    ROWS_PER_BATCH, RecordColumns, SegmentInput, convert_segment, in_memory, writer_properties,
+    ROWS_PER_BATCH, RecordColumns, SegmentInput, ValueColumns, convert_segment, in_memory,
+    writer_properties,
 };
 use kfs_core::table::arrow_schema;
 use kfs_plan::keys::SegmentKey;
@@ -178,6 +179,7 @@ fn benches(c: &mut Criterion) {
                 },
                 in_memory(segment.clone()),
                 DecodeLimits::default(),
+                ValueColumns::Raw,
             ));
             black_box(converted.map(|c| c.records).unwrap_or(0))
         })

@@ -23,7 +23,7 @@ use iceberg_catalog_sql::{
 use iceberg_storage_opendal::{OpenDalResolvingStorageFactory, OpenDalStorageFactory};
 use kfs_plan::naming::{TableName, TableNaming};
 
-use crate::table::{COMMIT_RETRIES_PROPERTY, topic_schema, topic_table_properties};
+use crate::table::{COMMIT_RETRIES_PROPERTY, VALUE_FORMAT_PROPERTY, topic_table_properties};
 use crate::table_commit::{SqlTableSwap, TableSwap};
 
 /// The catalog name of the embedded default (what pyiceberg's `SqlCatalog` must be
@@ -395,14 +395,100 @@ pub fn table_ident(name: &TableName) -> TableIdent {
 }
 
 /// Loads the table for `topic`, creating its namespace and the table (laid out as
-/// `layout` says: partition spec and properties) on first sight, and makes sure
-/// iceberg-rust's blind commit retries are off for it. An existing table keeps its own
-/// spec and properties.
+/// `layout` says: value format, partition spec and properties) on first sight, and
+/// makes sure iceberg-rust's blind commit retries are off for it. An existing table
+/// keeps its own format, spec and properties.
 pub async fn ensure_topic_table(
     catalog: &dyn Catalog,
     name: &TableName,
     topic: &str,
     layout: &TableNaming,
+) -> iceberg::Result<Table> {
+    ensure_table(catalog, name, || {
+        let schema = crate::table::schema_for(layout.value_format)?;
+        let spec = crate::table::topic_partition_spec(&schema, layout.partition_for(topic))?;
+        let mut properties = topic_table_properties(topic);
+        properties.extend(layout.properties.clone());
+        properties.insert(
+            VALUE_FORMAT_PROPERTY.to_owned(),
+            layout.value_format.name().to_owned(),
+        );
+        crate::convert::compression(&properties)?;
+        Ok(TableCreation::builder()
+            .name(name.name.clone())
+            .schema(schema)
+            .partition_spec(spec)
+            .properties(properties)
+            .build())
+    })
+    .await
+}
+
+/// Loads the dead-letter table of the table `name` ([`TableName::dead_letters`]),
+/// creating it on first use: unpartitioned, with the table's properties (its topic,
+/// codec, target file size), its value format raw.
+pub async fn ensure_dead_letter_table(
+    catalog: &dyn Catalog,
+    name: &TableName,
+    table: &Table,
+) -> iceberg::Result<Table> {
+    let name = name.dead_letters();
+    ensure_table(catalog, &name, || {
+        let mut properties = table.metadata().properties().clone();
+        properties.remove(VALUE_FORMAT_PROPERTY);
+        Ok(TableCreation::builder()
+            .name(name.name.clone())
+            .schema(crate::table::dead_letter_schema()?)
+            .properties(properties)
+            .build())
+    })
+    .await
+}
+
+/// Adds to `table` the columns `evolved` (its schema `current` grown by JSON values)
+/// has: one schema change, which fails if the table's schema is no longer `current`.
+/// Widening a column cannot go through the catalog's schema update: values that would
+/// need it are rejected before ([`crate::json_values::EvolvingSchema::without_widening`]).
+pub async fn add_columns(
+    catalog: &dyn Catalog,
+    table: &Table,
+    current: &iceberg::spec::Schema,
+    evolved: &iceberg::spec::Schema,
+) -> iceberg::Result<Table> {
+    use iceberg::transaction::AddColumn;
+    let change = crate::json_values::schema_change(current, evolved);
+    if !change.widened.is_empty() {
+        return Err(iceberg::Error::new(
+            ErrorKind::FeatureUnsupported,
+            format!("widening columns {}", change.widened.join(", ")),
+        ));
+    }
+    if change.additions.is_empty() {
+        return Ok(table.clone());
+    }
+    let tx = Transaction::new(table);
+    let mut action = tx.update_schema();
+    for addition in change.additions {
+        let field = &addition.field;
+        let column = match addition.parent {
+            Some(parent) => AddColumn::builder()
+                .parent(parent)
+                .name(field.name.clone())
+                .field_type(field.field_type.as_ref().clone())
+                .build(),
+            None => AddColumn::optional(field.name.clone(), field.field_type.as_ref().clone()),
+        };
+        action = action.add_column(column);
+    }
+    action.apply(tx)?.commit(catalog).await
+}
+
+/// Loads `name`, creating its namespace and the table (as `creation` says) on first
+/// sight, with iceberg-rust's blind commit retries off.
+async fn ensure_table(
+    catalog: &dyn Catalog,
+    name: &TableName,
+    creation: impl FnOnce() -> iceberg::Result<TableCreation>,
 ) -> iceberg::Result<Table> {
     let ident = table_ident(name);
     let namespace = ident.namespace().clone();
@@ -417,18 +503,7 @@ pub async fn ensure_topic_table(
     let table = if catalog.table_exists(&ident).await? {
         catalog.load_table(&ident).await?
     } else {
-        let schema = topic_schema()?;
-        let spec = crate::table::topic_partition_spec(&schema, layout.partition_for(topic))?;
-        let mut properties = topic_table_properties(topic);
-        properties.extend(layout.properties.clone());
-        crate::convert::compression(&properties)?;
-        let creation = TableCreation::builder()
-            .name(name.name.clone())
-            .schema(schema)
-            .partition_spec(spec)
-            .properties(properties)
-            .build();
-        match catalog.create_table(&namespace, creation).await {
+        match catalog.create_table(&namespace, creation()?).await {
             Ok(table) => table,
             Err(_) if catalog.table_exists(&ident).await? => catalog.load_table(&ident).await?,
             Err(e) => return Err(e),

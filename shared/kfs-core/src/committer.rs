@@ -14,7 +14,9 @@ use iceberg::spec::{Snapshot, deserialize_data_file_from_json};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind};
-use kfs_plan::commit::{CommitPlan, Hold, PendingSegment, PlanInput, plan_commit};
+use kfs_plan::commit::{
+    CommitPlan, Hold, PendingSegment, PlanInput, plan_commit, plan_dead_letters,
+};
 use kfs_plan::crosscheck::{AgedSegment, CrossCheck, CrossCheckPolicy, EtcdView, cross_check};
 use kfs_plan::naming::TableName;
 use kfs_plan::offsets::{
@@ -379,6 +381,9 @@ pub async fn commit_table(
             return Ok(outcome);
         }
         let commit_id = plan.commit_id(topic);
+        // Dead letters land first: a segment in the table has its dead letters in the
+        // dead-letter table, and recovery from the table's progress stays exact.
+        commit_dead_letters(catalog, name, topic, &plan, &entries, settings, &commit_id).await?;
         let data_files = data_files_of(&table, &plan, &entries, &table_name)?;
         let (data_files, merged_away) = if settings.coalesce && data_files.len() > 1 {
             let target = crate::maintenance::target_file_size(&table);
@@ -445,6 +450,104 @@ pub async fn commit_table(
                 if e.kind() == ErrorKind::CatalogCommitConflicts
                     || e.kind() == ErrorKind::DataInvalid => {}
             Some(e) if e.retryable() => {}
+            Some(e) => return Err(catalog_error(e)),
+        }
+    }
+    Err(CommitError::Contended {
+        table: table_name,
+        attempts: settings.max_attempts,
+    })
+}
+
+/// Commits the dead letters of the segments `plan` takes to the table's dead-letter
+/// table ([`plan_dead_letters`]), unless they are there already; a no-op when none
+/// has any. The snapshot carries the offset map and `commit_id` like the table's.
+async fn commit_dead_letters(
+    catalog: &dyn Catalog,
+    name: &TableName,
+    topic: &str,
+    plan: &CommitPlan,
+    entries: &HashMap<&str, &LedgerEntry>,
+    settings: &CommitSettings,
+    commit_id: &str,
+) -> Result<(), CommitError> {
+    let taken: Vec<PendingSegment> = plan
+        .take
+        .iter()
+        .filter_map(|segment| entries.get(segment.id.as_str()))
+        .map(|entry| PendingSegment {
+            records: entry.dead_letters.records,
+            ..pending_segment(entry)
+        })
+        .collect();
+    if taken.iter().all(|segment| segment.records == 0) {
+        return Ok(());
+    }
+    let dead_letter_name = name.dead_letters();
+    let table_name = dead_letter_name.to_string();
+    let catalog_error = |source: iceberg::Error| CommitError::Catalog {
+        table: table_name.clone(),
+        source: Box::new(source),
+    };
+    let ident = table_ident(&dead_letter_name);
+    let mut table = catalog.load_table(&ident).await.map_err(catalog_error)?;
+    for _ in 0..settings.max_attempts {
+        let watermarks = table_watermarks(&table).map_err(|source| CommitError::Summary {
+            table: table_name.clone(),
+            source,
+        })?;
+        let dead_letters = plan_dead_letters(&watermarks, &taken);
+        if dead_letters.take.is_empty() {
+            return Ok(());
+        }
+        let metadata = table.metadata();
+        let mut files = Vec::new();
+        for segment in &dead_letters.take {
+            let Some(entry) = entries.get(segment.id.as_str()) else {
+                continue;
+            };
+            for json in &entry.dead_letters.files {
+                files.push(
+                    deserialize_data_file_from_json(
+                        json,
+                        metadata.default_partition_spec_id(),
+                        metadata.default_partition_type(),
+                        metadata.current_schema(),
+                    )
+                    .map_err(|source| CommitError::DataFile {
+                        table: table_name.clone(),
+                        segment: segment.id.clone(),
+                        source: Box::new(source),
+                    })?,
+                );
+            }
+        }
+        let mut summary = dead_letters.summary(topic, &[]);
+        summary.commit_id = commit_id.to_owned();
+        let tx = Transaction::new(&table);
+        let tx = tx
+            .fast_append()
+            .with_check_duplicate(false)
+            .add_data_files(files)
+            .set_snapshot_properties(summary.properties())
+            .apply(tx)
+            .map_err(catalog_error)?;
+        let committed = tx
+            .commit(&crate::table_commit::PinnedCatalog::new(
+                catalog,
+                table.clone(),
+            ))
+            .await;
+        table = catalog.load_table(&ident).await.map_err(catalog_error)?;
+        if find_commit(&table, commit_id).is_some() {
+            return Ok(());
+        }
+        match committed.err() {
+            None => {}
+            Some(e)
+                if e.kind() == ErrorKind::CatalogCommitConflicts
+                    || e.kind() == ErrorKind::DataInvalid
+                    || e.retryable() => {}
             Some(e) => return Err(catalog_error(e)),
         }
     }

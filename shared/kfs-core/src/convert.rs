@@ -72,13 +72,17 @@ pub fn in_memory(bytes: impl Into<bytes::Bytes>) -> SegmentStream {
 pub struct ConvertedSegment {
     /// Data files written (none when the segment holds no data record).
     pub data_files: Vec<DataFile>,
-    /// Data records converted.
+    /// Files written for the dead-letter table (JSON values that could not be written).
+    pub dead_letter_files: Vec<DataFile>,
+    /// Data records written to the table.
     pub records: u64,
+    /// Data records written to the dead-letter table.
+    pub dead_letters: u64,
     /// Base offset of the segment.
     pub base_offset: i64,
     /// Last offset of the segment.
     pub last_offset: i64,
-    /// Bytes of the data files.
+    /// Bytes of the data files (the dead-letter files included).
     pub file_bytes: u64,
 }
 
@@ -175,6 +179,7 @@ pub struct RecordColumns {
     header_keys: StringBuilder,
     header_values: LargeBinaryBuilder,
     timestamp_us: Vec<i64>,
+    has_value: bool,
     rows: usize,
 }
 
@@ -196,7 +201,9 @@ impl RecordColumns {
         let DataType::Struct(header_entry_fields) = header_field.data_type() else {
             return Err(unexpected());
         };
+        let has_value = schema.field_with_name("value").is_ok();
         Ok(Self {
+            has_value,
             header_field: header_field.clone(),
             header_entry_fields: header_entry_fields.clone(),
             schema,
@@ -236,7 +243,9 @@ impl RecordColumns {
         self.offset.append_value(record.offset);
         self.timestamp_ms.append_value(record.timestamp_ms);
         self.key.append_option(record.key);
-        self.value.append_option(record.value);
+        if self.has_value {
+            self.value.append_option(record.value);
+        }
         for header in &record.headers {
             self.header_keys.append_value(header.key);
             self.header_values.append_option(header.value);
@@ -249,6 +258,13 @@ impl RecordColumns {
 
     /// The rows pushed so far as one batch; the builders start over.
     pub fn finish(&mut self) -> iceberg::Result<RecordBatch> {
+        self.finish_with(Vec::new())
+    }
+
+    /// The rows pushed so far as one batch, the schema's columns that are not record
+    /// columns (a JSON table's payload, a dead-letter table's reason) taken from
+    /// `other`, in schema order; the builders start over.
+    pub fn finish_with(&mut self, other: Vec<ArrayRef>) -> iceberg::Result<RecordBatch> {
         let entries = StructArray::try_new(
             self.header_entry_fields.clone(),
             vec![
@@ -267,20 +283,35 @@ impl RecordColumns {
         let timestamps = TimestampMicrosecondArray::from(std::mem::take(&mut self.timestamp_us))
             .with_timezone(iceberg::arrow::UTC_TIME_ZONE);
         self.rows = 0;
-        Ok(RecordBatch::try_new(
-            self.schema.clone(),
-            vec![
-                Arc::new(self.record_id.finish()),
-                Arc::new(self.topic.finish()),
-                Arc::new(self.partition.finish()),
-                Arc::new(self.offset.finish()),
-                Arc::new(self.timestamp_ms.finish()),
-                Arc::new(self.key.finish()),
-                Arc::new(self.value.finish()),
-                Arc::new(headers),
-                Arc::new(timestamps),
-            ],
-        )?)
+        let mut record_columns: HashMap<&str, ArrayRef> = HashMap::from([
+            ("record_id", Arc::new(self.record_id.finish()) as ArrayRef),
+            ("topic", Arc::new(self.topic.finish())),
+            ("partition", Arc::new(self.partition.finish())),
+            ("offset", Arc::new(self.offset.finish())),
+            ("timestamp_ms", Arc::new(self.timestamp_ms.finish())),
+            ("key", Arc::new(self.key.finish())),
+            ("value", Arc::new(self.value.finish())),
+            ("headers", Arc::new(headers)),
+            ("timestamp", Arc::new(timestamps)),
+        ]);
+        if !self.has_value {
+            record_columns.remove("value");
+        }
+        let mut other = other.into_iter();
+        let mut columns = Vec::with_capacity(self.schema.fields().len());
+        for field in self.schema.fields() {
+            let column = record_columns
+                .remove(field.name().as_str())
+                .or_else(|| other.next())
+                .ok_or_else(|| {
+                    iceberg::Error::new(
+                        iceberg::ErrorKind::DataInvalid,
+                        format!("no data for column {:?}", field.name()),
+                    )
+                })?;
+            columns.push(column);
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
 }
 
@@ -417,12 +448,160 @@ impl SegmentWriter {
     }
 }
 
-/// What the decoding thread sends the writer.
-type DecodedBatch = Result<RecordBatch, ConvertError>;
+/// A batch of rows the decoding thread hands the writers.
+enum Routed {
+    /// Rows of the table.
+    Table(RecordBatch),
+    /// Rows of the dead-letter table.
+    DeadLetters(RecordBatch),
+}
+
+/// What the decoding thread sends the writers.
+type DecodedBatch = Result<Routed, ConvertError>;
+
+/// How records become rows, on the decoding thread.
+trait RecordRouter: Send {
+    /// Takes one record; fails (with the reason) when it can go nowhere.
+    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String>;
+    /// Rows buffered.
+    fn rows(&self) -> usize;
+    /// The buffered rows as batches; the buffers start over.
+    fn flush(&mut self) -> iceberg::Result<Vec<Routed>>;
+    /// Records routed to the dead-letter table so far.
+    fn dead_letters(&self) -> u64;
+}
+
+/// Raw values: every record is a row of the table.
+struct RawRouter(RecordColumns);
+
+impl RecordRouter for RawRouter {
+    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
+        self.0.push(topic, partition, record)
+    }
+    fn rows(&self) -> usize {
+        self.0.rows()
+    }
+    fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
+        Ok(if self.0.rows() == 0 {
+            Vec::new()
+        } else {
+            vec![Routed::Table(self.0.finish()?)]
+        })
+    }
+    fn dead_letters(&self) -> u64 {
+        0
+    }
+}
+
+/// JSON values: a record whose value fits the table's schema is a row of the table
+/// (its fields in the payload columns); any other is a row of the dead-letter table,
+/// with the reason.
+struct JsonRouter {
+    schema: iceberg::spec::Schema,
+    payload: SchemaRef,
+    table: RecordColumns,
+    values: Vec<serde_json::Map<String, serde_json::Value>>,
+    dead: Option<DeadLetterColumns>,
+    segment: String,
+    dead_count: u64,
+}
+
+/// The rows of a dead-letter batch being built.
+struct DeadLetterColumns {
+    record: RecordColumns,
+    errors: StringBuilder,
+    segments: StringBuilder,
+}
+
+impl JsonRouter {
+    fn new(table: &Table, dead_letters: Option<&Table>, segment: String) -> iceberg::Result<Self> {
+        let schema = table.metadata().current_schema().as_ref().clone();
+        let arrow = arrow_schema(&schema)?;
+        let payload = Arc::new(arrow_schema::Schema::new(
+            arrow
+                .fields()
+                .iter()
+                .filter(|f| !crate::json_values::METADATA_COLUMNS.contains(&f.name().as_str()))
+                .cloned()
+                .collect::<Vec<_>>(),
+        ));
+        let dead = dead_letters
+            .map(|dlq| -> iceberg::Result<_> {
+                Ok(DeadLetterColumns {
+                    record: RecordColumns::new(arrow_schema(dlq.metadata().current_schema())?)?,
+                    errors: StringBuilder::new(),
+                    segments: StringBuilder::new(),
+                })
+            })
+            .transpose()?;
+        Ok(Self {
+            schema,
+            payload,
+            table: RecordColumns::new(arrow)?,
+            values: Vec::with_capacity(ROWS_PER_BATCH),
+            dead,
+            segment,
+            dead_count: 0,
+        })
+    }
+}
+
+impl RecordRouter for JsonRouter {
+    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
+        let parsed = crate::json_values::parse_value(record.value).and_then(|value| {
+            crate::json_values::fits(&self.schema, &value)?;
+            Ok(value)
+        });
+        match parsed {
+            Ok(value) => {
+                self.table.push(topic, partition, record)?;
+                self.values.push(value);
+            }
+            Err(rejection) => {
+                let Some(dead) = &mut self.dead else {
+                    return Err(format!("{rejection}, and no dead-letter table was opened"));
+                };
+                dead.record.push(topic, partition, record)?;
+                dead.errors.append_value(&rejection.0);
+                dead.segments.append_value(&self.segment);
+                self.dead_count += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn rows(&self) -> usize {
+        self.table.rows() + self.dead.as_ref().map_or(0, |d| d.record.rows())
+    }
+
+    fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
+        let mut routed = Vec::new();
+        if self.table.rows() > 0 {
+            let values = std::mem::take(&mut self.values);
+            let payload = crate::json_values::payload_columns(&self.payload, &values)?;
+            routed.push(Routed::Table(self.table.finish_with(payload)?));
+        }
+        if let Some(dead) = &mut self.dead
+            && dead.record.rows() > 0
+        {
+            let reasons: Vec<ArrayRef> = vec![
+                Arc::new(dead.errors.finish()),
+                Arc::new(dead.segments.finish()),
+            ];
+            routed.push(Routed::DeadLetters(dead.record.finish_with(reasons)?));
+        }
+        Ok(routed)
+    }
+
+    fn dead_letters(&self) -> u64 {
+        self.dead_count
+    }
+}
 
 /// What the decoding thread found once the segment ended.
 struct Decoded {
     records: u64,
+    dead_letters: u64,
     base_offset: i64,
     last_offset: i64,
 }
@@ -451,23 +630,24 @@ impl std::io::Read for StreamReader {
     }
 }
 
-/// Decodes a segment from `reader` into Arrow batches sent to `batches`; runs on a
-/// blocking thread. Stops early (returning `Ok`) when the writer hung up.
-fn decode_segment(
+/// What decoding a segment's records found: records, base and last offset.
+struct RecordScan {
+    records: u64,
+    base_offset: i64,
+    last_offset: i64,
+}
+
+/// Decodes a segment from `reader`, handing each batch's records to `each` (which
+/// returns `false` to stop early); checks the header against the key.
+fn decode_records(
     reader: impl std::io::Read,
     key: &SegmentKey,
-    mut columns: RecordColumns,
     limits: DecodeLimits,
-    batches: &tokio::sync::mpsc::Sender<DecodedBatch>,
-) -> Result<Decoded, ConvertError> {
-    let segment = key.to_string();
+    mut each: impl FnMut(&[Record<'_>]) -> Result<bool, ConvertError>,
+) -> Result<RecordScan, ConvertError> {
     let malformed = |source: DecodeError| ConvertError::Malformed {
-        segment: segment.clone(),
+        segment: key.to_string(),
         source,
-    };
-    let write_error = |source: iceberg::Error| ConvertError::Write {
-        segment: segment.clone(),
-        source: Box::new(source),
     };
     // No BufReader: the stream's chunks already are the buffer.
     let mut decoder = SegmentDecoder::from_reader(reader, limits).map_err(malformed)?;
@@ -482,65 +662,177 @@ fn decode_segment(
     }
     let mut records = 0u64;
     loop {
-        {
-            let Some(batch) = decoder.next_batch().map_err(malformed)? else {
-                break;
-            };
-            for record in &batch.records {
-                columns
-                    .push(&key.topic, key.partition, record)
-                    .map_err(|reason| ConvertError::Unrepresentable {
-                        segment: segment.clone(),
-                        offset: record.offset,
-                        reason,
-                    })?;
-            }
-            records += batch.records.len() as u64;
+        let Some(batch) = decoder.next_batch().map_err(malformed)? else {
+            break;
+        };
+        records += batch.records.len() as u64;
+        if !each(&batch.records)? {
+            return Ok(RecordScan {
+                records,
+                base_offset: key.base_offset,
+                last_offset: key.base_offset,
+            });
         }
-        if columns.rows() >= ROWS_PER_BATCH {
-            let arrow = columns.finish().map_err(write_error)?;
-            if batches.blocking_send(Ok(arrow)).is_err() {
-                return Ok(Decoded {
-                    records,
-                    base_offset: key.base_offset,
-                    last_offset: key.base_offset,
-                });
-            }
-        }
-    }
-    if columns.rows() > 0 {
-        let arrow = columns.finish().map_err(write_error)?;
-        // A hung-up writer has its own error to report.
-        let _ = batches.blocking_send(Ok(arrow));
     }
     let (base_offset, last_offset) = decoder
         .summary()
         .map(|s| (s.header.base_offset, s.last_offset))
         .unwrap_or((key.base_offset, key.base_offset));
-    Ok(Decoded {
+    Ok(RecordScan {
         records,
         base_offset,
         last_offset,
     })
 }
 
-/// Converts one segment, read from `body` as it arrives, into data files for `table`.
+/// Decodes a segment from `reader` into Arrow batches sent to `batches`; runs on a
+/// blocking thread. Stops early (returning `Ok`) when the writer hung up.
+fn decode_segment(
+    reader: impl std::io::Read,
+    key: &SegmentKey,
+    mut router: Box<dyn RecordRouter>,
+    limits: DecodeLimits,
+    batches: &tokio::sync::mpsc::Sender<DecodedBatch>,
+) -> Result<Decoded, ConvertError> {
+    let segment = key.to_string();
+    let write_error = |source: iceberg::Error| ConvertError::Write {
+        segment: segment.clone(),
+        source: Box::new(source),
+    };
+    let mut hung_up = false;
+    let scan = decode_records(reader, key, limits, |records| {
+        for record in records {
+            router
+                .push(&key.topic, key.partition, record)
+                .map_err(|reason| ConvertError::Unrepresentable {
+                    segment: segment.clone(),
+                    offset: record.offset,
+                    reason,
+                })?;
+        }
+        if router.rows() >= ROWS_PER_BATCH {
+            for routed in router.flush().map_err(write_error)? {
+                if batches.blocking_send(Ok(routed)).is_err() {
+                    hung_up = true;
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    })?;
+    if !hung_up {
+        for routed in router.flush().map_err(write_error)? {
+            // A hung-up writer has its own error to report.
+            let _ = batches.blocking_send(Ok(routed));
+        }
+    }
+    Ok(Decoded {
+        records: scan.records,
+        dead_letters: router.dead_letters(),
+        base_offset: scan.base_offset,
+        last_offset: scan.last_offset,
+    })
+}
+
+/// How a segment's record values are written.
+#[derive(Clone, Copy)]
+pub enum ValueColumns<'a> {
+    /// As bytes, in the `value` column.
+    Raw,
+    /// As the table's payload columns (its schema already holds every field the
+    /// segment's values need, see [`scan_json_segment`]); values that do not fit go to
+    /// `dead_letters`.
+    Json {
+        /// The dead-letter table, when the segment has records for it.
+        dead_letters: Option<&'a Table>,
+    },
+}
+
+/// What scanning a segment's JSON values against a schema found.
+#[derive(Debug, Clone)]
+pub struct JsonScan {
+    /// The schema grown by the values' new fields and widened types, if they needed
+    /// any change.
+    pub evolved: Option<iceberg::spec::Schema>,
+    /// Records whose values cannot be written (for the dead-letter table).
+    pub rejected: u64,
+}
+
+/// Scans a segment's JSON values (held in memory) against `schema`: the fields to add
+/// and the types to widen, in offset order (the first record to give a field a type
+/// decides it), and how many records no schema change could take. Blocking work: run
+/// it on a blocking thread.
+pub fn scan_json_segment(
+    segment: &[u8],
+    key: &SegmentKey,
+    limits: DecodeLimits,
+    schema: &iceberg::spec::Schema,
+    last_column_id: i32,
+) -> Result<JsonScan, ConvertError> {
+    // Columns are added through the catalog's schema update, which cannot widen one.
+    let mut evolving =
+        crate::json_values::EvolvingSchema::new(schema, last_column_id).without_widening();
+    let mut rejected = 0u64;
+    decode_records(segment, key, limits, |records| {
+        for record in records {
+            let absorbed = crate::json_values::parse_value(record.value)
+                .and_then(|value| evolving.absorb(&value));
+            if absorbed.is_err() {
+                rejected += 1;
+            }
+        }
+        Ok(true)
+    })?;
+    let evolved = if evolving.changed() {
+        Some(
+            evolving
+                .schema(schema.schema_id() + 1)
+                .map_err(|source| ConvertError::Write {
+                    segment: key.to_string(),
+                    source: Box::new(source),
+                })?,
+        )
+    } else {
+        None
+    };
+    Ok(JsonScan { evolved, rejected })
+}
+
+/// Converts one segment, read from `body` as it arrives, into data files for `table`
+/// (and, for JSON values that do not fit, for its dead-letter table).
 pub async fn convert_segment(
     table: &Table,
     input: SegmentInput<'_>,
     body: SegmentStream,
     limits: DecodeLimits,
+    values: ValueColumns<'_>,
 ) -> Result<ConvertedSegment, ConvertError> {
     let segment = input.key.to_string();
     let write_error = |source: iceberg::Error| ConvertError::Write {
         segment: segment.clone(),
         source: Box::new(source),
     };
-    let metadata = table.metadata();
-    let schema = arrow_schema(metadata.current_schema()).map_err(write_error)?;
-    let columns = RecordColumns::new(schema).map_err(write_error)?;
     let stem = data_file_stem(input.key, input.etag);
-    let mut writer = SegmentWriter::new(table, stem).await.map_err(write_error)?;
+    let (router, dead_letter_table): (Box<dyn RecordRouter>, Option<&Table>) = match values {
+        ValueColumns::Raw => {
+            let schema = arrow_schema(table.metadata().current_schema()).map_err(write_error)?;
+            (
+                Box::new(RawRouter(RecordColumns::new(schema).map_err(write_error)?)),
+                None,
+            )
+        }
+        ValueColumns::Json { dead_letters } => (
+            Box::new(JsonRouter::new(table, dead_letters, segment.clone()).map_err(write_error)?),
+            dead_letters,
+        ),
+    };
+    let mut writer = SegmentWriter::new(table, stem.clone())
+        .await
+        .map_err(write_error)?;
+    let mut dead_writer = match dead_letter_table {
+        Some(dlq) => Some(SegmentWriter::new(dlq, stem).await.map_err(write_error)?),
+        None => None,
+    };
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<DecodedBatch>(BATCHES_IN_FLIGHT);
     let key = input.key.clone();
     let reader = StreamReader {
@@ -549,11 +841,18 @@ pub async fn convert_segment(
         runtime: tokio::runtime::Handle::current(),
     };
     let decoding =
-        tokio::task::spawn_blocking(move || decode_segment(reader, &key, columns, limits, &sender));
+        tokio::task::spawn_blocking(move || decode_segment(reader, &key, router, limits, &sender));
     let mut written: Result<(), ConvertError> = Ok(());
     while let Some(batch) = receiver.recv().await {
         let written_batch = match batch {
-            Ok(arrow) => writer.write(arrow).await.map_err(write_error),
+            Ok(Routed::Table(arrow)) => writer.write(arrow).await.map_err(write_error),
+            Ok(Routed::DeadLetters(arrow)) => match &mut dead_writer {
+                Some(dead) => dead.write(arrow).await.map_err(write_error),
+                None => Err(write_error(iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    "dead letters without a dead-letter table",
+                ))),
+            },
             Err(e) => Err(e),
         };
         if let Err(e) = written_batch {
@@ -575,10 +874,9 @@ pub async fn convert_segment(
         (Err(e), _) | (Ok(()), Err(e)) => {
             // Best effort: files named for this write alone, referenced by nothing;
             // orphan cleanup removes what is left.
-            if let Ok(files) = writer.close().await {
-                for file in files {
-                    let _ = crate::failpoint::delete_file(table.file_io(), file.file_path()).await;
-                }
+            discard(table, writer).await;
+            if let (Some(dlq), Some(dead)) = (dead_letter_table, dead_writer) {
+                discard(dlq, dead).await;
             }
             return Err(e);
         }
@@ -586,13 +884,34 @@ pub async fn convert_segment(
     let data_files = crate::failpoint::around(Failpoint::DataFileWrite, writer.close())
         .await
         .map_err(write_error)?;
+    let dead_letter_files = match dead_writer {
+        Some(dead) => crate::failpoint::around(Failpoint::DataFileWrite, dead.close())
+            .await
+            .map_err(write_error)?,
+        None => Vec::new(),
+    };
     Ok(ConvertedSegment {
-        file_bytes: data_files.iter().map(|f| f.file_size_in_bytes()).sum(),
+        file_bytes: data_files
+            .iter()
+            .chain(&dead_letter_files)
+            .map(|f| f.file_size_in_bytes())
+            .sum(),
         data_files,
-        records: decoded.records,
+        dead_letter_files,
+        records: decoded.records - decoded.dead_letters,
+        dead_letters: decoded.dead_letters,
         base_offset: decoded.base_offset,
         last_offset: decoded.last_offset,
     })
+}
+
+/// Closes a writer whose conversion failed and deletes what it wrote.
+async fn discard(table: &Table, writer: SegmentWriter) {
+    if let Ok(files) = writer.close().await {
+        for file in files {
+            let _ = crate::failpoint::delete_file(table.file_io(), file.file_path()).await;
+        }
+    }
 }
 
 #[cfg(test)]

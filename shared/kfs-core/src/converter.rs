@@ -151,6 +151,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         let target =
             TopicTable::open(self.catalog.as_ref(), &self.settings.naming, &key.topic).await?;
         let entry = ingest_segment(
+            self.catalog.as_ref(),
             &self.source,
             &target,
             &self.ledger,
@@ -193,6 +194,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
             segment: format!("{}#rewritten-{current}", entry.segment),
             etag: current.to_owned(),
             data_files: Vec::new(),
+            dead_letters: Default::default(),
             records: 0,
             bytes: 0,
             state: EntryState::Quarantined {

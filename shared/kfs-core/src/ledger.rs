@@ -76,12 +76,45 @@ pub struct LedgerEntry {
     pub bytes: u64,
     /// The data files, as Iceberg `DataFile` JSON.
     pub data_files: Vec<String>,
+    /// What went to the table's dead-letter table (JSON values that could not be
+    /// written); committed with the entry, before the table's own commit.
+    #[serde(default)]
+    pub dead_letters: DeadLetters,
     /// State.
     pub state: EntryState,
     /// When the entry was created, Unix ms.
     pub created_ms: i64,
     /// When the entry last changed, Unix ms.
     pub updated_ms: i64,
+}
+
+/// A segment's records for the dead-letter table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetters {
+    /// Records.
+    pub records: u64,
+    /// The dead-letter table's data files, as Iceberg `DataFile` JSON.
+    pub files: Vec<String>,
+}
+
+impl DeadLetters {
+    /// True when the segment had no record for the dead-letter table.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// As stored (JSON), `None` when empty.
+    pub fn to_stored(&self) -> Result<Option<String>, serde_json::Error> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        serde_json::to_string(self).map(Some)
+    }
+
+    /// From the stored form (absent: empty).
+    pub fn from_stored(stored: Option<&str>) -> Result<Self, serde_json::Error> {
+        stored.map_or(Ok(Self::default()), serde_json::from_str)
+    }
 }
 
 /// What a conditional insert found.
@@ -333,7 +366,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     snapshot_id INTEGER,
     error TEXT,
     created_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL
+    updated_ms INTEGER NOT NULL,
+    dead_letters TEXT
 );
 CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, table_name, partition_id, base_offset);
 ";
@@ -370,6 +404,22 @@ impl SqliteLedger {
             .connect_with(options)
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        // Ledgers created before dead letters existed get the column.
+        let columns: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM pragma_table_info('ledger')")
+                .fetch_all(&pool)
+                .await?;
+        if !columns.iter().any(|c| c == "dead_letters") {
+            let added = sqlx::raw_sql("ALTER TABLE ledger ADD COLUMN dead_letters TEXT")
+                .execute(&pool)
+                .await;
+            // A process opening the ledger at the same moment may have added it.
+            if let Err(e) = added
+                && !e.to_string().contains("duplicate column")
+            {
+                return Err(e);
+            }
+        }
         Ok(Self { pool })
     }
 
@@ -402,7 +452,11 @@ impl SqliteLedger {
         let data_files: String = row.try_get("data_files")?;
         let data_files: Vec<String> =
             serde_json::from_str(&data_files).map_err(|e| corrupt(e.to_string()))?;
+        let dead_letters: Option<String> = row.try_get("dead_letters")?;
+        let dead_letters = DeadLetters::from_stored(dead_letters.as_deref())
+            .map_err(|e| corrupt(format!("dead_letters: {e}")))?;
         Ok(LedgerEntry {
+            dead_letters,
             etag: row.try_get("etag")?,
             table: row.try_get("table_name")?,
             topic: row.try_get("topic")?,
@@ -442,10 +496,17 @@ impl Ledger for SqliteLedger {
                 segment: entry.segment.clone(),
                 reason: e.to_string(),
             })?;
+        let dead_letters = entry
+            .dead_letters
+            .to_stored()
+            .map_err(|e| LedgerError::Corrupt {
+                segment: entry.segment.clone(),
+                reason: e.to_string(),
+            })?;
         let result = sqlx::query(
             "INSERT INTO ledger (segment, etag, table_name, topic, partition_id, base_offset, last_offset, records, bytes,
-                                 data_files, state, snapshot_id, error, created_ms, updated_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                 data_files, state, snapshot_id, error, created_ms, updated_ms, dead_letters)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (segment) DO NOTHING",
         )
         .bind(&entry.segment)
@@ -463,6 +524,7 @@ impl Ledger for SqliteLedger {
         .bind(error)
         .bind(entry.created_ms)
         .bind(entry.updated_ms)
+        .bind(dead_letters)
         .execute(&self.pool)
         .await?;
         if result.rows_affected() == 1 {
@@ -553,6 +615,10 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
         records: 10,
         bytes: 1000,
         data_files: vec!["{\"file_path\":\"x\"}".into()],
+        dead_letters: DeadLetters {
+            records: 1,
+            files: vec!["{\"file_path\":\"d\"}".into()],
+        },
         state,
         created_ms: 1,
         updated_ms: 1,

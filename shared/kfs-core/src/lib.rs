@@ -10,6 +10,7 @@ pub mod converter;
 pub mod etcd;
 pub mod failpoint;
 pub mod glue;
+pub mod json_values;
 pub mod ledger;
 pub mod maintenance;
 pub mod metrics;

@@ -5,13 +5,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use iceberg::Catalog;
 use iceberg::spec::serialize_data_file_to_json;
 use iceberg::table::Table;
 use kfs_plan::keys::{SegmentFile, SegmentKey, SegmentListing};
-use kfs_plan::naming::{TableName, TableNaming};
+use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
 use kfs_plan::offsets::SummaryError;
 use kfs_plan::shard::Shard;
 use kfs_plan::sweep::{ListedSegment, TableProgress};
@@ -19,8 +19,10 @@ use kfs_segment::DecodeLimits;
 
 use crate::catalog::ensure_topic_table;
 use crate::committer::{CommitError, CommitOutcome, CommitSettings, commit_table, table_progress};
-use crate::convert::{ConvertError, SegmentInput, convert_segment};
-use crate::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
+use crate::convert::{
+    ConvertError, ConvertedSegment, SegmentInput, ValueColumns, convert_segment, scan_json_segment,
+};
+use crate::ledger::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
 use crate::source::{SegmentSource, SourceError, SourceObject};
 
 /// Settings of a pipeline pass.
@@ -255,6 +257,7 @@ impl Tables {
 /// progress at opening), is quarantined unconverted: the table has moved past it.
 /// Returns the entry as recorded.
 pub async fn ingest_segment(
+    catalog: &dyn Catalog,
     source: &impl SegmentSource,
     target: &TopicTable,
     ledger: &impl Ledger,
@@ -287,6 +290,7 @@ pub async fn ingest_segment(
         records: 0,
         bytes: 0,
         data_files: Vec::new(),
+        dead_letters: Default::default(),
         state: EntryState::Pending,
         created_ms: now,
         updated_ms: now,
@@ -315,24 +319,43 @@ pub async fn ingest_segment(
         };
     }
     let body = source.open(&object.key, object.etag.as_deref()).await?;
-    match convert_segment(table, SegmentInput { key, etag: &etag }, body, limits).await {
-        Ok(converted) => {
-            let metadata = table.metadata();
-            entry.data_files = converted
-                .data_files
-                .into_iter()
-                .map(|file| {
-                    serialize_data_file_to_json(
-                        file,
-                        metadata.default_partition_type(),
-                        metadata.format_version(),
-                    )
-                })
-                .collect::<Result<_, _>>()
-                .map_err(|source| PipelineError::Catalog {
-                    table: table_name.to_string(),
-                    source: Box::new(source),
-                })?;
+    let input = SegmentInput { key, etag: &etag };
+    let catalog_error = |source: iceberg::Error| PipelineError::Catalog {
+        table: table_name.to_string(),
+        source: Box::new(source),
+    };
+    let format = crate::table::value_format_of(table).map_err(|reason| {
+        catalog_error(iceberg::Error::new(iceberg::ErrorKind::DataInvalid, reason))
+    })?;
+    let converted = match format {
+        ValueFormat::Raw => convert_segment(table, input, body, limits, ValueColumns::Raw)
+            .await
+            .map(|converted| (converted, table.clone(), None)),
+        ValueFormat::Json => convert_json_segment(catalog, target, input, body, limits).await?,
+    };
+    match converted {
+        Ok((converted, table, dead_letter_table)) => {
+            let serialize = |files: Vec<iceberg::spec::DataFile>, table: &Table| {
+                let metadata = table.metadata();
+                files
+                    .into_iter()
+                    .map(|file| {
+                        serialize_data_file_to_json(
+                            file,
+                            metadata.default_partition_type(),
+                            metadata.format_version(),
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(catalog_error)
+            };
+            entry.data_files = serialize(converted.data_files, &table)?;
+            if let Some(dead_letter_table) = &dead_letter_table {
+                entry.dead_letters = DeadLetters {
+                    records: converted.dead_letters,
+                    files: serialize(converted.dead_letter_files, dead_letter_table)?,
+                };
+            }
             entry.last_offset = converted.last_offset;
             entry.records = converted.records;
             entry.bytes = converted.file_bytes;
@@ -361,11 +384,113 @@ pub async fn ingest_segment(
     }
 }
 
-/// The data file paths of an entry (as serialized in the ledger).
+/// Converts a segment of a JSON table: the segment is read into memory (segments are
+/// small: 4 MiB by default), its values scanned for the columns they need, which are
+/// added to the table (a concurrent change of the schema makes it scan again), and
+/// then converted, values that fit no column going to the dead-letter table.
+/// Returns the conversion with the tables it wrote to, or the conversion's error.
+async fn convert_json_segment(
+    catalog: &dyn Catalog,
+    target: &TopicTable,
+    input: SegmentInput<'_>,
+    body: crate::convert::SegmentStream,
+    limits: DecodeLimits,
+) -> Result<JsonConversion, PipelineError> {
+    /// Schema changes raced by other converters before this one gives up (retryably).
+    const SCHEMA_ATTEMPTS: usize = 5;
+    let catalog_error = |table: &TableName, source: iceberg::Error| PipelineError::Catalog {
+        table: table.to_string(),
+        source: Box::new(source),
+    };
+    let bytes: Vec<bytes::Bytes> = body.try_collect().await?;
+    let bytes = bytes::Bytes::from(bytes.concat());
+    let mut table = target.table.clone();
+    for _ in 0..SCHEMA_ATTEMPTS {
+        let schema = table.metadata().current_schema().clone();
+        let last_column_id = table.metadata().last_column_id();
+        let scanned = {
+            let bytes = bytes.clone();
+            let key = input.key.clone();
+            let schema = schema.clone();
+            tokio::task::spawn_blocking(move || {
+                scan_json_segment(&bytes, &key, limits, &schema, last_column_id)
+            })
+            .await
+            .map_err(|join| {
+                catalog_error(
+                    &target.name,
+                    iceberg::Error::new(
+                        iceberg::ErrorKind::Unexpected,
+                        format!("the scanning thread failed: {join}"),
+                    ),
+                )
+            })?
+        };
+        let scan = match scanned {
+            Ok(scan) => scan,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(evolved) = &scan.evolved {
+            match crate::catalog::add_columns(catalog, &table, &schema, evolved).await {
+                Ok(updated) => table = updated,
+                Err(e) => {
+                    // Another converter changed the schema first: scan against its
+                    // schema. Anything else is this conversion's failure.
+                    let reloaded = catalog
+                        .load_table(table.identifier())
+                        .await
+                        .map_err(|source| catalog_error(&target.name, source))?;
+                    if reloaded.metadata().current_schema_id() == schema.schema_id() {
+                        return Err(catalog_error(&target.name, e));
+                    }
+                    table = reloaded;
+                    continue;
+                }
+            }
+        }
+        let dead_letter_table = if scan.rejected > 0 {
+            Some(
+                crate::catalog::ensure_dead_letter_table(catalog, &target.name, &table)
+                    .await
+                    .map_err(|source| catalog_error(&target.name.dead_letters(), source))?,
+            )
+        } else {
+            None
+        };
+        let converted = convert_segment(
+            &table,
+            input,
+            crate::convert::in_memory(bytes),
+            limits,
+            ValueColumns::Json {
+                dead_letters: dead_letter_table.as_ref(),
+            },
+        )
+        .await;
+        return Ok(converted.map(|converted| (converted, table, dead_letter_table)));
+    }
+    Err(catalog_error(
+        &target.name,
+        iceberg::Error::new(
+            iceberg::ErrorKind::CatalogCommitConflicts,
+            format!("the schema changed under {SCHEMA_ATTEMPTS} attempts to add columns"),
+        )
+        .with_retryable(true),
+    ))
+}
+
+/// A JSON conversion: the converted segment with the table it was written for (its
+/// schema as the conversion left it) and the dead-letter table, if it had records
+/// for it; or the conversion's error.
+type JsonConversion = Result<(ConvertedSegment, Table, Option<Table>), ConvertError>;
+
+/// The data file paths of an entry (as serialized in the ledger), its dead-letter
+/// files included.
 pub fn converted_paths(entry: &LedgerEntry) -> Vec<String> {
     entry
         .data_files
         .iter()
+        .chain(&entry.dead_letters.files)
         .filter_map(|file| {
             serde_json::from_str::<serde_json::Value>(file)
                 .ok()?
@@ -440,7 +565,8 @@ pub async fn run_once(
             break;
         }
         let target = tables.get(catalog, &config.naming, &key.topic).await?;
-        let entry = ingest_segment(source, target, ledger, key, object, config.limits).await?;
+        let entry =
+            ingest_segment(catalog, source, target, ledger, key, object, config.limits).await?;
         match &entry.state {
             EntryState::Quarantined { error } => {
                 progress(&Progress::Quarantined {

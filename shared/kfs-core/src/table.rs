@@ -26,9 +26,21 @@ use iceberg::spec::{
     ListType, NestedField, PrimitiveType, Schema, StructType, Transform, Type, UnboundPartitionSpec,
 };
 use kfs_plan::layout::PartitionField;
+use kfs_plan::naming::ValueFormat;
 
 /// Table property recording the topic a table is fed from.
 pub const TOPIC_PROPERTY: &str = "kfs.topic";
+/// Table property recording how the table stores record values (`raw` when absent).
+pub const VALUE_FORMAT_PROPERTY: &str = "kfs.value-format";
+
+/// How `table` stores record values, by its [`VALUE_FORMAT_PROPERTY`].
+pub fn value_format_of(table: &iceberg::table::Table) -> Result<ValueFormat, String> {
+    table
+        .metadata()
+        .properties()
+        .get(VALUE_FORMAT_PROPERTY)
+        .map_or(Ok(ValueFormat::Raw), |text| ValueFormat::parse(text))
+}
 
 /// Field id of `partition` (the Kafka partition).
 pub const PARTITION_FIELD_ID: i32 = 3;
@@ -37,48 +49,86 @@ pub const OFFSET_FIELD_ID: i32 = 4;
 /// Field id of `timestamp_ms`, whose upper bounds give the newest record of a file.
 pub const TIMESTAMP_MS_FIELD_ID: i32 = 5;
 
-/// The schema of every topic table.
+/// The schema of a raw topic table (the table above).
 pub fn topic_schema() -> iceberg::Result<Schema> {
+    record_schema(true, &[])
+}
+
+/// The schema a new table of `format` starts with: for `json`, the Kafka metadata
+/// columns of the raw table without `value` (ids 1-8, headers 9-11), to which the
+/// values' fields are added as they appear ([`crate::json_values`]).
+pub fn schema_for(format: ValueFormat) -> iceberg::Result<Schema> {
+    match format {
+        ValueFormat::Raw => topic_schema(),
+        ValueFormat::Json => record_schema(false, &[]),
+    }
+}
+
+/// Column of the dead-letter table: why the record could not be written.
+pub const DEAD_LETTER_ERROR_COLUMN: &str = "error";
+/// Column of the dead-letter table: the segment object the record came from.
+pub const DEAD_LETTER_SEGMENT_COLUMN: &str = "segment";
+
+/// The schema of a dead-letter table: the raw table's columns (the record as it came,
+/// with its topic, partition and offset) plus `error` (the reason) and `segment` (the
+/// object it was read from).
+pub fn dead_letter_schema() -> iceberg::Result<Schema> {
+    record_schema(
+        true,
+        &[DEAD_LETTER_ERROR_COLUMN, DEAD_LETTER_SEGMENT_COLUMN],
+    )
+}
+
+/// The record columns (with or without `value`) plus required string columns
+/// `extra`, numbered breadth-first: top-level columns first, then the headers' element
+/// and its fields.
+fn record_schema(with_value: bool, extra: &[&str]) -> iceberg::Result<Schema> {
+    use PrimitiveType::{Binary, Int, Long, String as Text, Timestamptz};
+    let mut top: Vec<(&str, bool, Option<Type>)> = vec![
+        ("record_id", true, Some(Type::Primitive(Text))),
+        ("topic", true, Some(Type::Primitive(Text))),
+        ("partition", true, Some(Type::Primitive(Int))),
+        ("offset", true, Some(Type::Primitive(Long))),
+        ("timestamp_ms", true, Some(Type::Primitive(Long))),
+        ("key", false, Some(Type::Primitive(Binary))),
+    ];
+    if with_value {
+        top.push(("value", false, Some(Type::Primitive(Binary))));
+    }
+    top.push(("headers", true, None));
+    top.push(("timestamp", true, Some(Type::Primitive(Timestamptz))));
+    top.extend(
+        extra
+            .iter()
+            .map(|name| (*name, true, Some(Type::Primitive(Text)))),
+    );
+    let element_id = top.len() as i32 + 1;
     let header = StructType::new(vec![
-        NestedField::required(11, "key", Type::Primitive(PrimitiveType::String)).into(),
-        NestedField::optional(12, "value", Type::Primitive(PrimitiveType::Binary)).into(),
+        NestedField::required(element_id + 1, "key", Type::Primitive(Text)).into(),
+        NestedField::optional(element_id + 2, "value", Type::Primitive(Binary)).into(),
     ]);
-    Schema::builder()
-        .with_fields(vec![
-            NestedField::required(1, "record_id", Type::Primitive(PrimitiveType::String)).into(),
-            NestedField::required(2, "topic", Type::Primitive(PrimitiveType::String)).into(),
-            NestedField::required(
-                PARTITION_FIELD_ID,
-                "partition",
-                Type::Primitive(PrimitiveType::Int),
-            )
-            .into(),
-            NestedField::required(
-                OFFSET_FIELD_ID,
-                "offset",
-                Type::Primitive(PrimitiveType::Long),
-            )
-            .into(),
-            NestedField::required(
-                TIMESTAMP_MS_FIELD_ID,
-                "timestamp_ms",
-                Type::Primitive(PrimitiveType::Long),
-            )
-            .into(),
-            NestedField::optional(6, "key", Type::Primitive(PrimitiveType::Binary)).into(),
-            NestedField::optional(7, "value", Type::Primitive(PrimitiveType::Binary)).into(),
-            NestedField::required(
-                8,
-                "headers",
-                Type::List(ListType::new(
-                    NestedField::list_element(10, Type::Struct(header), true).into(),
-                )),
-            )
-            .into(),
-            NestedField::required(9, "timestamp", Type::Primitive(PrimitiveType::Timestamptz))
-                .into(),
-        ])
-        .build()
+    let headers = Type::List(ListType::new(
+        NestedField::list_element(element_id, Type::Struct(header), true).into(),
+    ));
+    let fields = top
+        .into_iter()
+        .zip(1..)
+        .map(|((name, required, field_type), id)| {
+            let field_type = field_type.unwrap_or_else(|| headers.clone());
+            Arc::new(if required {
+                NestedField::required(id, name, field_type)
+            } else {
+                NestedField::optional(id, name, field_type)
+            })
+        })
+        .collect::<Vec<_>>();
+    debug_assert_eq!(fields[PARTITION_FIELD_ID as usize - 1].name, "partition");
+    debug_assert_eq!(fields[OFFSET_FIELD_ID as usize - 1].name, "offset");
+    debug_assert_eq!(
+        fields[TIMESTAMP_MS_FIELD_ID as usize - 1].name,
+        "timestamp_ms"
+    );
+    Schema::builder().with_fields(fields).build()
 }
 
 /// The partition spec of a new topic table: `fields` bound to the topic schema. An

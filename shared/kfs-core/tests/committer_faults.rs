@@ -81,6 +81,7 @@ async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResu
             modified_ms: None,
         };
         ingest_segment(
+            &setup.catalog,
             &setup.source,
             &target,
             ledger,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use futures::TryStreamExt;
 use iceberg::spec::DataFile;
 use kfs_core::catalog::{S3Settings, Warehouse, ensure_topic_table, open_sql_catalog};
-use kfs_core::convert::{SegmentInput, convert_segment, in_memory};
+use kfs_core::convert::{SegmentInput, ValueColumns, convert_segment, in_memory};
 use kfs_core::parquet_merge::merge_data_files;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::TableNaming;
@@ -92,6 +92,7 @@ async fn copied_and_reencoded_row_groups_hold_the_same_rows() -> TestResult {
             },
             in_memory(bytes),
             DecodeLimits::default(),
+            ValueColumns::Raw,
         )
         .await?;
         files.extend(converted.data_files);

@@ -160,6 +160,41 @@ impl CommitPlan {
     }
 }
 
+/// Plans the dead-letter table's commit that must land before the table's commit of
+/// `taken` (the segments the table's plan takes, each with its dead-letter records):
+/// every segment with records the dead-letter table's `watermarks` do not cover yet,
+/// and the offset map moved past all of `taken`. The table's commit lands only after
+/// this one, so a segment in the table always has its dead letters in the
+/// dead-letter table; a retried or raced commit takes nothing twice.
+pub fn plan_dead_letters(watermarks: &OffsetMap, taken: &[PendingSegment]) -> CommitPlan {
+    let mut plan = CommitPlan {
+        offsets: watermarks.clone(),
+        ..CommitPlan::default()
+    };
+    for segment in taken {
+        let next = segment.last_offset.saturating_add(1);
+        if watermarks
+            .get(&segment.partition)
+            .is_some_and(|watermark| segment.last_offset < *watermark)
+        {
+            continue;
+        }
+        let offset = plan.offsets.entry(segment.partition).or_insert(next);
+        *offset = (*offset).max(next);
+        if segment.records == 0 {
+            continue;
+        }
+        let range = plan
+            .ranges
+            .entry(segment.partition)
+            .or_insert((segment.base_offset, next));
+        range.0 = range.0.min(segment.base_offset);
+        range.1 = range.1.max(next);
+        plan.take.push(segment.clone());
+    }
+    plan
+}
+
 /// Plans one commit for one table.
 pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
     let mut by_partition: BTreeMap<i32, Vec<&PendingSegment>> = BTreeMap::new();
@@ -257,6 +292,42 @@ pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
         }
     }
     plan
+}
+
+#[cfg(test)]
+mod dead_letter_tests {
+    use super::*;
+
+    fn segment(id: &str, base: i64, last: i64, records: u64) -> PendingSegment {
+        PendingSegment {
+            id: id.into(),
+            partition: 0,
+            base_offset: base,
+            last_offset: last,
+            records,
+        }
+    }
+
+    #[test]
+    fn dead_letters_are_taken_once_and_the_map_moves_past_every_taken_segment() {
+        let taken = [
+            segment("a", 0, 9, 2),
+            segment("b", 10, 19, 0),
+            segment("c", 20, 29, 1),
+        ];
+        let first = plan_dead_letters(&OffsetMap::new(), &taken);
+        let ids: Vec<&str> = first.take.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["a", "c"]);
+        assert_eq!(first.offsets, OffsetMap::from([(0, 30)]));
+        assert_eq!(first.records(), 3);
+        // Retried after it landed: nothing again.
+        let again = plan_dead_letters(&first.offsets, &taken);
+        assert!(again.take.is_empty());
+        // A later plan taking only newer segments.
+        let later = plan_dead_letters(&OffsetMap::from([(0, 20)]), &taken);
+        assert_eq!(later.take.len(), 1);
+        assert_eq!(later.take[0].id, "c");
+    }
 }
 
 #[cfg(test)]

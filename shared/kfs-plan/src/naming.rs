@@ -41,6 +41,15 @@ impl TableName {
             name: name.to_owned(),
         })
     }
+
+    /// The table's dead-letter table, `<namespace>.<name>__dlq`: records of a JSON
+    /// table whose value cannot be written, with their position and the reason.
+    pub fn dead_letters(&self) -> Self {
+        Self {
+            namespace: self.namespace.clone(),
+            name: format!("{}{DEAD_LETTER_SUFFIX}", self.name),
+        }
+    }
 }
 
 /// Maps topics to tables.
@@ -59,7 +68,44 @@ pub struct TableNaming {
     /// Table properties of new tables (`write.target-file-size-bytes`,
     /// `write.parquet.compression-codec`, `write.parquet.compression-level`, ...).
     pub properties: BTreeMap<String, String>,
+    /// How record values are stored in new tables.
+    pub value_format: ValueFormat,
 }
+
+/// How record values are stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ValueFormat {
+    /// Key and value as bytes (the default).
+    #[default]
+    Raw,
+    /// The fields of JSON object values as typed columns; a value that cannot be
+    /// written goes to the dead-letter table ([`TableName::dead_letters`]).
+    Json,
+}
+
+impl ValueFormat {
+    /// The format's name, as configured and as recorded in a table's properties.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Raw => "raw",
+            Self::Json => "json",
+        }
+    }
+
+    /// Parses `raw` or `json`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "raw" => Ok(Self::Raw),
+            "json" => Ok(Self::Json),
+            other => Err(format!(
+                "value format {other:?}: expected raw or json (Schema Registry formats are not supported yet)"
+            )),
+        }
+    }
+}
+
+/// Suffix of a table's dead-letter table.
+pub const DEAD_LETTER_SUFFIX: &str = "__dlq";
 
 /// A rule mapping every topic its regular expression matches (in full) to a table
 /// named by a template: `$1`, `${name}` are the expression's groups, and each part of

@@ -60,6 +60,10 @@ pub struct WorkloadConfig {
     /// Mean time between a partition's records, in ms (default 20: a few seconds per
     /// segment; an hour spreads a small workload over days, for time partitioning).
     pub record_spacing_ms: u64,
+    /// JSON order events of the later half of each partition's segments carry two
+    /// more fields (`channel`, a string, and `shipping`, an object): a schema that
+    /// grows over time. Takes nothing from the PRNG, so it changes no other byte.
+    pub later_fields: bool,
 }
 
 impl Default for WorkloadConfig {
@@ -73,6 +77,7 @@ impl Default for WorkloadConfig {
             codec: CodecChoice::Mixed,
             seed: 42,
             record_spacing_ms: 20,
+            later_fields: false,
         }
     }
 }
@@ -166,12 +171,18 @@ pub fn generate(
         let mut partition_rng = Rng::new(rng.next_u64() ^ ((t as u64) << 32) ^ partition as u64);
         let mut next_offset: i64 = 0;
         let mut clock_ms: i64 = 1_767_225_600_000 + partition_rng.below(86_400_000) as i64;
-        (0..config.segments).map(move |_| {
+        (0..config.segments).map(move |index| {
             if partition_rng.chance(15) {
                 next_offset += 1 + partition_rng.below(20) as i64; // a gap left by a failed upload
             }
-            let batches =
-                generate_batches(config, &mut partition_rng, &mut next_offset, &mut clock_ms);
+            let later = config.later_fields && index >= config.segments / 2;
+            let batches = generate_batches(
+                config,
+                &mut partition_rng,
+                &mut next_offset,
+                &mut clock_ms,
+                later,
+            );
             clock_ms += 50 + partition_rng.below(2_000) as i64;
             let segment = encode_segment(&batches, clock_ms)?;
             Ok(GeneratedSegment {
@@ -203,6 +214,7 @@ fn generate_batches(
     rng: &mut Rng,
     next_offset: &mut i64,
     clock_ms: &mut i64,
+    later_fields: bool,
 ) -> Vec<BatchSpec> {
     let mut batches = Vec::new();
     let mut left = config.records.max(1);
@@ -216,7 +228,7 @@ fn generate_batches(
                 *next_offset += 1;
                 // Producers' clocks disagree a little: some timestamps go backwards.
                 let jitter = rng.below(30) as i64 - 10;
-                generate_record(rng, offset, *clock_ms + jitter)
+                generate_record(rng, offset, *clock_ms + jitter, later_fields)
             })
             .collect();
         let (compression, snappy_framing) = match config.codec {
@@ -255,7 +267,12 @@ const WORDS: [&str; 12] = [
     "apac",
 ];
 
-fn generate_record(rng: &mut Rng, offset: i64, timestamp_ms: i64) -> OwnedRecord {
+fn generate_record(
+    rng: &mut Rng,
+    offset: i64,
+    timestamp_ms: i64,
+    later_fields: bool,
+) -> OwnedRecord {
     let key = match rng.below(100) {
         0..10 => None,
         10..12 => Some(Vec::new()),
@@ -269,7 +286,7 @@ fn generate_record(rng: &mut Rng, offset: i64, timestamp_ms: i64) -> OwnedRecord
                 .map(|_| rng.next_u64() as u8)
                 .collect(),
         ),
-        _ => Some(order_json(rng, offset)),
+        _ => Some(order_json(rng, offset, later_fields)),
     };
     let mut headers = Vec::new();
     if rng.chance(70) {
@@ -296,7 +313,7 @@ fn generate_record(rng: &mut Rng, offset: i64, timestamp_ms: i64) -> OwnedRecord
     }
 }
 
-fn order_json(rng: &mut Rng, offset: i64) -> Vec<u8> {
+fn order_json(rng: &mut Rng, offset: i64, later_fields: bool) -> Vec<u8> {
     let items = 1 + rng.below(12);
     let mut out = format!(
         "{{\"order_id\":{offset},\"customer\":\"c{}\",\"amount\":{}.{:02},\"currency\":\"EUR\",\"items\":[",
@@ -315,7 +332,16 @@ fn order_json(rng: &mut Rng, offset: i64) -> Vec<u8> {
             WORDS[rng.below(WORDS.len() as u64) as usize]
         ));
     }
-    out.push_str("]}");
+    out.push(']');
+    if later_fields {
+        out.push_str(&format!(
+            ",\"channel\":\"{}\",\"shipping\":{{\"method\":\"{}\",\"days\":{}}}",
+            ["web", "app", "store"][(offset % 3) as usize],
+            WORDS[(offset % 4) as usize],
+            1 + offset % 5
+        ));
+    }
+    out.push('}');
     out.into_bytes()
 }
 

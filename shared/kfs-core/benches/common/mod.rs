@@ -101,6 +101,7 @@ impl BenchTable {
             progress: table_progress(&self.table)?,
         };
         let entry = ingest_segment(
+            &self.catalog,
             &self.source,
             &target,
             &self.ledger,

@@ -1,0 +1,644 @@
+//! JSON record values as typed columns (`--value-format json`), as pure logic with no
+//! I/O: what a value needs of a table's schema (new optional columns, int widened to
+//! long, float widened to double), whether it fits a schema as it is, and the Arrow
+//! columns of the values that fit.
+//!
+//! Types are inferred as Kafka Connect's Iceberg sink infers them, except that numbers
+//! take the widest type at once: `true`/`false` → boolean, an integer → long, any other
+//! number → double, a string → string, an object → struct, an array → list (of its
+//! elements' type). A column declared narrower (int, float) is widened (to long,
+//! double) by a value that overflows it.
+//! A field that is only ever null, `[]` or `{}` has no type yet and gets no column
+//! until a value gives it one. Top-level fields become top-level columns; one whose
+//! name is a Kafka metadata column (`offset`, `timestamp`, ...) is stored as
+//! `value_<name>`.
+//!
+//! A record whose value cannot be written is rejected with the reason, for the
+//! dead-letter table: a value that is not JSON, not an object, or whose field has a
+//! type its column cannot take (a string in a long column, a fraction in an int
+//! column, an integer beyond 64 bits).
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use iceberg::spec::{
+    ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type,
+};
+use serde_json::{Map, Value};
+
+/// The Kafka metadata columns of a JSON table (and `value`, the raw table's); a payload
+/// field of one of these names is stored as `value_<name>`.
+pub const METADATA_COLUMNS: [&str; 9] = [
+    "record_id",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp_ms",
+    "key",
+    "headers",
+    "timestamp",
+];
+
+/// The column a top-level payload field is stored in.
+pub fn column_name(field: &str) -> String {
+    if METADATA_COLUMNS.contains(&field) || field.starts_with("value_") && is_renamed(field) {
+        format!("value_{field}")
+    } else {
+        field.to_owned()
+    }
+}
+
+/// True for `value_<metadata column>` (and `value_value_...` chains), names the renaming
+/// itself produces, so that a payload field literally named `value_offset` cannot
+/// collide with a renamed `offset`.
+fn is_renamed(field: &str) -> bool {
+    let mut rest = field;
+    while let Some(inner) = rest.strip_prefix("value_") {
+        if METADATA_COLUMNS.contains(&inner) {
+            return true;
+        }
+        rest = inner;
+    }
+    false
+}
+
+/// Why a record's value cannot be written to the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection(pub String);
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Parses a record value into the JSON object whose fields become columns, with the
+/// top-level keys renamed to their columns ([`column_name`]). A null value (a
+/// tombstone) is an empty object: the row keeps its metadata, every field null.
+pub fn parse_value(value: Option<&[u8]>) -> Result<Map<String, Value>, Rejection> {
+    let Some(bytes) = value else {
+        return Ok(Map::new());
+    };
+    let parsed: Value = serde_json::from_slice(bytes).map_err(|e| {
+        Rejection(format!(
+            "value is not JSON: {e} (at byte {})",
+            byte_of(bytes, e.line(), e.column())
+        ))
+    })?;
+    match parsed {
+        Value::Object(fields) => Ok(fields
+            .into_iter()
+            .map(|(name, value)| (column_name(&name), value))
+            .collect()),
+        other => Err(Rejection(format!(
+            "value is a JSON {}, not an object",
+            kind(&other)
+        ))),
+    }
+}
+
+/// The byte position of serde_json's 1-based line and column.
+fn byte_of(bytes: &[u8], line: usize, column: usize) -> usize {
+    let line_start: usize = bytes
+        .split(|b| *b == b'\n')
+        .take(line.saturating_sub(1))
+        .map(|l| l.len() + 1)
+        .sum();
+    line_start + column.saturating_sub(1)
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// A schema as it grows while a segment's values are scanned: the fields of the table
+/// schema, and the next free field id.
+#[derive(Debug, Clone)]
+pub struct EvolvingSchema {
+    fields: Vec<NestedFieldRef>,
+    next_id: i32,
+    changed: bool,
+    widen: bool,
+}
+
+impl EvolvingSchema {
+    /// Starts from `schema`; new fields get ids above `last_column_id` (the table's).
+    pub fn new(schema: &Schema, last_column_id: i32) -> Self {
+        Self {
+            fields: schema.as_struct().fields().to_vec(),
+            next_id: last_column_id.max(schema.highest_field_id()) + 1,
+            changed: false,
+            widen: true,
+        }
+    }
+
+    /// Never widens a column: a value that would need it is rejected instead (for a
+    /// catalog through which only columns can be added).
+    pub fn without_widening(mut self) -> Self {
+        self.widen = false;
+        self
+    }
+
+    /// Takes in a value's fields: adds the columns it needs and widens the ones it
+    /// overflows, unless one of its fields cannot be reconciled with its column; then
+    /// the schema is left as it was and the reason returned.
+    pub fn absorb(&mut self, value: &Map<String, Value>) -> Result<(), Rejection> {
+        let mut next_id = self.next_id;
+        if let Some(fields) = merge_fields(&self.fields, value, "", &mut next_id)? {
+            if !self.widen {
+                let mut widened = SchemaChange::default();
+                diff_fields(&self.fields, &fields, None, &mut widened);
+                if !widened.widened.is_empty() {
+                    return Err(Rejection(format!(
+                        "the value overflows column {}, and widening a column is not possible here",
+                        widened.widened.join(", ")
+                    )));
+                }
+            }
+            self.fields = fields;
+            self.next_id = next_id;
+            self.changed = true;
+        }
+        Ok(())
+    }
+
+    /// True when some value changed the schema.
+    pub fn changed(&self) -> bool {
+        self.changed
+    }
+
+    /// The schema grown so far, with id `schema_id`.
+    pub fn schema(&self, schema_id: i32) -> iceberg::Result<Schema> {
+        Schema::builder()
+            .with_schema_id(schema_id)
+            .with_fields(self.fields.clone())
+            .build()
+    }
+}
+
+/// Whether a value fits `schema` as it is: no column to add or widen, and no field
+/// its column cannot take.
+pub fn fits(schema: &Schema, value: &Map<String, Value>) -> Result<(), Rejection> {
+    let mut evolving = EvolvingSchema::new(schema, schema.highest_field_id()).without_widening();
+    evolving.absorb(value)?;
+    if evolving.changed() {
+        return Err(Rejection(
+            "value needs a column the table's schema does not have".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Merges an object's fields into `fields`: `Some` with the new fields when something
+/// changed.
+fn merge_fields(
+    fields: &[NestedFieldRef],
+    value: &Map<String, Value>,
+    path: &str,
+    next_id: &mut i32,
+) -> Result<Option<Vec<NestedFieldRef>>, Rejection> {
+    let mut merged: Option<Vec<NestedFieldRef>> = None;
+    for (name, field_value) in value {
+        let field_path = if path.is_empty() {
+            name.clone()
+        } else {
+            format!("{path}.{name}")
+        };
+        let current = merged.as_deref().unwrap_or(fields);
+        match current.iter().position(|f| &f.name == name) {
+            Some(index) => {
+                let field = &current[index];
+                if path.is_empty() && METADATA_COLUMNS.contains(&name.as_str()) {
+                    return Err(Rejection(format!(
+                        "field {field_path:?} collides with a metadata column"
+                    )));
+                }
+                if let Some(widened) =
+                    merge_type(&field.field_type, field_value, &field_path, next_id)?
+                {
+                    let mut updated = field.as_ref().clone();
+                    updated.field_type = Box::new(widened);
+                    let list = merged.get_or_insert_with(|| fields.to_vec());
+                    list[index] = Arc::new(updated);
+                }
+            }
+            None => {
+                if let Some(field_type) = infer(field_value, &field_path, next_id)? {
+                    let id = take_id(next_id, &field_path)?;
+                    merged
+                        .get_or_insert_with(|| fields.to_vec())
+                        .push(Arc::new(NestedField::optional(id, name, field_type)));
+                }
+            }
+        }
+    }
+    Ok(merged)
+}
+
+fn take_id(next_id: &mut i32, path: &str) -> Result<i32, Rejection> {
+    let id = *next_id;
+    *next_id = id
+        .checked_add(1)
+        .ok_or_else(|| Rejection(format!("field {path:?}: no field id left")))?;
+    Ok(id)
+}
+
+/// A JSON number's kind: integer fitting int, long, or anything else as double.
+enum Number {
+    Int,
+    Long,
+    Double,
+    Overflow,
+}
+
+fn number(n: &serde_json::Number) -> Number {
+    match n.as_i64() {
+        Some(i) if i32::try_from(i).is_ok() => Number::Int,
+        Some(_) => Number::Long,
+        None if n.is_u64() => Number::Overflow,
+        None => Number::Double,
+    }
+}
+
+fn mismatch(path: &str, column: &Type, value: &Value) -> Rejection {
+    Rejection(format!(
+        "field {path:?}: a JSON {} does not fit column type {column}",
+        kind(value)
+    ))
+}
+
+/// Merges a value into a column's type: `Some` with the widened (or grown) type when
+/// it changed.
+fn merge_type(
+    column: &Type,
+    value: &Value,
+    path: &str,
+    next_id: &mut i32,
+) -> Result<Option<Type>, Rejection> {
+    use PrimitiveType as P;
+    let prim = |p: P| Ok(Some(Type::Primitive(p)));
+    match (column, value) {
+        (_, Value::Null) => Ok(None),
+        (Type::Primitive(P::Boolean), Value::Bool(_)) => Ok(None),
+        (Type::Primitive(P::String), Value::String(_)) => Ok(None),
+        (Type::Primitive(column_type), Value::Number(n)) => match (column_type, number(n)) {
+            (_, Number::Overflow) => Err(Rejection(format!(
+                "field {path:?}: integer {n} is beyond the range of long"
+            ))),
+            (P::Int, Number::Int) | (P::Long, Number::Int | Number::Long) => Ok(None),
+            (P::Int, Number::Long) => prim(P::Long),
+            (P::Double, _) => Ok(None),
+            (P::Float, _) => match n.as_f64() {
+                Some(f) if f.abs() <= f64::from(f32::MAX) => Ok(None),
+                _ => prim(P::Double),
+            },
+            (P::Int | P::Long, Number::Double) => Err(Rejection(format!(
+                "field {path:?}: {n} is not an integer, as its column ({column}) requires"
+            ))),
+            _ => Err(mismatch(path, column, value)),
+        },
+        (Type::List(list), Value::Array(items)) => {
+            let mut element = list.element_field.field_type.as_ref().clone();
+            let mut changed = false;
+            for item in items {
+                if item.is_null() && list.element_field.required {
+                    return Err(Rejection(format!(
+                        "field {path:?}: null element in a list of required elements"
+                    )));
+                }
+                if let Some(widened) = merge_type(&element, item, &format!("{path}[]"), next_id)? {
+                    element = widened;
+                    changed = true;
+                }
+            }
+            if !changed {
+                return Ok(None);
+            }
+            let mut field = list.element_field.as_ref().clone();
+            field.field_type = Box::new(element);
+            Ok(Some(Type::List(ListType::new(Arc::new(field)))))
+        }
+        (Type::Struct(fields), Value::Object(object)) => {
+            Ok(merge_fields(fields.fields(), object, path, next_id)?
+                .map(|merged| Type::Struct(StructType::new(merged))))
+        }
+        _ => Err(mismatch(path, column, value)),
+    }
+}
+
+/// The type of a field seen for the first time; `None` while it has none (null, `[]`,
+/// `{}`, or a list of those).
+fn infer(value: &Value, path: &str, next_id: &mut i32) -> Result<Option<Type>, Rejection> {
+    use PrimitiveType as P;
+    Ok(match value {
+        Value::Null => None,
+        Value::Bool(_) => Some(Type::Primitive(P::Boolean)),
+        Value::String(_) => Some(Type::Primitive(P::String)),
+        // Long from the start, never int: a column inferred as int would need widening
+        // at the first large value.
+        Value::Number(n) => Some(Type::Primitive(match number(n) {
+            Number::Int | Number::Long => P::Long,
+            Number::Double => P::Double,
+            Number::Overflow => {
+                return Err(Rejection(format!(
+                    "field {path:?}: integer {n} is beyond the range of long"
+                )));
+            }
+        })),
+        Value::Object(object) => {
+            let mut fields = Vec::new();
+            for (name, field_value) in object {
+                let field_path = format!("{path}.{name}");
+                if let Some(field_type) = infer(field_value, &field_path, next_id)? {
+                    let id = take_id(next_id, &field_path)?;
+                    fields.push(Arc::new(NestedField::optional(id, name, field_type)));
+                }
+            }
+            (!fields.is_empty()).then(|| Type::Struct(StructType::new(fields)))
+        }
+        Value::Array(items) => {
+            let element_path = format!("{path}[]");
+            // The element id comes first, as Iceberg numbers a list before its element.
+            let mut element: Option<Type> = None;
+            let mut reserved = *next_id;
+            let element_id = take_id(&mut reserved, &element_path)?;
+            let mut inner_ids = reserved;
+            for item in items {
+                element = match element {
+                    None => infer(item, &element_path, &mut inner_ids)?,
+                    Some(known) => Some(
+                        merge_type(&known, item, &element_path, &mut inner_ids)?.unwrap_or(known),
+                    ),
+                };
+            }
+            element.map(|element| {
+                *next_id = inner_ids;
+                Type::List(ListType::new(Arc::new(NestedField::list_element(
+                    element_id, element, false,
+                ))))
+            })
+        }
+    })
+}
+
+/// A column to add to a table's schema: its parent (the full name of a struct, or of a
+/// list whose elements are structs; `None` at the top) and the field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Addition {
+    /// Full name of the parent, `None` for a top-level column.
+    pub parent: Option<String>,
+    /// The new field (its ids are placeholders: the catalog assigns fresh ones).
+    pub field: NestedFieldRef,
+}
+
+/// What `evolved` changes of `current`: the columns to add, and the full names of the
+/// columns whose type it widens.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SchemaChange {
+    /// Columns to add.
+    pub additions: Vec<Addition>,
+    /// Columns widened (int → long, float → double).
+    pub widened: Vec<String>,
+}
+
+/// The change from `current` to `evolved` (a schema grown from it by
+/// [`EvolvingSchema`]).
+pub fn schema_change(current: &Schema, evolved: &Schema) -> SchemaChange {
+    let mut change = SchemaChange::default();
+    diff_fields(
+        current.as_struct().fields(),
+        evolved.as_struct().fields(),
+        None,
+        &mut change,
+    );
+    change
+}
+
+fn diff_fields(
+    current: &[NestedFieldRef],
+    evolved: &[NestedFieldRef],
+    parent: Option<&str>,
+    change: &mut SchemaChange,
+) {
+    for field in evolved {
+        let full_name = match parent {
+            Some(parent) => format!("{parent}.{}", field.name),
+            None => field.name.clone(),
+        };
+        match current.iter().find(|f| f.id == field.id) {
+            None => change.additions.push(Addition {
+                parent: parent.map(str::to_owned),
+                field: field.clone(),
+            }),
+            Some(old) => diff_types(&old.field_type, &field.field_type, &full_name, change),
+        }
+    }
+}
+
+fn diff_types(current: &Type, evolved: &Type, full_name: &str, change: &mut SchemaChange) {
+    match (current, evolved) {
+        (Type::Struct(old), Type::Struct(new)) => {
+            diff_fields(old.fields(), new.fields(), Some(full_name), change)
+        }
+        (Type::List(old), Type::List(new)) => diff_types(
+            &old.element_field.field_type,
+            &new.element_field.field_type,
+            &format!("{full_name}.element"),
+            change,
+        ),
+        (old, new) if old != new => change.widened.push(full_name.to_owned()),
+        _ => {}
+    }
+}
+
+/// Builds the payload columns of values that fit `payload` (the Arrow form of the
+/// table's payload fields, in table order), one row per value.
+pub fn payload_columns(
+    payload: &arrow_schema::SchemaRef,
+    values: &[Map<String, Value>],
+) -> Result<Vec<ArrayRef>, arrow_schema::ArrowError> {
+    if payload.fields().is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut decoder = arrow_json::ReaderBuilder::new(payload.clone())
+        .with_batch_size(values.len().max(1))
+        .build_decoder()?;
+    decoder.serialize(values)?;
+    let batch = decoder
+        .flush()?
+        .unwrap_or_else(|| RecordBatch::new_empty(payload.clone()));
+    Ok(batch.columns().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(text: &str) -> Map<String, Value> {
+        parse_value(Some(text.as_bytes())).unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    fn base() -> Schema {
+        Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "offset", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    fn grown(values: &[&str]) -> (Schema, Vec<Result<(), Rejection>>) {
+        let mut evolving = EvolvingSchema::new(&base(), 1);
+        let results = values.iter().map(|v| evolving.absorb(&object(v))).collect();
+        (
+            evolving.schema(1).unwrap_or_else(|e| unreachable!("{e}")),
+            results,
+        )
+    }
+
+    fn column_type(schema: &Schema, name: &str) -> String {
+        schema
+            .field_by_name(name)
+            .map(|f| f.field_type.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn infers_types_adds_fields_and_widens() {
+        let (schema, results) = grown(&[
+            r#"{"id": 1, "name": "a", "price": 2.5, "ok": true, "tags": ["x"], "addr": {"zip": 7}}"#,
+            r#"{"id": 5000000000, "extra": "later", "addr": {"city": "Oslo"}}"#,
+            r#"{"id": "not a number"}"#,
+            r#"{"price": 3}"#,
+            r#"{"empty": [], "nothing": null, "hollow": {}}"#,
+        ]);
+        assert!(results[0].is_ok() && results[1].is_ok() && results[3].is_ok());
+        assert!(results[2].is_err(), "{results:?}");
+        assert_eq!(column_type(&schema, "id"), "long");
+        assert_eq!(column_type(&schema, "name"), "string");
+        assert_eq!(column_type(&schema, "price"), "double");
+        assert_eq!(column_type(&schema, "ok"), "boolean");
+        assert_eq!(column_type(&schema, "extra"), "string");
+        assert!(column_type(&schema, "tags").starts_with("list"));
+        assert!(schema.field_by_name("addr.zip").is_some());
+        assert!(schema.field_by_name("addr.city").is_some());
+        for absent in ["empty", "nothing", "hollow"] {
+            assert!(schema.field_by_name(absent).is_none(), "{absent}");
+        }
+        // Ids are unique and new ones lie above the table's.
+        let mut ids: Vec<i32> = (1..=schema.highest_field_id())
+            .filter(|id| schema.field_by_id(*id).is_some())
+            .collect();
+        let count = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), count);
+    }
+
+    #[test]
+    fn rejects_what_cannot_be_reconciled() {
+        let reason = |schema_values: &[&str], value: &str| {
+            let mut evolving = EvolvingSchema::new(&base(), 1);
+            for v in schema_values {
+                let _ = evolving.absorb(&object(v));
+            }
+            match parse_value(Some(value.as_bytes())) {
+                Err(e) => e.0,
+                Ok(v) => evolving.absorb(&v).err().map(|e| e.0).unwrap_or_default(),
+            }
+        };
+        assert!(reason(&[], "not json").contains("not JSON"));
+        assert!(reason(&[], "{\"a\": 1,}").contains("at byte 8"));
+        assert!(reason(&[], "[1, 2]").contains("array, not an object"));
+        assert!(reason(&[r#"{"n": 1}"#], r#"{"n": 1.5}"#).contains("not an integer"));
+        assert!(reason(&[r#"{"s": "x"}"#], r#"{"s": 1}"#).contains("does not fit"));
+        assert!(reason(&[], r#"{"big": 18446744073709551615}"#).contains("beyond"));
+        assert!(reason(&[r#"{"l": [1]}"#], r#"{"l": ["x"]}"#).contains("l[]"));
+        assert_eq!(reason(&[r#"{"n": 1}"#], r#"{"n": 2}"#), "");
+    }
+
+    #[test]
+    fn declared_narrow_columns_widen_and_changes_are_listed() {
+        let declared = Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "n", Type::Primitive(PrimitiveType::Int)).into(),
+                NestedField::optional(2, "f", Type::Primitive(PrimitiveType::Float)).into(),
+            ])
+            .build()
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        let value = object(r#"{"n": 3000000000, "f": 1e300, "s": {"x": [1]}}"#);
+        let mut evolving = EvolvingSchema::new(&declared, 2);
+        assert_eq!(evolving.absorb(&value), Ok(()));
+        let evolved = evolving.schema(1).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(column_type(&evolved, "n"), "long");
+        assert_eq!(column_type(&evolved, "f"), "double");
+        let change = schema_change(&declared, &evolved);
+        assert_eq!(change.widened, vec!["n".to_owned(), "f".to_owned()]);
+        assert_eq!(change.additions.len(), 1);
+        assert_eq!(change.additions[0].parent, None);
+        assert_eq!(change.additions[0].field.name, "s");
+        let mut strict = EvolvingSchema::new(&declared, 2).without_widening();
+        let refused = strict.absorb(&value).err().map(|e| e.0).unwrap_or_default();
+        assert!(refused.contains("overflows column n"), "{refused}");
+        assert!(!strict.changed());
+        // A field added inside an existing struct is listed under its parent.
+        let mut nested = EvolvingSchema::new(&evolved, 10);
+        assert_eq!(nested.absorb(&object(r#"{"s": {"y": true}}"#)), Ok(()));
+        let grown = nested.schema(2).unwrap_or_else(|e| unreachable!("{e}"));
+        let change = schema_change(&evolved, &grown);
+        assert_eq!(change.additions[0].parent.as_deref(), Some("s"));
+        assert_eq!(change.additions[0].field.name, "y");
+    }
+
+    #[test]
+    fn metadata_names_are_renamed() {
+        let value = object(r#"{"offset": 1, "value_offset": 2, "name": "x"}"#);
+        let names: Vec<&str> = value.keys().map(String::as_str).collect();
+        assert!(names.contains(&"value_offset") && names.contains(&"value_value_offset"));
+        assert!(names.contains(&"name"));
+        let (schema, results) = grown(&[r#"{"offset": 1, "timestamp": "t"}"#]);
+        assert!(results[0].is_ok());
+        assert_eq!(column_type(&schema, "value_offset"), "long");
+        assert_eq!(column_type(&schema, "offset"), "long");
+    }
+
+    #[test]
+    fn fitting_values_become_arrow_columns() {
+        let (schema, _) = grown(&[r#"{"id": 1, "tags": ["a"], "addr": {"zip": 7}}"#]);
+        let payload = Schema::builder()
+            .with_fields(
+                schema
+                    .as_struct()
+                    .fields()
+                    .iter()
+                    .filter(|f| f.name != "offset")
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            )
+            .build()
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        let arrow = crate::table::arrow_schema(&payload).unwrap_or_else(|e| unreachable!("{e}"));
+        let values = vec![
+            object(r#"{"id": 2, "tags": ["b", null], "addr": {"zip": 9}}"#),
+            object(r#"{"unknown": null, "hollow": []}"#),
+        ];
+        for value in &values {
+            assert_eq!(fits(&schema, value), Ok(()));
+        }
+        assert!(fits(&schema, &object(r#"{"id": "text"}"#)).is_err());
+        assert!(fits(&schema, &object(r#"{"new": 1}"#)).is_err());
+        let columns = payload_columns(&arrow, &values).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(columns.len(), 3);
+        assert_eq!(columns[0].len(), 2);
+        for column in &columns {
+            assert!(column.is_null(1), "{column:?}");
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! `--value-format json` end to end on the embedded default: JSON order events (with
+//! tombstones, empty and binary values among them) become typed columns that pyiceberg
+//! reads back equal to the JSON fields; fields that appear only in later segments are
+//! added as new columns when those segments arrive; every value that is not a JSON
+//! object lands in `<table>__dlq` with its raw bytes, position and reason; and the
+//! table plus its dead-letter table hold every encoded offset exactly once, across a
+//! rerun too (`tests/python/check_json_values.py`).
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+use support::{files_under, kfs, repo, succeed, tempdir, write_expected};
+
+/// Checks the JSON table in `warehouse` against the records encoded under `source`;
+/// returns the facts of topic `orders`'s table.
+fn check(warehouse: &Path, source: &Path) -> Value {
+    let out = succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/python/check_json_values.py"))
+            .arg("--warehouse")
+            .arg(warehouse)
+            .arg("--expected")
+            .arg(source),
+        "check_json_values.py",
+    );
+    let facts: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("check_json_values.py output: {e}"));
+    println!("check_json_values: {facts}");
+    let table = facts["orders"].clone();
+    assert!(table.is_object(), "{facts}");
+    assert_eq!(
+        table["dead_letters"], table["expected_dead_letters"],
+        "{table}"
+    );
+    assert!(table["dead_letters"].as_u64() > Some(0), "{table}");
+    assert_eq!(
+        table["rows"].as_u64().unwrap_or(0) + table["dead_letters"].as_u64().unwrap_or(0),
+        table["offsets"].as_u64().unwrap_or(u64::MAX),
+        "{table}"
+    );
+    table
+}
+
+fn run(source: &Path, warehouse: &Path) {
+    succeed(
+        kfs()
+            .args(["run", "--quiet", "--value-format", "json", "--source"])
+            .arg(source)
+            .arg("--warehouse")
+            .arg(warehouse),
+        "run --value-format json",
+    );
+}
+
+/// Copies the first `count` segments of every partition under `from` (with their
+/// index and expected records) into `to`.
+fn copy_first_segments(from: &Path, to: &Path, count: usize) {
+    let mut segments: Vec<_> = files_under(from)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "kfs"))
+        .collect();
+    segments.sort();
+    let mut per_partition = std::collections::BTreeMap::<_, usize>::new();
+    for segment in segments {
+        let partition = segment.parent().map(Path::to_path_buf);
+        let taken = per_partition.entry(partition).or_default();
+        if *taken >= count {
+            continue;
+        }
+        *taken += 1;
+        let stem = segment.to_string_lossy().replace(".kfs", "");
+        for suffix in [".kfs", ".index", ".expected.jsonl"] {
+            let file = Path::new(&format!("{stem}{suffix}")).to_path_buf();
+            let relative = file.strip_prefix(from).unwrap_or_else(|e| panic!("{e}"));
+            let target = to.join(relative);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+            }
+            std::fs::copy(&file, &target).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        }
+    }
+}
+
+#[test]
+fn json_values_become_typed_columns_that_grow_with_a_dead_letter_table_for_the_rest() {
+    let dir = tempdir();
+    let source = dir.path().join("bucket");
+    // 2 partitions × 4 segments × 300 records; the last two segments of each
+    // partition carry `channel` and `shipping` too.
+    succeed(
+        kfs().arg("gen").arg("--out").arg(&source).args([
+            "--topics",
+            "1",
+            "--segments",
+            "4",
+            "--records",
+            "300",
+            "--later-fields",
+        ]),
+        "gen",
+    );
+    write_expected(&source);
+    let early = dir.path().join("early");
+    copy_first_segments(&source, &early, 2);
+    let warehouse = dir.path().join("wh");
+
+    // The first segments: the columns of the first events.
+    run(&early, &warehouse);
+    let first = check(&warehouse, &early);
+    let columns = &first["columns"];
+    assert_eq!(columns["order_id"], "long", "{first}");
+    assert_eq!(columns["amount"], "double", "{first}");
+    assert_eq!(columns["customer"], "string", "{first}");
+    assert!(
+        columns["items"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("list<struct<")),
+        "{first}"
+    );
+    assert!(columns.get("channel").is_none(), "{first}");
+
+    // The rest arrive: their new fields become new columns, null for the older rows.
+    run(&source, &warehouse);
+    let all = check(&warehouse, &source);
+    let columns = &all["columns"];
+    assert_eq!(columns["channel"], "string", "{all}");
+    assert!(
+        columns["shipping"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("struct<")),
+        "{all}"
+    );
+    assert!(all["schemas"].as_u64() >= Some(2), "{all}");
+
+    // A rerun adds nothing.
+    run(&source, &warehouse);
+    let again = check(&warehouse, &source);
+    assert_eq!(again, all);
+}
+
+#[test]
+fn an_unknown_value_format_is_refused() {
+    let dir = tempdir();
+    let output = support::output_of(
+        kfs()
+            .args(["run", "--quiet", "--value-format", "avro", "--source"])
+            .arg(dir.path())
+            .arg("--warehouse")
+            .arg(dir.path().join("wh")),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("--value-format") && stderr.contains("expected raw or json"),
+        "{stderr}"
+    );
+}
