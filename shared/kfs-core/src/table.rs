@@ -16,6 +16,11 @@
 //! lossy JSON string; `timestamp` makes time partitioning and time queries natural.
 //! Ids are numbered breadth-first, the way Iceberg reassigns them on table creation,
 //! so they survive unchanged.
+//!
+//! A JSON table (`kfs.value-format` = `json`) has the same columns without `value`
+//! (`headers` 7, `timestamp` 8, the header fields 9-11), plus one column per field of
+//! its values, added as they appear ([`crate::json_values`]). Its dead-letter table
+//! `<table>__dlq` has the raw table's columns plus `error` and `segment`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -422,6 +422,8 @@ fn permanent(e: impl std::fmt::Display) -> TickError {
 /// One process of a deployment whose catalog and ledger (SQLite) and warehouse live in
 /// `dir`: its own connections, every one of its side effects under `faults`.
 pub struct Process<'a> {
+    /// How tables are named and laid out (new tables only).
+    pub naming: TableNaming,
     pub source: FaultySource<'a>,
     pub catalog: FaultyCatalog,
     pub swap: FaultySwap,
@@ -452,6 +454,7 @@ impl<'a> Process<'a> {
             .await
             .map_err(|e| e.to_string())?;
         Ok(Self {
+            naming: TableNaming::default(),
             source: FaultySource {
                 inner: source,
                 faults: faults.clone(),
@@ -483,6 +486,7 @@ impl<'a> Process<'a> {
         let hook: Arc<dyn FailpointHook> = self.faults.clone();
         failpoint::scoped(hook, async {
             let config = PipelineConfig {
+                naming: self.naming.clone(),
                 etcd: read_etcd(&self.faults, etcd),
                 crosscheck,
                 ..PipelineConfig::default()
@@ -546,7 +550,7 @@ impl<'a> Process<'a> {
             ConverterSettings {
                 bucket: BUCKET.into(),
                 prefix: String::new(),
-                naming: TableNaming::default(),
+                naming: self.naming.clone(),
                 limits: Default::default(),
                 concurrency: 2,
             },
@@ -618,11 +622,21 @@ pub fn segment(base: i64) -> Result<Vec<u8>, kfs_segment::EncodeError> {
             offset,
             timestamp_ms: 1_700_000_000_000 + offset,
             key: Some(format!("k{offset}").into_bytes()),
-            value: Some(format!("v{offset}").into_bytes()),
+            value: Some(value(offset).into_bytes()),
             headers: vec![],
         })
         .collect();
     Ok(encode_segment(&[BatchSpec::new(records, Compression::Snappy)], 1)?.kfs)
+}
+
+/// The value of the record at `offset`: a JSON object, except at every third offset
+/// (which a JSON table sends to its dead-letter table).
+pub fn value(offset: i64) -> String {
+    if offset % 3 == 0 {
+        format!("v{offset}")
+    } else {
+        format!("{{\"n\":{offset},\"even\":{}}}", offset % 2 == 0)
+    }
 }
 
 /// Uploads segment `index` of `partition` (its `.kfs` and `.index`), as the broker does.
