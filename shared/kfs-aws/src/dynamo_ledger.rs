@@ -156,14 +156,7 @@ fn to_item(entry: &LedgerEntry) -> Result<Item, LedgerError> {
     if let EntryState::Quarantined { error } | EntryState::Skipped { error } = &entry.state {
         item.insert("error_text".into(), s(error));
     }
-    let dead_letters = entry
-        .dead_letters
-        .to_stored()
-        .map_err(|e| LedgerError::Corrupt {
-            segment: entry.segment.clone(),
-            reason: e.to_string(),
-        })?;
-    if let Some(dead_letters) = dead_letters {
+    if let Some(dead_letters) = entry.dead_letters.to_stored(&entry.segment)? {
         item.insert("dead_letters".into(), s(&dead_letters));
     }
     Ok(item)
@@ -208,8 +201,7 @@ fn from_item(item: &Item) -> Result<LedgerEntry, LedgerError> {
     };
     let data_files: Vec<String> =
         serde_json::from_str(&text("data_files")?).map_err(|e| corrupt(e.to_string()))?;
-    let dead_letters = DeadLetters::from_stored(text("dead_letters").ok().as_deref())
-        .map_err(|e| corrupt(format!("dead_letters: {e}")))?;
+    let dead_letters = DeadLetters::from_stored(text("dead_letters").ok().as_deref(), &segment)?;
     Ok(LedgerEntry {
         dead_letters,
         etag: text("etag")?,

@@ -399,29 +399,12 @@ pub async fn commit_table(
         if let Some(newest) = newest {
             properties.insert(MAX_TIMESTAMP_KEY.to_owned(), newest.to_string());
         }
-        let tx = Transaction::new(&table);
-        let tx = tx
-            .fast_append()
-            // The duplicate-path check reads every manifest of the table on every
-            // commit (commit time grows with the table's age). Exactly once does not
-            // rest on it: the plan starts at the watermarks of the snapshot the commit
-            // is pinned to (below), so a racing commit makes this one conflict.
-            .with_check_duplicate(false)
-            .add_data_files(data_files)
-            .set_snapshot_properties(properties)
-            .apply(tx)
+        let answer_error = pinned_append(catalog, &table, data_files, properties)
+            .await
             .map_err(catalog_error)?;
-        // Pinned: the append must land on the snapshot the plan saw, or not at all.
-        let committed = tx
-            .commit(&crate::table_commit::PinnedCatalog::new(
-                catalog,
-                table.clone(),
-            ))
-            .await;
         // Whatever the answer, the table is the truth: re-read it and look for our commit
         // (the SQL catalog can report success for a swap that did not happen, and an
         // error may hide a commit that did).
-        let answer_error = committed.err();
         table = catalog.load_table(&ident).await.map_err(catalog_error)?;
         if let Some(snapshot_id) = find_commit(&table, &commit_id) {
             let ids: Vec<String> = plan.take.iter().map(|s| s.id.clone()).collect();
@@ -445,18 +428,51 @@ pub async fn commit_table(
         }
         match answer_error {
             // Someone else committed first, or the swap silently failed: re-plan.
-            None => {}
-            Some(e)
-                if e.kind() == ErrorKind::CatalogCommitConflicts
-                    || e.kind() == ErrorKind::DataInvalid => {}
-            Some(e) if e.retryable() => {}
-            Some(e) => return Err(catalog_error(e)),
+            Some(e) if !replannable(&e) => return Err(catalog_error(e)),
+            _ => {}
         }
     }
     Err(CommitError::Contended {
         table: table_name,
         attempts: settings.max_attempts,
     })
+}
+
+/// Appends `files` with the summary `properties` on the snapshot `table` is at, or
+/// not at all; returns the catalog's answer, which the caller checks against the
+/// table (an error may hide a commit that landed, and a success a swap that did not).
+async fn pinned_append(
+    catalog: &dyn Catalog,
+    table: &Table,
+    files: Vec<iceberg::spec::DataFile>,
+    properties: HashMap<String, String>,
+) -> Result<Option<iceberg::Error>, iceberg::Error> {
+    let tx = Transaction::new(table);
+    let tx = tx
+        .fast_append()
+        // The duplicate-path check reads every manifest of the table on every commit
+        // (commit time grows with the table's age). Exactly once does not rest on it:
+        // the plan starts at the watermarks of the snapshot the commit is pinned to,
+        // so a racing commit makes this one conflict.
+        .with_check_duplicate(false)
+        .add_data_files(files)
+        .set_snapshot_properties(properties)
+        .apply(tx)?;
+    Ok(tx
+        .commit(&crate::table_commit::PinnedCatalog::new(
+            catalog,
+            table.clone(),
+        ))
+        .await
+        .err())
+}
+
+/// Whether a commit that did not land may be planned again and retried: a conflict,
+/// a failed requirement, or a retryable failure.
+fn replannable(error: &iceberg::Error) -> bool {
+    error.kind() == ErrorKind::CatalogCommitConflicts
+        || error.kind() == ErrorKind::DataInvalid
+        || error.retryable()
 }
 
 /// Commits the dead letters of the segments `plan` takes to the table's dead-letter
@@ -524,31 +540,16 @@ async fn commit_dead_letters(
         }
         let mut summary = dead_letters.summary(topic, &[]);
         summary.commit_id = commit_id.to_owned();
-        let tx = Transaction::new(&table);
-        let tx = tx
-            .fast_append()
-            .with_check_duplicate(false)
-            .add_data_files(files)
-            .set_snapshot_properties(summary.properties())
-            .apply(tx)
+        let answer_error = pinned_append(catalog, &table, files, summary.properties())
+            .await
             .map_err(catalog_error)?;
-        let committed = tx
-            .commit(&crate::table_commit::PinnedCatalog::new(
-                catalog,
-                table.clone(),
-            ))
-            .await;
         table = catalog.load_table(&ident).await.map_err(catalog_error)?;
         if find_commit(&table, commit_id).is_some() {
             return Ok(());
         }
-        match committed.err() {
-            None => {}
-            Some(e)
-                if e.kind() == ErrorKind::CatalogCommitConflicts
-                    || e.kind() == ErrorKind::DataInvalid
-                    || e.retryable() => {}
-            Some(e) => return Err(catalog_error(e)),
+        match answer_error {
+            Some(e) if !replannable(&e) => return Err(catalog_error(e)),
+            _ => {}
         }
     }
     Err(CommitError::Contended {

@@ -103,17 +103,27 @@ impl DeadLetters {
         self.files.is_empty()
     }
 
-    /// As stored (JSON), `None` when empty.
-    pub fn to_stored(&self) -> Result<Option<String>, serde_json::Error> {
+    /// As stored (JSON) for the entry of `segment`, `None` when empty.
+    pub fn to_stored(&self, segment: &str) -> Result<Option<String>, LedgerError> {
         if self.is_empty() {
             return Ok(None);
         }
-        serde_json::to_string(self).map(Some)
+        serde_json::to_string(self)
+            .map(Some)
+            .map_err(|e| LedgerError::Corrupt {
+                segment: segment.to_owned(),
+                reason: format!("dead_letters: {e}"),
+            })
     }
 
-    /// From the stored form (absent: empty).
-    pub fn from_stored(stored: Option<&str>) -> Result<Self, serde_json::Error> {
-        stored.map_or(Ok(Self::default()), serde_json::from_str)
+    /// From the stored form of the entry of `segment` (absent: empty).
+    pub fn from_stored(stored: Option<&str>, segment: &str) -> Result<Self, LedgerError> {
+        stored
+            .map_or(Ok(Self::default()), serde_json::from_str)
+            .map_err(|e| LedgerError::Corrupt {
+                segment: segment.to_owned(),
+                reason: format!("dead_letters: {e}"),
+            })
     }
 }
 
@@ -453,8 +463,7 @@ impl SqliteLedger {
         let data_files: Vec<String> =
             serde_json::from_str(&data_files).map_err(|e| corrupt(e.to_string()))?;
         let dead_letters: Option<String> = row.try_get("dead_letters")?;
-        let dead_letters = DeadLetters::from_stored(dead_letters.as_deref())
-            .map_err(|e| corrupt(format!("dead_letters: {e}")))?;
+        let dead_letters = DeadLetters::from_stored(dead_letters.as_deref(), &segment)?;
         Ok(LedgerEntry {
             dead_letters,
             etag: row.try_get("etag")?,
@@ -496,13 +505,7 @@ impl Ledger for SqliteLedger {
                 segment: entry.segment.clone(),
                 reason: e.to_string(),
             })?;
-        let dead_letters = entry
-            .dead_letters
-            .to_stored()
-            .map_err(|e| LedgerError::Corrupt {
-                segment: entry.segment.clone(),
-                reason: e.to_string(),
-            })?;
+        let dead_letters = entry.dead_letters.to_stored(&entry.segment)?;
         let result = sqlx::query(
             "INSERT INTO ledger (segment, etag, table_name, topic, partition_id, base_offset, last_offset, records, bytes,
                                  data_files, state, snapshot_id, error, created_ms, updated_ms, dead_letters)
