@@ -195,6 +195,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     let report = run_once(
         &source,
         &embedded.catalog,
+        &embedded.swap,
         &embedded.ledger,
         &config,
         &on_progress,

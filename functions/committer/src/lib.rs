@@ -4,18 +4,15 @@
 //! (tables concurrently), then publish the backlog metrics the alarms watch.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iceberg::Catalog;
-use kfs_core::catalog::{S3Settings, table_ident};
+use kfs_core::catalog::{CatalogHandle, S3Settings, table_ident};
 use kfs_core::etcd::read_etcd;
 use kfs_core::ledger::{EntryState, Ledger};
 use kfs_core::maintenance::{MaintenancePolicy, MaintenanceSummary, maintain_table};
 use kfs_core::metrics::MetricSet;
 use kfs_core::pipeline::{PipelineConfig, PipelineError, run_once};
 use kfs_core::source::SegmentSource;
-use kfs_core::table_commit::TableSwap;
 use kfs_plan::shard::Shard;
 use serde_json::{Value, json};
 
@@ -23,8 +20,8 @@ use serde_json::{Value, json};
 pub struct Committer<S, L> {
     /// Segment source (rooted at the segment prefix).
     pub source: S,
-    /// Iceberg catalog.
-    pub catalog: Arc<dyn Catalog>,
+    /// Iceberg catalog, with its pointer swap (schema changes, replace snapshots).
+    pub catalog: CatalogHandle,
     /// Ledger.
     pub ledger: L,
     /// Pass settings (`deadline` and `etcd` are set per invocation).
@@ -37,8 +34,6 @@ pub struct Committer<S, L> {
 
 /// What the committer needs to maintain tables.
 pub struct Maintenance {
-    /// The catalog's pointer swap (replace snapshots).
-    pub swap: Arc<dyn TableSwap>,
     /// When and what to maintain.
     pub policy: MaintenancePolicy,
     /// Storage settings (listing table locations for orphans).
@@ -107,7 +102,8 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
     };
     let report = run_once(
         &committer.source,
-        committer.catalog.as_ref(),
+        committer.catalog.catalog.as_ref(),
+        committer.catalog.swap.as_ref(),
         &committer.ledger,
         &config,
         &|_| {},
@@ -320,8 +316,8 @@ async fn maintain<S: SegmentSource, L: Ledger>(
             continue;
         };
         let result = maintain_table(
-            committer.catalog.as_ref(),
-            maintenance.swap.as_ref(),
+            committer.catalog.catalog.as_ref(),
+            committer.catalog.swap.as_ref(),
             &committer.ledger,
             &maintenance.s3,
             &table_ident(&name),

@@ -25,7 +25,7 @@ async fn main() -> Result<(), Error> {
     let handle = env.catalog_handle().await?;
     let committer = std::sync::Arc::new(Committer {
         source: env.source()?,
-        catalog: handle.catalog,
+        catalog: handle,
         ledger: env.ledger().await,
         config: PipelineConfig {
             naming: env.naming.clone(),
@@ -40,7 +40,6 @@ async fn main() -> Result<(), Error> {
         },
         etcd_endpoints: env.etcd_endpoints.clone(),
         maintenance: env.maintenance.clone().map(|policy| Maintenance {
-            swap: handle.swap,
             policy,
             s3: env.s3.clone(),
         }),

@@ -9,10 +9,8 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iceberg::Catalog;
 use kfs_aws::function_env::FunctionEnv;
 use kfs_testkit::rest_catalog::{RestCatalogServer, RestServerConfig};
 
@@ -126,7 +124,6 @@ async fn deliver_commit_and_read_back(
     catalogs: CatalogHandle,
     reader_args: &[String],
 ) -> usize {
-    let catalog: Arc<dyn Catalog> = catalogs.catalog.clone();
     let etcd = Etcd::start();
     let bucket = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let generated = std::process::Command::new("python3")
@@ -165,7 +162,7 @@ async fn deliver_commit_and_read_back(
         &json!({"Topics": snapshot}).to_string(),
     );
 
-    let converter = stack.converter(catalog.clone(), 4);
+    let converter = stack.converter(catalogs.clone(), 4);
     // Events for every object, in reverse order, the first third delivered twice, and
     // the events of every fifth segment file dropped.
     let mut announced: Vec<&String> = keys
@@ -190,7 +187,7 @@ async fn deliver_commit_and_read_back(
 
     let committer = Committer {
         source: stack.source(),
-        catalog: catalog.clone(),
+        catalog: catalogs.clone(),
         ledger: stack.ledger(),
         config: PipelineConfig {
             max_conversions: Some(1000),
@@ -199,7 +196,6 @@ async fn deliver_commit_and_read_back(
         },
         etcd_endpoints: vec![etcd.endpoint.clone()],
         maintenance: Some(Maintenance {
-            swap: catalogs.swap.clone(),
             policy: MaintenancePolicy::default(),
             s3: stack.s3.clone(),
         }),

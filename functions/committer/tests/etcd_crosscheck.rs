@@ -37,7 +37,7 @@ async fn etcd_confirms_holds_and_stops() {
         "default/orders/0/segment-00000000000000000010",
         &sample_segment(10, 10, b'b'),
     );
-    let catalog = stack.catalog().await;
+    let catalog = stack.catalog_handle().await;
     let committer = Committer {
         source: stack.source(),
         catalog: catalog.clone(),
@@ -73,7 +73,7 @@ async fn etcd_confirms_holds_and_stops() {
         "{tick}"
     );
     assert_eq!(
-        table_contents(catalog.as_ref(), "kafscale.orders").await,
+        table_contents(catalog.catalog.as_ref(), "kafscale.orders").await,
         (10, 1)
     );
 
@@ -88,7 +88,7 @@ async fn etcd_confirms_holds_and_stops() {
         "{tick}"
     );
     assert_eq!(
-        table_contents(catalog.as_ref(), "kafscale.orders").await,
+        table_contents(catalog.catalog.as_ref(), "kafscale.orders").await,
         (20, 2)
     );
 
@@ -108,7 +108,7 @@ async fn etcd_confirms_holds_and_stops() {
         "{tick}"
     );
     assert_eq!(
-        table_contents(catalog.as_ref(), "kafscale.orders").await,
+        table_contents(catalog.catalog.as_ref(), "kafscale.orders").await,
         (20, 2)
     );
     assert_eq!(
@@ -132,7 +132,7 @@ async fn etcd_confirms_holds_and_stops() {
         "{tick}"
     );
     assert_eq!(
-        table_contents(catalog.as_ref(), "kafscale.orders").await,
+        table_contents(catalog.catalog.as_ref(), "kafscale.orders").await,
         (20, 2)
     );
 }

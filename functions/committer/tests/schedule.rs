@@ -53,7 +53,7 @@ async fn the_schedule_commits_announced_and_swept_segments_exactly_once() {
         .map(|(k, v)| (k.as_str(), v.as_slice()))
         .collect();
     stack.put(&refs);
-    let catalog = stack.catalog().await;
+    let catalog = stack.catalog_handle().await;
     // Two segments arrive through the converter; the events of the others were dropped.
     let converter = stack.converter(catalog.clone(), 2);
     let announced = json!({"Records": [
@@ -104,11 +104,11 @@ async fn the_schedule_commits_announced_and_swept_segments_exactly_once() {
         "{tick}"
     );
     assert_eq!(
-        table_contents(catalog.as_ref(), "kafscale.orders").await,
+        table_contents(catalog.catalog.as_ref(), "kafscale.orders").await,
         (35, 4)
     );
     assert_eq!(
-        table_contents(catalog.as_ref(), "kafscale.clicks").await,
+        table_contents(catalog.catalog.as_ref(), "kafscale.clicks").await,
         (7, 1)
     );
     assert!(
@@ -126,7 +126,7 @@ async fn the_schedule_commits_announced_and_swept_segments_exactly_once() {
     assert_eq!(again["swept"], 0, "{again}");
     assert_eq!(again["tables"], json!({}), "{again}");
     assert_eq!(
-        table_contents(catalog.as_ref(), "kafscale.orders").await,
+        table_contents(catalog.catalog.as_ref(), "kafscale.orders").await,
         (35, 4)
     );
 }
@@ -169,7 +169,7 @@ async fn sharded_ticks_cover_every_topic_once_and_late_segments_are_quarantined(
         .map(|(k, v)| (k.as_str(), v.as_slice()))
         .collect();
     stack.put(&refs);
-    let catalog = stack.catalog().await;
+    let catalog = stack.catalog_handle().await;
     let committer = Committer {
         source: stack.source(),
         catalog: catalog.clone(),
@@ -204,7 +204,7 @@ async fn sharded_ticks_cover_every_topic_once_and_late_segments_are_quarantined(
     for topic in topics {
         let expected = if topic == "orders" { 25 } else { 20 };
         assert_eq!(
-            table_contents(catalog.as_ref(), &format!("kafscale.{topic}"))
+            table_contents(catalog.catalog.as_ref(), &format!("kafscale.{topic}"))
                 .await
                 .0,
             expected,
@@ -259,7 +259,9 @@ async fn sharded_ticks_cover_every_topic_once_and_late_segments_are_quarantined(
         "{error}"
     );
     assert_eq!(
-        table_contents(catalog.as_ref(), "kafscale.orders").await.0,
+        table_contents(catalog.catalog.as_ref(), "kafscale.orders")
+            .await
+            .0,
         25
     );
 }

@@ -15,7 +15,7 @@ async fn main() -> Result<(), Error> {
     let env = FunctionEnv::from_env()?;
     let service = Arc::new(ConverterService::new(
         env.source()?,
-        env.catalog().await?,
+        env.catalog_handle().await?,
         env.ledger().await,
         ConverterSettings {
             bucket: env.bucket.clone(),

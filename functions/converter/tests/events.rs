@@ -26,7 +26,7 @@ async fn every_sample_event_through_the_handler() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let stack = LocalStack::start();
     let ledger = stack.ledger();
-    let service = stack.converter(stack.catalog().await, 4);
+    let service = stack.converter(stack.catalog_handle().await, 4);
     let a = "default/orders/0/segment-00000000000000000000";
     let seg_a = sample_segment(0, 10, b'a');
     let seg_b = sample_segment(10, 10, b'b');

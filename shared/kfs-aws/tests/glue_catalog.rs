@@ -16,7 +16,8 @@ use kfs_testkit::{LocalStack, sample_segment, table_contents};
 #[tokio::test(flavor = "multi_thread")]
 async fn glue_tables_take_commits_with_the_offset_map() {
     let stack = LocalStack::start();
-    let catalog = stack.glue_catalog().await;
+    let handle = stack.glue_catalog_handle().await;
+    let catalog = handle.catalog.clone();
     let ledger = stack.ledger();
     let source = stack.source();
     let name = TableNaming::default().table_for("orders");
@@ -47,7 +48,7 @@ async fn glue_tables_take_commits_with_the_offset_map() {
             modified_ms: None,
         };
         ingest_segment(
-            catalog.as_ref(),
+            handle.access(),
             &source,
             &target,
             &ledger,

@@ -301,6 +301,26 @@ pub struct CatalogHandle {
     pub swap: Arc<dyn TableSwap>,
 }
 
+impl CatalogHandle {
+    /// The catalog and its swap, borrowed.
+    pub fn access(&self) -> CatalogAccess<'_> {
+        CatalogAccess {
+            catalog: self.catalog.as_ref(),
+            swap: self.swap.as_ref(),
+        }
+    }
+}
+
+/// A catalog with its pointer swap, borrowed: what converting into a table needs (the
+/// swap changes a JSON table's schema).
+#[derive(Clone, Copy)]
+pub struct CatalogAccess<'a> {
+    /// The catalog.
+    pub catalog: &'a dyn Catalog,
+    /// Its pointer swap.
+    pub swap: &'a dyn TableSwap,
+}
+
 /// Opens the configured catalog and its pointer swap.
 pub async fn open_catalog_handle(
     kind: &CatalogKind,
@@ -445,42 +465,23 @@ pub async fn ensure_dead_letter_table(
     .await
 }
 
-/// Adds to `table` the columns `evolved` (its schema `current` grown by JSON values)
-/// has: one schema change, which fails if the table's schema is no longer `current`.
-/// Widening a column cannot go through the catalog's schema update: values that would
-/// need it are rejected before ([`crate::json_values::EvolvingSchema::without_widening`]).
-pub async fn add_columns(
-    catalog: &dyn Catalog,
+/// Makes `evolved` (the table's current schema grown by JSON values: columns added,
+/// int widened to long, float to double) the table's current schema, through the
+/// catalog's pointer swap; fails if the table's schema changed meanwhile.
+pub async fn evolve_schema(
+    swap: &dyn TableSwap,
     table: &Table,
-    current: &iceberg::spec::Schema,
-    evolved: &iceberg::spec::Schema,
+    evolved: iceberg::spec::Schema,
 ) -> iceberg::Result<Table> {
-    use iceberg::transaction::AddColumn;
-    let change = crate::json_values::schema_change(current, evolved);
-    if !change.widened.is_empty() {
-        return Err(iceberg::Error::new(
-            ErrorKind::FeatureUnsupported,
-            format!("widening columns {}", change.widened.join(", ")),
-        ));
-    }
-    if change.additions.is_empty() {
-        return Ok(table.clone());
-    }
-    let tx = Transaction::new(table);
-    let mut action = tx.update_schema();
-    for addition in change.additions {
-        let field = &addition.field;
-        let column = match addition.parent {
-            Some(parent) => AddColumn::builder()
-                .parent(parent)
-                .name(field.name.clone())
-                .field_type(field.field_type.as_ref().clone())
-                .build(),
-            None => AddColumn::optional(field.name.clone(), field.field_type.as_ref().clone()),
-        };
-        action = action.add_column(column);
-    }
-    action.apply(tx)?.commit(catalog).await
+    let requirements = vec![iceberg::TableRequirement::CurrentSchemaIdMatch {
+        current_schema_id: table.metadata().current_schema_id(),
+    }];
+    let updates = vec![
+        iceberg::TableUpdate::AddSchema { schema: evolved },
+        // -1: the schema just added.
+        iceberg::TableUpdate::SetCurrentSchema { schema_id: -1 },
+    ];
+    swap.commit(table, requirements, updates).await
 }
 
 /// Loads `name`, creating its namespace and the table (as `creation` says) on first

@@ -769,9 +769,7 @@ pub fn scan_json_segment(
     schema: &iceberg::spec::Schema,
     last_column_id: i32,
 ) -> Result<JsonScan, ConvertError> {
-    // Columns are added through the catalog's schema update, which cannot widen one.
-    let mut evolving =
-        crate::json_values::EvolvingSchema::new(schema, last_column_id).without_widening();
+    let mut evolving = crate::json_values::EvolvingSchema::new(schema, last_column_id);
     let mut rejected = 0u64;
     decode_records(segment, key, limits, |records| {
         for record in records {

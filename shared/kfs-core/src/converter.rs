@@ -3,10 +3,8 @@
 //! objects as they are now (both files of the segment present, their current ETag) and
 //! on the ledger, so duplicated, reordered and stale events change nothing.
 
-use std::sync::Arc;
-
+use crate::catalog::CatalogHandle;
 use futures::StreamExt;
-use iceberg::Catalog;
 use kfs_plan::events::ObjectCreated;
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
@@ -76,19 +74,15 @@ pub enum ObjectOutcome {
 /// The converter service.
 pub struct ConverterService<S, L> {
     source: S,
-    catalog: Arc<dyn Catalog>,
+    catalog: CatalogHandle,
     ledger: L,
     settings: ConverterSettings,
 }
 
 impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
-    /// A service over a source rooted at the segment prefix, a catalog and a ledger.
-    pub fn new(
-        source: S,
-        catalog: Arc<dyn Catalog>,
-        ledger: L,
-        settings: ConverterSettings,
-    ) -> Self {
+    /// A service over a source rooted at the segment prefix, a catalog (with its
+    /// pointer swap, for schema changes) and a ledger.
+    pub fn new(source: S, catalog: CatalogHandle, ledger: L, settings: ConverterSettings) -> Self {
         Self {
             source,
             catalog,
@@ -148,10 +142,14 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         if let Some(entry) = self.ledger.get(&kfs_key).await? {
             return self.known(entry, kfs.etag.as_deref()).await;
         }
-        let target =
-            TopicTable::open(self.catalog.as_ref(), &self.settings.naming, &key.topic).await?;
+        let target = TopicTable::open(
+            self.catalog.catalog.as_ref(),
+            &self.settings.naming,
+            &key.topic,
+        )
+        .await?;
         let entry = ingest_segment(
-            self.catalog.as_ref(),
+            self.catalog.access(),
             &self.source,
             &target,
             &self.ledger,

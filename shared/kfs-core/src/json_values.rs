@@ -4,7 +4,7 @@
 //! columns of the values that fit.
 //!
 //! Types are inferred as Kafka Connect's Iceberg sink infers them, except that numbers
-//! take the widest type at once: `true`/`false` → boolean, an integer → long, any other
+//! take the widest type at once (so inferred columns never need widening): `true`/`false` → boolean, an integer → long, any other
 //! number → double, a string → string, an object → struct, an array → list (of its
 //! elements' type). A column declared narrower (int, float) is widened (to long,
 //! double) by a value that overflows it.
@@ -126,7 +126,6 @@ pub struct EvolvingSchema {
     fields: Vec<NestedFieldRef>,
     next_id: i32,
     changed: bool,
-    widen: bool,
 }
 
 impl EvolvingSchema {
@@ -136,15 +135,7 @@ impl EvolvingSchema {
             fields: schema.as_struct().fields().to_vec(),
             next_id: last_column_id.max(schema.highest_field_id()) + 1,
             changed: false,
-            widen: true,
         }
-    }
-
-    /// Never widens a column: a value that would need it is rejected instead (for a
-    /// catalog through which only columns can be added).
-    pub fn without_widening(mut self) -> Self {
-        self.widen = false;
-        self
     }
 
     /// Takes in a value's fields: adds the columns it needs and widens the ones it
@@ -153,16 +144,6 @@ impl EvolvingSchema {
     pub fn absorb(&mut self, value: &Map<String, Value>) -> Result<(), Rejection> {
         let mut next_id = self.next_id;
         if let Some(fields) = merge_fields(&self.fields, value, "", &mut next_id)? {
-            if !self.widen {
-                let mut widened = SchemaChange::default();
-                diff_fields(&self.fields, &fields, None, &mut widened);
-                if !widened.widened.is_empty() {
-                    return Err(Rejection(format!(
-                        "the value overflows column {}, and widening a column is not possible here",
-                        widened.widened.join(", ")
-                    )));
-                }
-            }
             self.fields = fields;
             self.next_id = next_id;
             self.changed = true;
@@ -187,11 +168,11 @@ impl EvolvingSchema {
 /// Whether a value fits `schema` as it is: no column to add or widen, and no field
 /// its column cannot take.
 pub fn fits(schema: &Schema, value: &Map<String, Value>) -> Result<(), Rejection> {
-    let mut evolving = EvolvingSchema::new(schema, schema.highest_field_id()).without_widening();
+    let mut evolving = EvolvingSchema::new(schema, schema.highest_field_id());
     evolving.absorb(value)?;
     if evolving.changed() {
         return Err(Rejection(
-            "value needs a column the table's schema does not have".to_owned(),
+            "value needs a column (or a wider one) the table's schema does not have".to_owned(),
         ));
     }
     Ok(())
@@ -389,76 +370,6 @@ fn infer(value: &Value, path: &str, next_id: &mut i32) -> Result<Option<Type>, R
     })
 }
 
-/// A column to add to a table's schema: its parent (the full name of a struct, or of a
-/// list whose elements are structs; `None` at the top) and the field.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Addition {
-    /// Full name of the parent, `None` for a top-level column.
-    pub parent: Option<String>,
-    /// The new field (its ids are placeholders: the catalog assigns fresh ones).
-    pub field: NestedFieldRef,
-}
-
-/// What `evolved` changes of `current`: the columns to add, and the full names of the
-/// columns whose type it widens.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SchemaChange {
-    /// Columns to add.
-    pub additions: Vec<Addition>,
-    /// Columns widened (int → long, float → double).
-    pub widened: Vec<String>,
-}
-
-/// The change from `current` to `evolved` (a schema grown from it by
-/// [`EvolvingSchema`]).
-pub fn schema_change(current: &Schema, evolved: &Schema) -> SchemaChange {
-    let mut change = SchemaChange::default();
-    diff_fields(
-        current.as_struct().fields(),
-        evolved.as_struct().fields(),
-        None,
-        &mut change,
-    );
-    change
-}
-
-fn diff_fields(
-    current: &[NestedFieldRef],
-    evolved: &[NestedFieldRef],
-    parent: Option<&str>,
-    change: &mut SchemaChange,
-) {
-    for field in evolved {
-        let full_name = match parent {
-            Some(parent) => format!("{parent}.{}", field.name),
-            None => field.name.clone(),
-        };
-        match current.iter().find(|f| f.id == field.id) {
-            None => change.additions.push(Addition {
-                parent: parent.map(str::to_owned),
-                field: field.clone(),
-            }),
-            Some(old) => diff_types(&old.field_type, &field.field_type, &full_name, change),
-        }
-    }
-}
-
-fn diff_types(current: &Type, evolved: &Type, full_name: &str, change: &mut SchemaChange) {
-    match (current, evolved) {
-        (Type::Struct(old), Type::Struct(new)) => {
-            diff_fields(old.fields(), new.fields(), Some(full_name), change)
-        }
-        (Type::List(old), Type::List(new)) => diff_types(
-            &old.element_field.field_type,
-            &new.element_field.field_type,
-            &format!("{full_name}.element"),
-            change,
-        ),
-        (old, new) if old != new => change.widened.push(full_name.to_owned()),
-        _ => {}
-    }
-}
-
 /// Builds the payload columns of values that fit `payload` (the Arrow form of the
 /// table's payload fields, in table order), one row per value.
 pub fn payload_columns(
@@ -565,7 +476,7 @@ mod tests {
     }
 
     #[test]
-    fn declared_narrow_columns_widen_and_changes_are_listed() {
+    fn declared_narrow_columns_widen() {
         let declared = Schema::builder()
             .with_fields(vec![
                 NestedField::optional(1, "n", Type::Primitive(PrimitiveType::Int)).into(),
@@ -573,28 +484,18 @@ mod tests {
             ])
             .build()
             .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(fits(&declared, &object(r#"{"n": 7, "f": 2.5}"#)), Ok(()));
         let value = object(r#"{"n": 3000000000, "f": 1e300, "s": {"x": [1]}}"#);
+        assert!(fits(&declared, &value).is_err());
         let mut evolving = EvolvingSchema::new(&declared, 2);
         assert_eq!(evolving.absorb(&value), Ok(()));
         let evolved = evolving.schema(1).unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(column_type(&evolved, "n"), "long");
         assert_eq!(column_type(&evolved, "f"), "double");
-        let change = schema_change(&declared, &evolved);
-        assert_eq!(change.widened, vec!["n".to_owned(), "f".to_owned()]);
-        assert_eq!(change.additions.len(), 1);
-        assert_eq!(change.additions[0].parent, None);
-        assert_eq!(change.additions[0].field.name, "s");
-        let mut strict = EvolvingSchema::new(&declared, 2).without_widening();
-        let refused = strict.absorb(&value).err().map(|e| e.0).unwrap_or_default();
-        assert!(refused.contains("overflows column n"), "{refused}");
-        assert!(!strict.changed());
-        // A field added inside an existing struct is listed under its parent.
-        let mut nested = EvolvingSchema::new(&evolved, 10);
-        assert_eq!(nested.absorb(&object(r#"{"s": {"y": true}}"#)), Ok(()));
-        let grown = nested.schema(2).unwrap_or_else(|e| unreachable!("{e}"));
-        let change = schema_change(&evolved, &grown);
-        assert_eq!(change.additions[0].parent.as_deref(), Some("s"));
-        assert_eq!(change.additions[0].field.name, "y");
+        // Field ids stay: old files' columns are read as the wider type.
+        assert_eq!(evolved.field_by_name("n").map(|f| f.id), Some(1));
+        assert_eq!(fits(&evolved, &value), Ok(()));
+        assert!(evolved.field_by_name("s.x").is_some());
     }
 
     #[test]

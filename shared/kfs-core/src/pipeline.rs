@@ -17,13 +17,14 @@ use kfs_plan::shard::Shard;
 use kfs_plan::sweep::{ListedSegment, TableProgress};
 use kfs_segment::DecodeLimits;
 
-use crate::catalog::ensure_topic_table;
+use crate::catalog::{CatalogAccess, ensure_topic_table};
 use crate::committer::{CommitError, CommitOutcome, CommitSettings, commit_table, table_progress};
 use crate::convert::{
     ConvertError, ConvertedSegment, SegmentInput, ValueColumns, convert_segment, scan_json_segment,
 };
 use crate::ledger::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
 use crate::source::{SegmentSource, SourceError, SourceObject};
+use crate::table_commit::TableSwap;
 
 /// Settings of a pipeline pass.
 #[derive(Debug, Clone, Default)]
@@ -257,7 +258,7 @@ impl Tables {
 /// progress at opening), is quarantined unconverted: the table has moved past it.
 /// Returns the entry as recorded.
 pub async fn ingest_segment(
-    catalog: &dyn Catalog,
+    catalog: CatalogAccess<'_>,
     source: &impl SegmentSource,
     target: &TopicTable,
     ledger: &impl Ledger,
@@ -386,11 +387,12 @@ pub async fn ingest_segment(
 
 /// Converts a segment of a JSON table: the segment is read into memory (segments are
 /// small: 4 MiB by default), its values scanned for the columns they need, which are
-/// added to the table (a concurrent change of the schema makes it scan again), and
+/// added to (or widened in) the table's schema through `swap` (a concurrent change of
+/// the schema makes it scan again), and
 /// then converted, values that fit no column going to the dead-letter table.
 /// Returns the conversion with the tables it wrote to, or the conversion's error.
 async fn convert_json_segment(
-    catalog: &dyn Catalog,
+    CatalogAccess { catalog, swap }: CatalogAccess<'_>,
     target: &TopicTable,
     input: SegmentInput<'_>,
     body: crate::convert::SegmentStream,
@@ -431,7 +433,7 @@ async fn convert_json_segment(
             Err(e) => return Ok(Err(e)),
         };
         if let Some(evolved) = &scan.evolved {
-            match crate::catalog::add_columns(catalog, &table, &schema, evolved).await {
+            match crate::catalog::evolve_schema(swap, &table, evolved.clone()).await {
                 Ok(updated) => table = updated,
                 Err(e) => {
                     // Another converter changed the schema first: scan against its
@@ -505,6 +507,7 @@ pub fn converted_paths(entry: &LedgerEntry) -> Vec<String> {
 pub async fn run_once(
     source: &impl SegmentSource,
     catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
     ledger: &impl Ledger,
     config: &PipelineConfig,
     progress: &(dyn Fn(&Progress) + Sync),
@@ -565,8 +568,16 @@ pub async fn run_once(
             break;
         }
         let target = tables.get(catalog, &config.naming, &key.topic).await?;
-        let entry =
-            ingest_segment(catalog, source, target, ledger, key, object, config.limits).await?;
+        let entry = ingest_segment(
+            CatalogAccess { catalog, swap },
+            source,
+            target,
+            ledger,
+            key,
+            object,
+            config.limits,
+        )
+        .await?;
         match &entry.state {
             EntryState::Quarantined { error } => {
                 progress(&Progress::Quarantined {

@@ -48,6 +48,7 @@ struct Setup {
     catalog: kfs_core::catalog::SqlCatalog,
     ledger_path: std::path::PathBuf,
     source: MemorySource,
+    swap: kfs_core::table_commit::SqlTableSwap,
 }
 
 async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
@@ -59,7 +60,13 @@ async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
         &S3Settings::default(),
     )
     .await?;
+    let swap = kfs_core::table_commit::SqlTableSwap::open(
+        &dir.path().join("catalog.db"),
+        kfs_core::catalog::LOCAL_CATALOG_NAME,
+    )
+    .await?;
     Ok(Setup {
+        swap,
         ledger_path: dir.path().join("ledger.db"),
         _dir: dir,
         catalog,
@@ -81,7 +88,10 @@ async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResu
             modified_ms: None,
         };
         ingest_segment(
-            &setup.catalog,
+            kfs_core::catalog::CatalogAccess {
+                catalog: &setup.catalog,
+                swap: &setup.swap,
+            },
             &setup.source,
             &target,
             ledger,

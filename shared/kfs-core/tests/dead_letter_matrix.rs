@@ -1,9 +1,9 @@
 //! Exactly once across a JSON table and its dead-letter table under faults: the
 //! workload's values are JSON objects except at every third offset, so each segment
 //! has rows for both tables. A fault at every step a JSON conversion and its commit
-//! take (segment read, data file write, table creation, ledger insert, catalog commit
-//! (the schema change, the dead-letter commit and the table's commit), marking
-//! committed), in every mode, at its first three occurrences, then recovery by plain
+//! take (segment read, data file write, table creation, ledger insert, the pointer
+//! swap of the schema change, the catalog commits of the dead-letter table and the
+//! table, marking committed), in every mode, at its first three occurrences, then recovery by plain
 //! ticks: every offset is in exactly one of the two tables, once, the non-JSON ones in
 //! the dead-letter table.
 
@@ -149,6 +149,7 @@ async fn json_tables_and_their_dead_letters_stay_exactly_once_under_faults()
         Step::DataFileWrite,
         Step::TableCreate,
         Step::LedgerInsert,
+        Step::CompactionCommit,
         Step::CatalogCommit,
         Step::MarkCommitted,
     ];
@@ -167,7 +168,8 @@ async fn json_tables_and_their_dead_letters_stay_exactly_once_under_faults()
     }
     println!("dead-letter matrix: {cases} cases, {fired} with the fault fired");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    // Catalog commits: the schema change, the dead-letter commit, the table's commit.
-    assert!(fired >= cases * 2 / 3, "{fired} of {cases} faults fired");
+    // Some steps happen fewer than three times (one schema change, one table creation
+    // per table).
+    assert!(fired >= cases / 2, "{fired} of {cases} faults fired");
     Ok(())
 }

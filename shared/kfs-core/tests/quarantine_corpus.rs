@@ -67,6 +67,11 @@ async fn every_corpus_segment_is_quarantined_then_skipped_and_the_rest_lands_onc
         &S3Settings::default(),
     )
     .await?;
+    let swap = kfs_core::table_commit::SqlTableSwap::open(
+        &dir.path().join("catalog.db"),
+        kfs_core::catalog::LOCAL_CATALOG_NAME,
+    )
+    .await?;
     let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
     let source = MemorySource::default();
     // Per partition: a good segment before the bad one (when there is room), the bad
@@ -87,7 +92,7 @@ async fn every_corpus_segment_is_quarantined_then_skipped_and_the_rest_lands_onc
         expected.push((partition, base, records));
     }
     let config = PipelineConfig::default();
-    let first: RunReport = run_once(&source, &catalog, &ledger, &config, &|_| {}).await?;
+    let first: RunReport = run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
     assert_eq!(
         first.quarantined.len(),
         corpus.len(),
@@ -111,7 +116,7 @@ async fn every_corpus_segment_is_quarantined_then_skipped_and_the_rest_lands_onc
     for entry in ledger.list(Some("quarantined"), None).await? {
         assert!(ledger.skip_quarantined(&entry.segment, now_ms()).await?);
     }
-    let second = run_once(&source, &catalog, &ledger, &config, &|_| {}).await?;
+    let second = run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
     assert!(second.quarantined.is_empty());
     assert_eq!(second.converted, 0, "nothing is converted twice");
     let table = iceberg::Catalog::load_table(&catalog, &ident).await?;

@@ -206,7 +206,7 @@ impl LocalStack {
     /// and limits.
     pub fn converter(
         &self,
-        catalog: std::sync::Arc<dyn iceberg::Catalog>,
+        catalog: kfs_core::catalog::CatalogHandle,
         concurrency: usize,
     ) -> kfs_core::converter::ConverterService<
         kfs_core::source::OpendalSource,
@@ -243,10 +243,15 @@ impl LocalStack {
 
     /// The catalog (see the type's docs).
     pub async fn catalog(&self) -> std::sync::Arc<dyn iceberg::Catalog> {
+        self.catalog_handle().await.catalog
+    }
+
+    /// The catalog (see the type's docs), with its pointer swap.
+    pub async fn catalog_handle(&self) -> kfs_core::catalog::CatalogHandle {
         let kind = kfs_core::catalog::CatalogKind::Sql {
             database: self.state.path().join("catalog.db"),
         };
-        kfs_core::catalog::open_catalog(&kind, &self.warehouse, &self.s3)
+        kfs_core::catalog::open_catalog_handle(&kind, &self.warehouse, &self.s3)
             .await
             .unwrap_or_else(|e| panic!("catalog: {e}"))
     }

@@ -101,7 +101,10 @@ impl BenchTable {
             progress: table_progress(&self.table)?,
         };
         let entry = ingest_segment(
-            &self.catalog,
+            kfs_core::catalog::CatalogAccess {
+                catalog: &self.catalog,
+                swap: &self.swap,
+            },
             &self.source,
             &target,
             &self.ledger,

@@ -17,7 +17,9 @@ use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent,
 };
-use kfs_core::catalog::{LOCAL_CATALOG_NAME, S3Settings, Warehouse, open_sql_catalog, table_ident};
+use kfs_core::catalog::{
+    CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, Warehouse, open_sql_catalog, table_ident,
+};
 use kfs_core::committer::{table_progress, table_watermarks};
 use kfs_core::convert::SegmentStream;
 use kfs_core::converter::{ConverterService, ConverterSettings};
@@ -491,12 +493,19 @@ impl<'a> Process<'a> {
                 crosscheck,
                 ..PipelineConfig::default()
             };
-            run_once(&self.source, &self.catalog, &self.ledger, &config, &|_| {})
-                .await
-                .map_err(|e| TickError {
-                    retryable: e.is_retryable(),
-                    message: e.to_string(),
-                })?;
+            run_once(
+                &self.source,
+                &self.catalog,
+                &self.swap,
+                &self.ledger,
+                &config,
+                &|_| {},
+            )
+            .await
+            .map_err(|e| TickError {
+                retryable: e.is_retryable(),
+                message: e.to_string(),
+            })?;
             let Some(policy) = maintenance else {
                 return Ok(());
             };
@@ -539,10 +548,16 @@ impl<'a> Process<'a> {
                 inner: self.source.inner,
                 faults: self.faults.clone(),
             },
-            Arc::new(FaultyCatalog {
-                inner: self.catalog.inner.clone(),
-                faults: self.faults.clone(),
-            }),
+            CatalogHandle {
+                catalog: Arc::new(FaultyCatalog {
+                    inner: self.catalog.inner.clone(),
+                    faults: self.faults.clone(),
+                }),
+                swap: Arc::new(FaultySwap {
+                    inner: self.swap.inner.clone(),
+                    faults: self.faults.clone(),
+                }),
+            },
             FaultyLedger {
                 inner: self.ledger.inner,
                 faults: self.faults.clone(),
