@@ -4,7 +4,7 @@
 //! added as new columns when those segments arrive; every value that is not a JSON
 //! object lands in `<table>__dlq` with its raw bytes, position and reason; and the
 //! table plus its dead-letter table hold every encoded offset exactly once, across a
-//! rerun too (`tests/python/check_json_values.py`).
+//! rerun and the maintenance of both tables too (`tests/python/check_json_values.py`).
 
 mod support;
 
@@ -139,6 +139,31 @@ fn json_values_become_typed_columns_that_grow_with_a_dead_letter_table_for_the_r
     run(&source, &warehouse);
     let again = check(&warehouse, &source);
     assert_eq!(again, all);
+
+    // Maintenance of both tables (the namespace's every table) keeps every offset
+    // exactly once.
+    let wh = warehouse.to_string_lossy().into_owned();
+    for command in [
+        &["compact", "--warehouse", &wh][..],
+        &[
+            "expire-snapshots",
+            "--warehouse",
+            &wh,
+            "--older-than",
+            "0s",
+            "--retain-last",
+            "1",
+        ],
+        &["remove-orphans", "--warehouse", &wh, "--older-than", "0s"],
+    ] {
+        succeed(kfs().args(command), command[0]);
+    }
+    let maintained = check(&warehouse, &source);
+    assert_eq!(maintained["rows"], all["rows"], "{maintained}");
+    assert_eq!(
+        maintained["dead_letters"], all["dead_letters"],
+        "{maintained}"
+    );
 }
 
 #[test]

@@ -239,6 +239,14 @@ fn print_report(report: &RunReport) {
     }
     for (table, outcome) in &report.tables {
         match outcome.snapshot_id {
+            Some(id) if outcome.dead_letters > 0 => println!(
+                "table {table}: snapshot {id}: +{} segments, {} files, {} records; {} records to {table}{}",
+                outcome.segments,
+                outcome.files,
+                outcome.records,
+                outcome.dead_letters,
+                kfs_plan::naming::DEAD_LETTER_SUFFIX
+            ),
             Some(id) => println!(
                 "table {table}: snapshot {id}: +{} segments, {} files, {} records",
                 outcome.segments, outcome.files, outcome.records

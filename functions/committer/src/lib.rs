@@ -308,13 +308,20 @@ async fn maintain<S: SegmentSource, L: Ledger>(
     let Some(maintenance) = &committer.maintenance else {
         return done;
     };
-    for table in report.tables.keys() {
+    // Each committed table, and its dead-letter table when it took dead letters.
+    let tables = report.tables.iter().flat_map(|(table, outcome)| {
+        let name = kfs_plan::naming::TableName::parse(table);
+        let dead_letters = name
+            .as_ref()
+            .filter(|_| outcome.dead_letters > 0)
+            .map(|name| name.dead_letters());
+        name.into_iter().chain(dead_letters)
+    });
+    for name in tables {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let Some(name) = kfs_plan::naming::TableName::parse(table) else {
-            continue;
-        };
+        let table = name.to_string();
         let result = maintain_table(
             committer.catalog.catalog.as_ref(),
             committer.catalog.swap.as_ref(),
@@ -327,7 +334,7 @@ async fn maintain<S: SegmentSource, L: Ledger>(
         )
         .await
         .map_err(|e| e.to_string());
-        done.insert(table.clone(), result);
+        done.insert(table, result);
     }
     done
 }

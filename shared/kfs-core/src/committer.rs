@@ -78,6 +78,9 @@ pub struct CommitOutcome {
     pub coalesced: usize,
     /// Records committed.
     pub records: u64,
+    /// Dead letters committed to the table's dead-letter table before its commit
+    /// (records of JSON values that could not be written).
+    pub dead_letters: u64,
     /// Gaps recorded.
     pub gaps: Vec<Gap>,
     /// Partitions held back, and why.
@@ -383,7 +386,9 @@ pub async fn commit_table(
         let commit_id = plan.commit_id(topic);
         // Dead letters land first: a segment in the table has its dead letters in the
         // dead-letter table, and recovery from the table's progress stays exact.
-        commit_dead_letters(catalog, name, topic, &plan, &entries, settings, &commit_id).await?;
+        let dead_letters =
+            commit_dead_letters(catalog, name, topic, &plan, &entries, settings, &commit_id)
+                .await?;
         let data_files = data_files_of(&table, &plan, &entries, &table_name)?;
         let (data_files, merged_away) = if settings.coalesce && data_files.len() > 1 {
             let target = crate::maintenance::target_file_size(&table);
@@ -422,6 +427,7 @@ pub async fn commit_table(
             outcome.files = file_count;
             outcome.coalesced = merged_away.len();
             outcome.records = plan.records();
+            outcome.dead_letters = dead_letters;
             outcome.gaps = plan.gaps.clone();
             outcome.newest_record_ms = newest_record_ms(&table);
             return Ok(outcome);
@@ -478,6 +484,7 @@ fn replannable(error: &iceberg::Error) -> bool {
 /// Commits the dead letters of the segments `plan` takes to the table's dead-letter
 /// table ([`plan_dead_letters`]), unless they are there already; a no-op when none
 /// has any. The snapshot carries the offset map and `commit_id` like the table's.
+/// Returns the dead letters committed.
 async fn commit_dead_letters(
     catalog: &dyn Catalog,
     name: &TableName,
@@ -486,7 +493,7 @@ async fn commit_dead_letters(
     entries: &HashMap<&str, &LedgerEntry>,
     settings: &CommitSettings,
     commit_id: &str,
-) -> Result<(), CommitError> {
+) -> Result<u64, CommitError> {
     let taken: Vec<PendingSegment> = plan
         .take
         .iter()
@@ -497,7 +504,7 @@ async fn commit_dead_letters(
         })
         .collect();
     if taken.iter().all(|segment| segment.records == 0) {
-        return Ok(());
+        return Ok(0);
     }
     let dead_letter_name = name.dead_letters();
     let table_name = dead_letter_name.to_string();
@@ -514,7 +521,7 @@ async fn commit_dead_letters(
         })?;
         let dead_letters = plan_dead_letters(&watermarks, &taken);
         if dead_letters.take.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let metadata = table.metadata();
         let mut files = Vec::new();
@@ -545,7 +552,7 @@ async fn commit_dead_letters(
             .map_err(catalog_error)?;
         table = catalog.load_table(&ident).await.map_err(catalog_error)?;
         if find_commit(&table, commit_id).is_some() {
-            return Ok(());
+            return Ok(dead_letters.records());
         }
         match answer_error {
             Some(e) if !replannable(&e) => return Err(catalog_error(e)),

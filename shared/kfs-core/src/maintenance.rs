@@ -506,15 +506,21 @@ pub async fn remove_orphans(
     for statistics in metadata.statistics_iter() {
         referenced.insert(statistics.statistics_path.clone());
     }
-    let pending = ledger
-        .list(Some("pending"), Some(&name))
-        .await
-        .map_err(|source| MaintenanceError::Ledger {
-            table: name.clone(),
-            source,
-        })?;
-    for entry in &pending {
-        referenced.extend(crate::pipeline::converted_paths(entry));
+    // A dead-letter table's pending files are in its parent table's ledger entries.
+    let parent = kfs_plan::naming::TableName::parse(&name)
+        .and_then(|table| table.dead_letter_parent())
+        .map(|parent| parent.to_string());
+    for ledger_table in std::iter::once(&name).chain(parent.as_ref()) {
+        let pending = ledger
+            .list(Some("pending"), Some(ledger_table))
+            .await
+            .map_err(|source| MaintenanceError::Ledger {
+                table: name.clone(),
+                source,
+            })?;
+        for entry in &pending {
+            referenced.extend(crate::pipeline::converted_paths(entry));
+        }
     }
     let location = metadata.location().trim_end_matches('/');
     let root = location.strip_prefix("file://").unwrap_or(location);

@@ -213,17 +213,15 @@ fn merge_blocking(
                 let batch = batch.map_err(|e| {
                     Error::new(ErrorKind::DataInvalid, format!("{}: {e}", source.path))
                 })?;
-                // Same columns, with the table's field ids and nullability.
-                pending.push(
-                    RecordBatch::try_new(arrow_schema.clone(), batch.columns().to_vec()).map_err(
-                        |e| {
-                            Error::new(
-                                ErrorKind::DataInvalid,
-                                format!("{} does not match the table schema: {e}", source.path),
-                            )
-                        },
-                    )?,
-                );
+                // The table's columns, field ids and nullability; a file written under an
+                // older schema gets the columns added since (null) and its widened ones
+                // cast.
+                pending.push(conform_batch(&batch, &arrow_schema).map_err(|e| {
+                    Error::new(
+                        ErrorKind::DataInvalid,
+                        format!("{} does not match the table schema: {e}", source.path),
+                    )
+                })?);
                 let rows: usize = pending.iter().map(RecordBatch::num_rows).sum();
                 let memory: usize = pending.iter().map(RecordBatch::get_array_memory_size).sum();
                 if rows >= REENCODE_ROWS || memory >= REENCODE_BYTES {
@@ -282,6 +280,104 @@ fn flush(
     Ok(())
 }
 
+/// `batch` (read from a data file) with the columns of `target` (the table's current
+/// schema): columns matched by field id (else by name), those the file predates null,
+/// widened ones cast (int → long, float → double), nested structs and lists alike.
+fn conform_batch(
+    batch: &RecordBatch,
+    target: &arrow_schema::SchemaRef,
+) -> std::result::Result<RecordBatch, arrow_schema::ArrowError> {
+    if batch.schema().fields() == target.fields() {
+        return RecordBatch::try_new(target.clone(), batch.columns().to_vec());
+    }
+    let columns = conform_children(
+        batch.schema().fields(),
+        batch.columns(),
+        target.fields(),
+        batch.num_rows(),
+    )?;
+    RecordBatch::try_new_with_options(
+        target.clone(),
+        columns,
+        &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+}
+
+/// The columns `target` asks for, from `columns` (described by `fields`).
+fn conform_children(
+    fields: &arrow_schema::Fields,
+    columns: &[arrow_array::ArrayRef],
+    target: &arrow_schema::Fields,
+    rows: usize,
+) -> std::result::Result<Vec<arrow_array::ArrayRef>, arrow_schema::ArrowError> {
+    let id = |field: &arrow_schema::Field| {
+        field
+            .metadata()
+            .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+            .cloned()
+    };
+    target
+        .iter()
+        .map(|wanted| {
+            let found = fields
+                .iter()
+                .position(|field| match (id(field), id(wanted)) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => field.name() == wanted.name(),
+                });
+            match found {
+                Some(index) => conform_array(&columns[index], wanted.data_type()),
+                None => Ok(arrow_array::new_null_array(wanted.data_type(), rows)),
+            }
+        })
+        .collect()
+}
+
+/// `array` as `target`'s type.
+fn conform_array(
+    array: &arrow_array::ArrayRef,
+    target: &arrow_schema::DataType,
+) -> std::result::Result<arrow_array::ArrayRef, arrow_schema::ArrowError> {
+    use arrow_array::Array;
+    use arrow_schema::DataType;
+    if array.data_type() == target {
+        return Ok(array.clone());
+    }
+    match (array.data_type(), target) {
+        (DataType::Struct(fields), DataType::Struct(wanted)) => {
+            let Some(input) = array.as_any().downcast_ref::<arrow_array::StructArray>() else {
+                return Err(arrow_schema::ArrowError::CastError(format!(
+                    "not a struct array: {}",
+                    array.data_type()
+                )));
+            };
+            let children = conform_children(fields, input.columns(), wanted, input.len())?;
+            Ok(Arc::new(arrow_array::StructArray::try_new_with_length(
+                wanted.clone(),
+                children,
+                input.nulls().cloned(),
+                input.len(),
+            )?))
+        }
+        (DataType::List(_), DataType::List(element)) => {
+            let Some(input) = array.as_any().downcast_ref::<arrow_array::ListArray>() else {
+                return Err(arrow_schema::ArrowError::CastError(format!(
+                    "not a list array: {}",
+                    array.data_type()
+                )));
+            };
+            let values = conform_array(input.values(), element.data_type())?;
+            Ok(Arc::new(arrow_array::ListArray::try_new(
+                element.clone(),
+                input.offsets().clone(),
+                values,
+                input.nulls().cloned(),
+            )?))
+        }
+        _ => arrow_cast::cast(array, target),
+    }
+}
+
 /// The merged file's Iceberg entry: counts summed and bounds widened over the inputs,
 /// column sizes and split offsets from what was written.
 fn merged_data_file(
@@ -300,30 +396,53 @@ fn merged_data_file(
     let (mut values, mut nulls, mut nans) = (HashMap::new(), HashMap::new(), HashMap::new());
     let mut lower: HashMap<i32, Datum> = HashMap::new();
     let mut upper: HashMap<i32, Datum> = HashMap::new();
+    // Bounds of different types (a column widened between the inputs) do not compare:
+    // the merged file gets none for that column.
+    let mut incomparable: std::collections::HashSet<i32> = std::collections::HashSet::new();
     for input in inputs {
         sum(&mut values, input.value_counts());
         sum(&mut nulls, input.null_value_counts());
         sum(&mut nans, input.nan_value_counts());
-        for (id, bound) in input.lower_bounds() {
-            match lower.get(id) {
-                Some(current) if current <= bound => {}
-                _ => {
-                    lower.insert(*id, bound.clone());
-                }
-            }
-        }
-        for (id, bound) in input.upper_bounds() {
-            match upper.get(id) {
-                Some(current) if current >= bound => {}
-                _ => {
-                    upper.insert(*id, bound.clone());
+        for (bounds, from, keep) in [
+            (&mut lower, input.lower_bounds(), std::cmp::Ordering::Less),
+            (
+                &mut upper,
+                input.upper_bounds(),
+                std::cmp::Ordering::Greater,
+            ),
+        ] {
+            for (id, bound) in from {
+                let Some(current) = bounds.get(id) else {
+                    bounds.insert(*id, bound.clone());
+                    continue;
+                };
+                match bound.partial_cmp(current) {
+                    Some(order) if order == keep => {
+                        bounds.insert(*id, bound.clone());
+                    }
+                    Some(_) => {}
+                    None => {
+                        incomparable.insert(*id);
+                    }
                 }
             }
         }
     }
-    // A bound only holds for the merged file if every input had one.
-    lower.retain(|id, _| inputs.iter().all(|i| i.lower_bounds().contains_key(id)));
-    upper.retain(|id, _| inputs.iter().all(|i| i.upper_bounds().contains_key(id)));
+    // A count or bound only holds for the merged file if every input had one (a file
+    // written before a column was added has none for it).
+    values.retain(|id, _| inputs.iter().all(|i| i.value_counts().contains_key(id)));
+    nulls.retain(|id, _| {
+        inputs
+            .iter()
+            .all(|i| i.null_value_counts().contains_key(id))
+    });
+    nans.retain(|id, _| inputs.iter().all(|i| i.nan_value_counts().contains_key(id)));
+    lower.retain(|id, _| {
+        !incomparable.contains(id) && inputs.iter().all(|i| i.lower_bounds().contains_key(id))
+    });
+    upper.retain(|id, _| {
+        !incomparable.contains(id) && inputs.iter().all(|i| i.upper_bounds().contains_key(id))
+    });
     let mut column_sizes: HashMap<i32, u64> = HashMap::new();
     let mut splits = Vec::new();
     for group in written.row_groups() {

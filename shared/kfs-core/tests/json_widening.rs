@@ -1,8 +1,10 @@
 //! Widening declared columns of a JSON table: a table whose `n` column was declared
 //! `int` and `f` column `float` (by someone else) takes values that fit them, then a
 //! value beyond 32 bits and one beyond `float`'s range: the converter widens `n` to
-//! long and `f` to double (same field ids, through the catalog's pointer swap), and a
-//! scan reads the old files' values as the wider type beside the new ones.
+//! long and `f` to double (same field ids, through the catalog's pointer swap). One
+//! commit merges a file written before the widening with one written after; a later
+//! field adds a column, and compaction merges files from before and after it. A scan
+//! reads every value back, the old files' as the wider type.
 
 use std::sync::Arc;
 
@@ -86,14 +88,41 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
     evolve_schema(&swap, &table, declared).await?;
 
     let source = MemorySource::default();
-    let config = PipelineConfig {
+    let mut config = PipelineConfig {
         naming: naming.clone(),
         ..PipelineConfig::default()
     };
+    // One commit takes files written before and after the widening, merged into one
+    // (coalescing reads the older file's int column as long).
+    config.commit.coalesce = true;
     put(&source, 0, &[r#"{"n": 7, "f": 1.5}"#, r#"{"n": -3}"#])?;
-    run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
     put(&source, 2, &[r#"{"n": 5000000000, "f": 1e300}"#])?;
+    let report = run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
+    let outcome = report.tables.values().next().ok_or("no commit")?;
+    assert_eq!(
+        (outcome.segments, outcome.files, outcome.coalesced),
+        (2, 1, 2)
+    );
+    // A later field, and a file written before it compacted with one written after.
+    put(&source, 3, &[r#"{"n": 1, "g": {"h": true}}"#])?;
     run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
+    let table =
+        iceberg::Catalog::load_table(&catalog, &kfs_core::catalog::table_ident(&name)).await?;
+    assert_eq!(table.metadata().schemas_iter().count(), 4);
+    let compacted = kfs_core::maintenance::compact_table(
+        &catalog,
+        &swap,
+        &kfs_core::catalog::table_ident(&name),
+        None,
+        None,
+        kfs_core::pipeline::now_ms(),
+    )
+    .await?;
+    assert_eq!(
+        (compacted.files_removed, compacted.files_added),
+        (2, 1),
+        "{compacted:?}"
+    );
 
     let table =
         iceberg::Catalog::load_table(&catalog, &kfs_core::catalog::table_ident(&name)).await?;
@@ -107,7 +136,7 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
     assert_eq!(field("f"), Some((next + 1, "double".to_owned())));
     let batches: Vec<arrow_array::RecordBatch> = table
         .scan()
-        .select(["offset", "n", "f"])
+        .select(["offset", "n", "f", "g"])
         .build()?
         .to_arrow()
         .await?
@@ -130,11 +159,21 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
             .as_any()
             .downcast_ref::<arrow_array::Float64Array>()
             .ok_or("f is not read as double")?;
+        let g = batch
+            .column(3)
+            .as_any()
+            .downcast_ref::<arrow_array::StructArray>()
+            .ok_or("g is not a struct")?;
+        let h = g
+            .column_by_name("h")
+            .and_then(|h| h.as_any().downcast_ref::<arrow_array::BooleanArray>())
+            .ok_or("g.h is not boolean")?;
         for row in 0..batch.num_rows() {
             rows.push((
                 offsets.value(row),
                 (!n.is_null(row)).then(|| n.value(row)),
                 (!f.is_null(row)).then(|| f.value(row)),
+                (!g.is_null(row) && !h.is_null(row)).then(|| h.value(row)),
             ));
         }
     }
@@ -142,9 +181,10 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
     assert_eq!(
         rows,
         vec![
-            (0, Some(7), Some(1.5)),
-            (1, Some(-3), None),
-            (2, Some(5_000_000_000), Some(1e300)),
+            (0, Some(7), Some(1.5), None),
+            (1, Some(-3), None, None),
+            (2, Some(5_000_000_000), Some(1e300), None),
+            (3, Some(1), None, Some(true)),
         ]
     );
     Ok(())

@@ -50,6 +50,16 @@ impl TableName {
             name: format!("{}{DEAD_LETTER_SUFFIX}", self.name),
         }
     }
+
+    /// The table whose dead-letter table this would be (its ledger entries hold this
+    /// table's pending files), by the name alone.
+    pub fn dead_letter_parent(&self) -> Option<Self> {
+        let name = self.name.strip_suffix(DEAD_LETTER_SUFFIX)?;
+        (!name.is_empty()).then(|| Self {
+            namespace: self.namespace.clone(),
+            name: name.to_owned(),
+        })
+    }
 }
 
 /// Maps topics to tables.
@@ -218,6 +228,13 @@ mod tests {
             TableName::parse("plain").map(|t| t.to_string()),
             Some("kafscale.plain".into())
         );
+        let orders = naming.table_for("orders");
+        assert_eq!(orders.dead_letters().to_string(), "kafscale.orders__dlq");
+        assert_eq!(
+            orders.dead_letters().dead_letter_parent(),
+            Some(orders.clone())
+        );
+        assert_eq!(orders.dead_letter_parent(), None);
     }
 
     #[test]
