@@ -7,6 +7,7 @@ region and endpoint from the AWS_* environment variables.
     s3_tool.py put DIR s3://bucket/prefix
     s3_tool.py ledger TABLE_NAME DEFINITION.json
     s3_tool.py secret NAME VALUE          (prints the secret's ARN)
+    s3_tool.py table-bucket NAME          (an S3 Tables table bucket; prints its ARN)
 """
 
 import json
@@ -49,6 +50,9 @@ def main():
             spec = json.load(f)
         client("dynamodb").create_table(TableName=name, **spec)
         print(f"created ledger table {name}")
+    elif command == "table-bucket":
+        (name,) = args
+        print(client("s3tables").create_table_bucket(name=name)["arn"])
     elif command == "secret":
         name, value = args
         created = client("secretsmanager").create_secret(Name=name, SecretString=value)

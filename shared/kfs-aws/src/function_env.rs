@@ -7,7 +7,8 @@
 //! | `SEGMENT_PREFIX` | key prefix of the segments in it (empty for the bucket root) |
 //! | `LEDGER_TABLE` | DynamoDB ledger table |
 //! | `WAREHOUSE` | `s3://bucket/prefix` of the Iceberg warehouse |
-//! | `CATALOG_TYPE` | `glue` (default), `rest`, or `sql` (SQLite file at `CATALOG_URI`, tests only) |
+//! | `CATALOG_TYPE` | `glue` (default), `rest`, `s3tables` (the table bucket `TABLE_BUCKET_ARN`), or `sql` (SQLite file at `CATALOG_URI`, tests only) |
+//! | `TABLE_BUCKET_ARN` | with `s3tables`: `arn:aws:s3tables:<region>:<account>:bucket/<name>` |
 //! | `CATALOG_URI` | the REST catalog's base URI |
 //! | `CATALOG_WAREHOUSE` | the REST catalog's warehouse *name* (Polaris catalog, Unity catalog) |
 //! | `CATALOG_SECRET_ARN` | Secrets Manager secret holding the REST credentials as JSON: `{"client_id", "client_secret", "scope", "oauth2-server-uri"}` or `{"token"}` |
@@ -116,8 +117,11 @@ impl FunctionEnv {
         let maintenance = match var("MAINTENANCE").as_deref().unwrap_or("on") {
             "on" => Some(MaintenancePolicy {
                 snapshot_retention: duration("SNAPSHOT_RETENTION", "5d")?,
+                // S3 Tables removes unreferenced files itself, and its storage
+                // buckets cannot be listed.
                 orphan_age: match var("ORPHAN_AGE").as_deref() {
                     Some("off") => None,
+                    _ if var("CATALOG_TYPE").as_deref() == Some("s3tables") => None,
                     _ => Some(duration("ORPHAN_AGE", "3d")?),
                 },
                 max_manifests: number("MAX_MANIFESTS", 10)?,
@@ -148,9 +152,21 @@ impl FunctionEnv {
             "sql" => CatalogKind::Sql {
                 database: PathBuf::from(required("CATALOG_URI")?),
             },
+            "s3tables" => {
+                let table_bucket_arn = required("TABLE_BUCKET_ARN")?;
+                if !kfs_core::s3tables::is_table_bucket_arn(&table_bucket_arn) {
+                    return Err(ConfigError(format!(
+                        "TABLE_BUCKET_ARN={table_bucket_arn:?}: expected arn:aws:s3tables:<region>:<account>:bucket/<name>"
+                    )));
+                }
+                CatalogKind::S3Tables(kfs_core::s3tables::S3TablesSettings {
+                    table_bucket_arn,
+                    endpoint: var("AWS_ENDPOINT_URL_S3TABLES").or_else(|| var("AWS_ENDPOINT_URL")),
+                })
+            }
             other => {
                 return Err(ConfigError(format!(
-                    "CATALOG_TYPE={other:?}: expected glue, rest or sql"
+                    "CATALOG_TYPE={other:?}: expected glue, rest, s3tables or sql"
                 )));
             }
         };
@@ -323,6 +339,37 @@ mod tests {
         assert_eq!(with("50"), Some(Some(50)));
         assert_eq!(with("0"), Some(None));
         assert!(env(&[("WAREHOUSE", "s3://b/w"), ("MAX_SNAPSHOTS", "many")]).is_err());
+    }
+
+    #[test]
+    fn s3_tables_needs_a_table_bucket_arn_and_keeps_orphans_to_the_service() {
+        let base = [
+            ("WAREHOUSE", "s3://bucket/wh"),
+            ("SEGMENT_BUCKET", "segments"),
+            ("LEDGER_TABLE", "ledger"),
+            ("CATALOG_TYPE", "s3tables"),
+        ];
+        let with = |arn: &str| {
+            let mut pairs = base.to_vec();
+            pairs.push(("TABLE_BUCKET_ARN", arn));
+            env(&pairs)
+        };
+        let arn = "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake";
+        let parsed = with(arn).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            parsed.catalog,
+            CatalogKind::S3Tables(kfs_core::s3tables::S3TablesSettings {
+                table_bucket_arn: arn.into(),
+                endpoint: None,
+            })
+        );
+        assert_eq!(parsed.maintenance.map(|m| m.orphan_age), Some(None));
+        let error = with("lake")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("TABLE_BUCKET_ARN"), "{error}");
+        assert!(env(&base).is_err());
     }
 
     #[test]

@@ -194,8 +194,10 @@ pub enum CatalogKind {
         /// A custom Glue endpoint (`AWS_ENDPOINT_URL_GLUE` or `AWS_ENDPOINT_URL`).
         endpoint: Option<String>,
     },
-    /// An Iceberg REST catalog (Apache Polaris, Unity Catalog, S3 Tables' endpoint).
+    /// An Iceberg REST catalog (Apache Polaris, Unity Catalog).
     Rest(RestSettings),
+    /// An Amazon S3 Tables table bucket.
+    S3Tables(crate::s3tables::S3TablesSettings),
 }
 
 /// Where a REST catalog is and how to authenticate to it.
@@ -355,6 +357,7 @@ pub async fn open_catalog_handle(
                 )),
             })
         }
+        CatalogKind::S3Tables(settings) => crate::s3tables::open(settings, s3).await,
         CatalogKind::Glue { endpoint } => {
             use iceberg_catalog_glue::{
                 GLUE_CATALOG_PROP_URI, GLUE_CATALOG_PROP_WAREHOUSE, GlueCatalogBuilder,

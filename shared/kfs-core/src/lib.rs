@@ -18,6 +18,7 @@ pub mod parquet_merge;
 pub mod pipeline;
 pub mod rest_swap;
 pub mod rewrite;
+pub mod s3tables;
 pub mod source;
 pub mod table;
 pub mod table_commit;

@@ -39,14 +39,16 @@ pub struct Moto {
 }
 
 impl Moto {
-    /// Starts `moto_server` (from `pip install "moto[server]"`) on a free port and waits
-    /// until it accepts connections.
+    /// Starts `moto_server` (from `pip install "moto[server]"`, through
+    /// `tests/python/moto_server.py`, which fixes one answer of its S3 Tables API) on a
+    /// free port and waits until it accepts connections.
     pub fn start() -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or_else(|e| panic!("no free port: {e}"));
-        let child = Command::new("moto_server")
+        let child = Command::new("python3")
+            .arg(workspace_root().join("tests/python/moto_server.py"))
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -239,6 +241,17 @@ impl LocalStack {
         kfs_core::catalog::open_catalog_handle(&kind, &self.warehouse, &self.s3)
             .await
             .unwrap_or_else(|e| panic!("glue catalog: {e}"))
+    }
+
+    /// An S3 Tables table bucket `name` on moto, as the catalog, with its swap.
+    pub async fn s3tables_catalog_handle(&self, name: &str) -> kfs_core::catalog::CatalogHandle {
+        let settings = kfs_core::s3tables::S3TablesSettings {
+            table_bucket_arn: self.moto.tool(&["table-bucket", name]),
+            endpoint: Some(self.moto.endpoint.clone()),
+        };
+        kfs_core::s3tables::open(&settings, &self.s3)
+            .await
+            .unwrap_or_else(|e| panic!("s3tables catalog: {e}"))
     }
 
     /// The catalog (see the type's docs).

@@ -1,0 +1,193 @@
+//! Amazon S3 Tables: the catalog (iceberg-rust's `S3TablesCatalog` over one table
+//! bucket) and its pointer swap, which commits any change given as requirements plus
+//! updates with the service's own compare-and-swap: `UpdateTableMetadataLocation`
+//! conditional on the table's version token.
+//!
+//! S3 Tables chooses where a table lives (a storage bucket of its own) and maintains
+//! its tables itself (compaction, snapshot expiry, unreferenced file removal); its
+//! storage buckets cannot be listed, so orphan cleanup does not apply.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_s3tables::operation::update_table_metadata_location::UpdateTableMetadataLocationError;
+use iceberg::io::FileIO;
+use iceberg::spec::TableMetadata;
+use iceberg::table::Table;
+use iceberg::{Error, ErrorKind, Result, Runtime, TableIdent, TableRequirement, TableUpdate};
+
+use crate::table_commit::{TableSwap, stage_updates, table_handle};
+
+/// Where the tables are: a table bucket, and the service's endpoint when it is not
+/// AWS's (a local stand-in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3TablesSettings {
+    /// The table bucket's ARN (`arn:aws:s3tables:<region>:<account>:bucket/<name>`).
+    pub table_bucket_arn: String,
+    /// A custom endpoint (`AWS_ENDPOINT_URL_S3TABLES` or `AWS_ENDPOINT_URL`).
+    pub endpoint: Option<String>,
+}
+
+/// The pointer swap of S3 Tables.
+#[derive(Debug, Clone)]
+pub struct S3TablesSwap {
+    client: aws_sdk_s3tables::Client,
+    table_bucket_arn: String,
+    file_io: FileIO,
+    runtime: Runtime,
+}
+
+fn service_error(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::new(ErrorKind::Unexpected, format!("S3 Tables {what}: {e:?}")).with_retryable(true)
+}
+
+impl S3TablesSwap {
+    /// A swap over the table bucket `table_bucket_arn`, reading and writing metadata
+    /// through `file_io`.
+    pub fn new(
+        client: aws_sdk_s3tables::Client,
+        table_bucket_arn: String,
+        file_io: FileIO,
+    ) -> Result<Self> {
+        Ok(Self {
+            client,
+            table_bucket_arn,
+            file_io,
+            runtime: Runtime::try_current()?,
+        })
+    }
+
+    /// The table's current metadata location and version token.
+    async fn current(&self, ident: &TableIdent) -> Result<(String, String)> {
+        let table = self
+            .client
+            .get_table()
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(ident.namespace().to_url_string())
+            .name(ident.name())
+            .send()
+            .await
+            .map_err(|e| service_error("GetTable", e.into_service_error()))?;
+        let location = table.metadata_location().ok_or_else(|| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("S3 Tables table {ident} has no metadata location"),
+            )
+        })?;
+        Ok((location.to_owned(), table.version_token().to_owned()))
+    }
+}
+
+#[async_trait]
+impl TableSwap for S3TablesSwap {
+    async fn commit(
+        &self,
+        table: &Table,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<Table> {
+        let ident = table.identifier().clone();
+        // Stage against what the service holds now, with its version token: the
+        // requirements decide whether the change still applies.
+        let (current_location, version_token) = self.current(&ident).await?;
+        let current = TableMetadata::read_from(&self.file_io, &current_location).await?;
+        let (staged, location) =
+            stage_updates(&current, &current_location, &requirements, updates)?;
+        staged.write_to(&self.file_io, &location).await?;
+        self.client
+            .update_table_metadata_location()
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(ident.namespace().to_url_string())
+            .name(ident.name())
+            .version_token(version_token)
+            .metadata_location(location.to_string())
+            .send()
+            .await
+            .map_err(|e| match e.into_service_error() {
+                UpdateTableMetadataLocationError::ConflictException(_) => Error::new(
+                    ErrorKind::CatalogCommitConflicts,
+                    format!("commit to {ident} lost a race"),
+                )
+                .with_retryable(true),
+                other => service_error("UpdateTableMetadataLocation", other),
+            })?;
+        table_handle(
+            &self.file_io,
+            self.runtime.clone(),
+            ident,
+            location.to_string(),
+            staged,
+        )
+    }
+}
+
+/// Opens the S3 Tables catalog of `settings` and its swap; S3 locations (the tables'
+/// storage buckets) through `file_io_properties`, the service with the credentials and
+/// region of `s3`.
+pub async fn open(
+    settings: &S3TablesSettings,
+    s3: &crate::catalog::S3Settings,
+) -> Result<crate::catalog::CatalogHandle> {
+    use iceberg::CatalogBuilder;
+    use iceberg_catalog_s3tables::{
+        S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN, S3TablesCatalogBuilder,
+    };
+    let mut config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(s3.region.clone()));
+    if let Some(endpoint) = &settings.endpoint {
+        config = config.endpoint_url(endpoint);
+    }
+    if let (Some(key), Some(secret)) = (&s3.access_key_id, &s3.secret_access_key) {
+        config = config.credentials_provider(aws_sdk_s3tables::config::Credentials::new(
+            key,
+            secret,
+            s3.session_token.clone(),
+            None,
+            "environment",
+        ));
+    }
+    let client = aws_sdk_s3tables::Client::new(&config.load().await);
+    let mut props: HashMap<String, String> = s3.file_io_properties();
+    props.insert(
+        S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN.to_owned(),
+        settings.table_bucket_arn.clone(),
+    );
+    let catalog = S3TablesCatalogBuilder::default()
+        .with_client(client.clone())
+        .load(crate::catalog::LOCAL_CATALOG_NAME, props)
+        .await?;
+    let swap = S3TablesSwap::new(client, settings.table_bucket_arn.clone(), s3.file_io())?;
+    Ok(crate::catalog::CatalogHandle {
+        catalog: std::sync::Arc::new(catalog),
+        swap: std::sync::Arc::new(swap),
+    })
+}
+
+/// True for a table bucket ARN (`arn:aws:s3tables:<region>:<account>:bucket/<name>`).
+pub fn is_table_bucket_arn(text: &str) -> bool {
+    let mut parts = text.splitn(6, ':');
+    matches!(
+        (parts.next(), parts.next(), parts.next(), parts.nth(2)),
+        (Some("arn"), Some(_), Some("s3tables"), Some(resource)) if resource.starts_with("bucket/") && resource.len() > 7
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_bucket_arns_are_recognised() {
+        assert!(is_table_bucket_arn(
+            "arn:aws:s3tables:us-east-1:123456789012:bucket/lake"
+        ));
+        for bad in [
+            "lake",
+            "arn:aws:s3:::lake",
+            "arn:aws:s3tables:us-east-1:123456789012:bucket/",
+            "arn:aws:s3tables:us-east-1:123456789012:table/x",
+        ] {
+            assert!(!is_table_bucket_arn(bad), "{bad}");
+        }
+    }
+}
