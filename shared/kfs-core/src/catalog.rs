@@ -348,8 +348,15 @@ pub async fn open_catalog_handle(
                 .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
                 .load(REST_CATALOG_NAME, props)
                 .await?;
+            // Client-credentials tokens expire; a bearer token given as is cannot be renewed.
+            let catalog: Arc<dyn Catalog> =
+                if rest.credentials.properties().contains_key("credential") {
+                    Arc::new(crate::rest_tables::RestTables::new(catalog))
+                } else {
+                    Arc::new(catalog)
+                };
             Ok(CatalogHandle {
-                catalog: Arc::new(catalog),
+                catalog,
                 swap: Arc::new(crate::rest_swap::RestTableSwap::new(
                     rest.uri.clone(),
                     rest.warehouse.clone(),

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod parquet_merge;
 pub mod pipeline;
 pub mod rest_swap;
+pub mod rest_tables;
 pub mod rewrite;
 pub mod s3tables;
 pub mod source;

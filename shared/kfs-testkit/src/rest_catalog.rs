@@ -211,6 +211,11 @@ impl RestCatalogServer {
         self.shared.n.commits.load(SeqCst)
     }
 
+    /// Every token issued so far stops being accepted, as when tokens expire.
+    pub fn revoke_tokens(&self) {
+        self.shared.store().tokens.clear();
+    }
+
     /// Tokens issued by the token endpoint.
     pub fn tokens_issued(&self) -> usize {
         self.shared.n.tokens.load(SeqCst)
@@ -1102,6 +1107,51 @@ mod tests {
         ok(catalog.drop_namespace(&ns).await);
         assert!(!ok(catalog.namespace_exists(&ns).await));
         assert_eq!(server.unauthorized(), 0);
+    }
+
+    #[tokio::test]
+    async fn expired_tokens_are_renewed_by_the_catalog_adapter() {
+        let (_dir, _root, server) = start(vec![]).await;
+        let catalog = kfs_core::rest_tables::RestTables::new(
+            client(&server, "lake", &[("credential", "id:secret")]).await,
+        );
+        let ns = NamespaceIdent::new("db".to_string());
+        ok(catalog.create_namespace(&ns, HashMap::new()).await);
+        let field = NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long));
+        let schema = ok(Schema::builder().with_fields(vec![field.into()]).build());
+        let creation = TableCreation::builder()
+            .name("t".to_string())
+            .schema(schema)
+            .properties(HashMap::from([(
+                "commit.retry.num-retries".to_string(),
+                "0".to_string(),
+            )]))
+            .build();
+        ok(catalog.create_table(&ns, creation).await);
+        let ident = TableIdent::new(ns.clone(), "t".to_string());
+        assert_eq!(server.tokens_issued(), 1);
+
+        // A read after the token expired: refused once, renewed, answered.
+        server.revoke_tokens();
+        let table = ok(catalog.load_table(&ident).await);
+        assert_eq!((server.tokens_issued(), server.unauthorized()), (2, 1));
+
+        // A commit after the token expired, pinned to the table as loaded (as the
+        // committer commits: no reload that would renew the token first): refused,
+        // retryable, and the next attempt lands.
+        server.revoke_tokens();
+        let tx = Transaction::new(&table);
+        let tx = ok(tx
+            .update_table_properties()
+            .set("k".to_string(), "v1".to_string())
+            .apply(tx));
+        let pinned = kfs_core::table_commit::PinnedCatalog::new(&catalog, table.clone());
+        let refused = fails(tx.commit(&pinned).await);
+        assert!(refused.retryable(), "{refused}");
+        assert_eq!(server.commits_applied(), 0);
+        let table = ok(set_property(&catalog, &ident, "v1").await);
+        assert_eq!(property(&table), Some("v1"));
+        assert_eq!((server.tokens_issued(), server.unauthorized()), (3, 2));
     }
 
     #[tokio::test]
