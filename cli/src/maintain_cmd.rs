@@ -89,7 +89,7 @@ async fn tables(embedded: &Embedded, target: &Target) -> Result<Vec<TableIdent>,
         .await
         .map_err(pipeline)?
     {
-        all.extend(list(&embedded.catalog, &namespace).await?);
+        all.extend(list(embedded.catalog.as_ref(), &namespace).await?);
     }
     Ok(all)
 }
@@ -136,8 +136,8 @@ pub async fn compact(args: &CompactArgs) -> Result<(), CliError> {
             continue;
         }
         let report = compact_table(
-            &embedded.catalog,
-            &embedded.swap,
+            embedded.catalog.as_ref(),
+            embedded.swap.as_ref(),
             &ident,
             policy,
             None,
@@ -167,7 +167,7 @@ pub async fn expire(args: &ExpireArgs) -> Result<(), CliError> {
     let older_than = cutoff(&args.older_than)?;
     for ident in tables(&embedded, &args.target).await? {
         let report = expire_snapshots(
-            &embedded.catalog,
+            embedded.catalog.as_ref(),
             &ident,
             &kfs_plan::compaction::ExpiryRule {
                 older_than_ms: older_than,
@@ -200,7 +200,7 @@ pub async fn orphans(args: &OrphanArgs) -> Result<(), CliError> {
     let s3 = kfs_core::catalog::S3Settings::from_env();
     for ident in tables(&embedded, &args.target).await? {
         let report = remove_orphans(
-            &embedded.catalog,
+            embedded.catalog.as_ref(),
             &embedded.ledger,
             &ident,
             &s3,
@@ -238,8 +238,8 @@ pub async fn rewrite(args: &RewriteManifestsArgs) -> Result<(), CliError> {
             continue;
         }
         match rewrite_manifests(
-            &embedded.catalog,
-            &embedded.swap,
+            embedded.catalog.as_ref(),
+            embedded.swap.as_ref(),
             &ident,
             args.max_manifests,
             now_ms(),

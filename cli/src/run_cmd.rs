@@ -194,8 +194,8 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     };
     let report = run_once(
         &source,
-        &embedded.catalog,
-        &embedded.swap,
+        embedded.catalog.as_ref(),
+        embedded.swap.as_ref(),
         &embedded.ledger,
         &config,
         &on_progress,

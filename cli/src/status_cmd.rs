@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use iceberg::Catalog;
 use kfs_core::catalog::table_ident;
 use kfs_core::committer::table_watermarks;
 use kfs_core::ledger::{EntryState, Ledger, LedgerEntry};
