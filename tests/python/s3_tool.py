@@ -8,6 +8,7 @@ region and endpoint from the AWS_* environment variables.
     s3_tool.py ledger TABLE_NAME DEFINITION.json
     s3_tool.py secret NAME VALUE          (prints the secret's ARN)
     s3_tool.py table-bucket NAME          (an S3 Tables table bucket; prints its ARN)
+    s3_tool.py parameter NAME VALUE       (an SSM SecureString parameter; prints its ARN)
 """
 
 import json
@@ -50,6 +51,11 @@ def main():
             spec = json.load(f)
         client("dynamodb").create_table(TableName=name, **spec)
         print(f"created ledger table {name}")
+    elif command == "parameter":
+        name, value = args
+        ssm = client("ssm")
+        ssm.put_parameter(Name=name, Value=value, Type="SecureString")
+        print(ssm.get_parameter(Name=name)["Parameter"]["ARN"])
     elif command == "table-bucket":
         (name,) = args
         print(client("s3tables").create_table_bucket(name=name)["arn"])

@@ -11,7 +11,7 @@
 //! | `TABLE_BUCKET_ARN` | with `s3tables`: `arn:aws:s3tables:<region>:<account>:bucket/<name>` |
 //! | `CATALOG_URI` | the REST catalog's base URI |
 //! | `CATALOG_WAREHOUSE` | the REST catalog's warehouse *name* (Polaris catalog, Unity catalog) |
-//! | `CATALOG_SECRET_ARN` | Secrets Manager secret holding the REST credentials as JSON: `{"client_id", "client_secret", "scope", "oauth2-server-uri"}` or `{"token"}` |
+//! | `CATALOG_SECRET_ARN` | Secrets Manager secret, or SSM parameter (`arn:aws:ssm:…:parameter/<name>`, a `SecureString`), holding the REST credentials as JSON: `{"client_id", "client_secret", "scope", "oauth2-server-uri"}` or `{"token"}` |
 //! | `TABLE_NAMESPACE` | namespace of the topic tables (default `kafscale`) |
 //! | `TABLE_MAPPING` | JSON array of `{"topic": "<regex>", "table": "namespace.name"}` rules (whole-name matches, `$1`/`${group}` in the table), tried in order; other topics go to `TABLE_NAMESPACE.<topic>` |
 //! | `TABLE_PROPERTIES` | JSON object of properties of the tables the functions create, e.g. `{"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9", "write.target-file-size-bytes": "268435456"}` |
@@ -224,11 +224,7 @@ impl FunctionEnv {
         let mut kind = self.catalog.clone();
         if let (CatalogKind::Rest(rest), Some(arn)) = (&mut kind, &self.catalog_secret_arn) {
             let config = self.aws_config().await;
-            rest.credentials = crate::secrets::rest_credentials(
-                &aws_sdk_secretsmanager::Client::new(&config),
-                arn,
-            )
-            .await?;
+            rest.credentials = crate::secrets::rest_credentials(&config, arn).await?;
         }
         open_catalog_handle(&kind, &self.warehouse, &self.s3)
             .await

@@ -1,27 +1,100 @@
-//! Catalog credentials from AWS Secrets Manager: read once at cold start, held in a
-//! type whose `Debug` never shows them, and never written to a log or an error.
+//! Catalog credentials from AWS Secrets Manager or SSM Parameter Store: read once at
+//! cold start, held in a type whose `Debug` never shows them, and never written to a
+//! log or an error.
 
-use aws_sdk_secretsmanager::Client;
 use kfs_core::catalog::RestCredentials;
 
 use crate::function_env::ConfigError;
 
-/// Reads the REST catalog credentials stored as a JSON document in the secret `arn`.
-pub async fn rest_credentials(client: &Client, arn: &str) -> Result<RestCredentials, ConfigError> {
-    let secret = client
-        .get_secret_value()
-        .secret_id(arn)
-        .send()
-        .await
-        .map_err(|e| {
-            ConfigError(format!(
-                "reading catalog secret {arn}: {}",
-                aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
-            ))
-        })?;
-    let document = secret
-        .secret_string()
-        .ok_or_else(|| ConfigError(format!("catalog secret {arn} holds no string")))?;
-    RestCredentials::from_json(document)
+/// Where credentials are kept, by the ARN given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialsSource<'a> {
+    /// A Secrets Manager secret (its ARN or name).
+    Secret(&'a str),
+    /// An SSM parameter (a `SecureString`), by its name (`/kfs/catalog`).
+    Parameter(String),
+}
+
+impl<'a> CredentialsSource<'a> {
+    /// `arn:<partition>:ssm:<region>:<account>:parameter/<name>` is an SSM parameter;
+    /// anything else a Secrets Manager secret.
+    pub fn of(arn: &'a str) -> Self {
+        let mut parts = arn.splitn(6, ':');
+        match (parts.next(), parts.next(), parts.next(), parts.nth(2)) {
+            (Some("arn"), Some(_), Some("ssm"), Some(resource)) => {
+                match resource.strip_prefix("parameter") {
+                    Some(name) if name.starts_with('/') && name.len() > 1 => {
+                        Self::Parameter(name.to_owned())
+                    }
+                    _ => Self::Secret(arn),
+                }
+            }
+            _ => Self::Secret(arn),
+        }
+    }
+}
+
+/// Reads the REST catalog credentials stored as a JSON document in the secret or SSM
+/// parameter `arn`.
+pub async fn rest_credentials(
+    config: &aws_config::SdkConfig,
+    arn: &str,
+) -> Result<RestCredentials, ConfigError> {
+    let document = match CredentialsSource::of(arn) {
+        CredentialsSource::Secret(id) => aws_sdk_secretsmanager::Client::new(config)
+            .get_secret_value()
+            .secret_id(id)
+            .send()
+            .await
+            .map_err(|e| {
+                ConfigError(format!(
+                    "reading catalog secret {arn}: {}",
+                    aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
+                ))
+            })?
+            .secret_string()
+            .map(str::to_owned),
+        CredentialsSource::Parameter(name) => aws_sdk_ssm::Client::new(config)
+            .get_parameter()
+            .name(name)
+            .with_decryption(true)
+            .send()
+            .await
+            .map_err(|e| {
+                ConfigError(format!(
+                    "reading catalog parameter {arn}: {}",
+                    aws_sdk_ssm::error::DisplayErrorContext(&e)
+                ))
+            })?
+            .parameter()
+            .and_then(|p| p.value())
+            .map(str::to_owned),
+    };
+    let document =
+        document.ok_or_else(|| ConfigError(format!("catalog secret {arn} holds no string")))?;
+    RestCredentials::from_json(&document)
         .map_err(|reason| ConfigError(format!("catalog secret {arn}: {reason}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssm_parameter_arns_are_told_from_secrets() {
+        assert_eq!(
+            CredentialsSource::of("arn:aws:ssm:eu-west-1:123456789012:parameter/kfs/catalog"),
+            CredentialsSource::Parameter("/kfs/catalog".into())
+        );
+        for secret in [
+            "arn:aws:secretsmanager:eu-west-1:123456789012:secret:kfs/catalog-AbCdEf",
+            "kfs/catalog",
+            "arn:aws:ssm:eu-west-1:123456789012:document/x",
+        ] {
+            assert_eq!(
+                CredentialsSource::of(secret),
+                CredentialsSource::Secret(secret)
+            );
+        }
+    }
 }
