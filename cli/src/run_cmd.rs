@@ -26,9 +26,11 @@ pub struct RunArgs {
     /// A TOML configuration file (table names, partition specs, start offsets).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Partition spec of tables created by this run, e.g. `day(timestamp)` or
-    /// `hour(timestamp), bucket(16, key)` (overrides the configuration file's
-    /// `partition_by`; existing tables keep theirs).
+    /// Partition spec of the tables, e.g. `day(timestamp)` or `hour(timestamp),
+    /// bucket(16, key)` (`''`: unpartitioned); overrides the configuration file's
+    /// `partition_by`. New tables are created with it; an existing table with another
+    /// spec evolves to it: new data is written in the new layout, data already
+    /// committed keeps its own.
     #[arg(long, value_name = "SPEC")]
     partition_by: Option<String>,
     /// How tables created by this run store record values: `raw` (key and value as
@@ -106,6 +108,7 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
     let mut naming = TableNaming {
         namespace: file.namespace,
         partition_by: partition_spec(file.partition_by.as_deref().unwrap_or_default(), &origin)?,
+        partition_by_given: file.partition_by.is_some(),
         value_format: file
             .value_format
             .as_deref()
@@ -164,6 +167,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     config.commit.coalesce = !args.no_coalesce;
     if let Some(spec) = &args.partition_by {
         config.naming.partition_by = partition_spec(spec, "--partition-by")?;
+        config.naming.partition_by_given = true;
     }
     if let Some(format) = &args.value_format {
         config.naming.value_format = ValueFormat::parse(format)

@@ -181,6 +181,7 @@ impl FunctionEnv {
             catalog,
             naming: TableNaming {
                 namespace: var("TABLE_NAMESPACE"),
+                partition_by_given: var("PARTITION_BY").is_some(),
                 partition_by: parse_partition_spec(&var("PARTITION_BY").unwrap_or_default())
                     .map_err(|e| ConfigError(format!("PARTITION_BY: {e}")))?,
                 patterns: table_mapping(var("TABLE_MAPPING").as_deref())?,

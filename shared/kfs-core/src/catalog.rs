@@ -494,6 +494,46 @@ pub async fn evolve_schema(
     swap.commit(table, requirements, updates).await
 }
 
+/// Makes the partition spec `fields` (bound to the table's current schema) the
+/// table's default spec, unless it already is (same source columns and transforms, in
+/// order): new data files are written in it, files already committed keep theirs.
+/// Through the catalog's pointer swap; fails if the default spec changed meanwhile.
+pub async fn evolve_partition_spec(
+    swap: &dyn TableSwap,
+    table: &Table,
+    fields: &[kfs_plan::layout::PartitionField],
+) -> iceberg::Result<Table> {
+    let metadata = table.metadata();
+    let wanted = crate::table::topic_partition_spec(metadata.current_schema(), fields)?;
+    let current = metadata.default_partition_spec();
+    let layout = |fields: Vec<(i32, iceberg::spec::Transform)>| fields;
+    let same = layout(
+        current
+            .fields()
+            .iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect(),
+    ) == layout(
+        wanted
+            .fields()
+            .iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect(),
+    );
+    if same {
+        return Ok(table.clone());
+    }
+    let requirements = vec![iceberg::TableRequirement::DefaultSpecIdMatch {
+        default_spec_id: current.spec_id(),
+    }];
+    let updates = vec![
+        iceberg::TableUpdate::AddSpec { spec: wanted },
+        // -1: the spec just added.
+        iceberg::TableUpdate::SetDefaultSpec { spec_id: -1 },
+    ];
+    swap.commit(table, requirements, updates).await
+}
+
 /// Loads `name`, creating its namespace and the table (as `creation` says) on first
 /// sight, with iceberg-rust's blind commit retries off.
 async fn ensure_table(

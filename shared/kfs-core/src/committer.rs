@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use iceberg::spec::{Snapshot, deserialize_data_file_from_json};
+use iceberg::spec::Snapshot;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind};
@@ -390,7 +390,12 @@ pub async fn commit_table(
             commit_dead_letters(catalog, name, topic, &plan, &entries, settings, &commit_id)
                 .await?;
         let data_files = data_files_of(&table, &plan, &entries, &table_name)?;
-        let (data_files, merged_away) = if settings.coalesce && data_files.len() > 1 {
+        // Files written before the table's partition spec evolved are written again
+        // in the current spec (an append takes files of the default spec only).
+        let (data_files, relaid) = relayout(&table, data_files, &commit_id)
+            .await
+            .map_err(catalog_error)?;
+        let (data_files, mut merged_away) = if settings.coalesce && data_files.len() > 1 {
             let target = crate::maintenance::target_file_size(&table);
             coalesce(&table, data_files, target, &commit_id)
                 .await
@@ -398,6 +403,7 @@ pub async fn commit_table(
         } else {
             (data_files, Vec::new())
         };
+        merged_away.extend(relaid);
         let file_count = data_files.len();
         let newest = previous_newest.max(newest_in_files(&data_files));
         let mut properties = plan.summary(topic, &progress.gaps).properties();
@@ -531,17 +537,13 @@ async fn commit_dead_letters(
             };
             for json in &entry.dead_letters.files {
                 files.push(
-                    deserialize_data_file_from_json(
-                        json,
-                        metadata.default_partition_spec_id(),
-                        metadata.default_partition_type(),
-                        metadata.current_schema(),
-                    )
-                    .map_err(|source| CommitError::DataFile {
-                        table: table_name.clone(),
-                        segment: segment.id.clone(),
-                        source: Box::new(source),
-                    })?,
+                    crate::ledger_files::from_ledger(json, metadata)
+                        .map(|(file, _)| file)
+                        .map_err(|source| CommitError::DataFile {
+                            table: table_name.clone(),
+                            segment: segment.id.clone(),
+                            source: Box::new(source),
+                        })?,
                 );
             }
         }
@@ -563,6 +565,31 @@ async fn commit_dead_letters(
         table: table_name,
         attempts: settings.max_attempts,
     })
+}
+
+/// Writes the files of an older partition spec again in the table's default spec
+/// (named after the commit, unique to this attempt). Returns the files to commit and
+/// the paths written again.
+async fn relayout(
+    table: &Table,
+    files: Vec<(iceberg::spec::DataFile, i32)>,
+    commit_id: &str,
+) -> Result<(Vec<iceberg::spec::DataFile>, Vec<String>), iceberg::Error> {
+    let default_spec = table.metadata().default_partition_spec_id();
+    let (mut current, mut relaid) = (Vec::new(), Vec::new());
+    for (index, (file, spec_id)) in files.into_iter().enumerate() {
+        if spec_id == default_spec {
+            current.push(file);
+            continue;
+        }
+        let stem = format!(
+            "relaid-{commit_id}-{index}-{}",
+            crate::convert::write_token()
+        );
+        current.extend(crate::convert::rewrite_in_default_spec(table, &file, stem).await?);
+        relaid.push(file.file_path().to_owned());
+    }
+    Ok((current, relaid))
 }
 
 /// Merges small files, per partition value and in offset order, into files of about
@@ -666,7 +693,7 @@ fn data_files_of(
     plan: &CommitPlan,
     entries: &HashMap<&str, &LedgerEntry>,
     table_name: &str,
-) -> Result<Vec<iceberg::spec::DataFile>, CommitError> {
+) -> Result<Vec<(iceberg::spec::DataFile, i32)>, CommitError> {
     let metadata = table.metadata();
     let mut files = Vec::new();
     for segment in &plan.take {
@@ -674,16 +701,12 @@ fn data_files_of(
             continue;
         };
         for json in &entry.data_files {
-            let file = deserialize_data_file_from_json(
-                json,
-                metadata.default_partition_spec_id(),
-                metadata.default_partition_type(),
-                metadata.current_schema(),
-            )
-            .map_err(|source| CommitError::DataFile {
-                table: table_name.to_owned(),
-                segment: segment.id.clone(),
-                source: Box::new(source),
+            let file = crate::ledger_files::from_ledger(json, metadata).map_err(|source| {
+                CommitError::DataFile {
+                    table: table_name.to_owned(),
+                    segment: segment.id.clone(),
+                    source: Box::new(source),
+                }
             })?;
             files.push(file);
         }

@@ -903,6 +903,47 @@ pub async fn convert_segment(
     })
 }
 
+/// Writes a data file of `table` written in an older partition spec (or schema) again
+/// in the table's default spec: its rows, with the table's current columns, in one
+/// file per partition value named `{stem}.parquet` (a data file write, through its
+/// failpoint).
+pub async fn rewrite_in_default_spec(
+    table: &Table,
+    file: &DataFile,
+    stem: String,
+) -> iceberg::Result<Vec<DataFile>> {
+    let parquet_error = |e: parquet::errors::ParquetError| {
+        iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            format!("{}: {e}", file.file_path()),
+        )
+    };
+    let bytes = table.file_io().new_input(file.file_path())?.read().await?;
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .map_err(parquet_error)?
+        .with_batch_size(ROWS_PER_BATCH)
+        .build()
+        .map_err(parquet_error)?;
+    let target = arrow_schema(table.metadata().current_schema())?;
+    let mut writer = SegmentWriter::new(table, stem).await?;
+    for batch in reader {
+        let batch = batch.map_err(|e| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("{}: {e}", file.file_path()),
+            )
+        })?;
+        let batch = crate::parquet_merge::conform_batch(&batch, &target).map_err(|e| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("{} does not match the table schema: {e}", file.file_path()),
+            )
+        })?;
+        writer.write(batch).await?;
+    }
+    crate::failpoint::around(Failpoint::DataFileWrite, writer.close()).await
+}
+
 /// Closes a writer whose conversion failed and deletes what it wrote.
 async fn discard(table: &Table, writer: SegmentWriter) {
     if let Ok(files) = writer.close().await {

@@ -142,12 +142,8 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         if let Some(entry) = self.ledger.get(&kfs_key).await? {
             return self.known(entry, kfs.etag.as_deref()).await;
         }
-        let target = TopicTable::open(
-            self.catalog.catalog.as_ref(),
-            &self.settings.naming,
-            &key.topic,
-        )
-        .await?;
+        let target =
+            TopicTable::open(self.catalog.access(), &self.settings.naming, &key.topic).await?;
         let entry = ingest_segment(
             self.catalog.access(),
             &self.source,

@@ -12,6 +12,7 @@ pub mod failpoint;
 pub mod glue;
 pub mod json_values;
 pub mod ledger;
+pub mod ledger_files;
 pub mod maintenance;
 pub mod metrics;
 pub mod parquet_merge;

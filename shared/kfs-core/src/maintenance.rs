@@ -21,7 +21,7 @@ use crate::committer::ancestry;
 use crate::failpoint::delete_file;
 use crate::ledger::Ledger;
 use crate::parquet_merge::merge_data_files;
-use crate::rewrite::{Replacement, find_maintenance, live_entries, stage_replace};
+use crate::rewrite::{Replacement, find_maintenance, stage_replace};
 use crate::source::{OpendalSource, SegmentSource};
 use crate::table::{OFFSET_FIELD_ID, PARTITION_FIELD_ID};
 use crate::table_commit::TableSwap;
@@ -177,7 +177,12 @@ pub async fn compact_table(
     // Merged files compress far better than their tiny inputs, so one round can leave
     // files well below the target: plan again on the result, a few rounds at most.
     for _round in 0..COMPACTION_ROUNDS {
-        let live = live_entries(&table).await.map_err(iceberg)?;
+        // Files of the default partition spec only: a merged file is written in it, and
+        // files of an older spec keep the layout they were committed in.
+        let default_spec = table.metadata().default_partition_spec_id();
+        let live = crate::rewrite::live_entries_in(&table, Some(default_spec))
+            .await
+            .map_err(iceberg)?;
         let stats: Vec<FileStat> = live.iter().map(|e| file_stat(e.data_file())).collect();
         let groups = plan_compaction(&stats, &policy);
         if groups.is_empty() {

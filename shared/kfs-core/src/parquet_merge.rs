@@ -283,7 +283,7 @@ fn flush(
 /// `batch` (read from a data file) with the columns of `target` (the table's current
 /// schema): columns matched by field id (else by name), those the file predates null,
 /// widened ones cast (int → long, float → double), nested structs and lists alike.
-fn conform_batch(
+pub(crate) fn conform_batch(
     batch: &RecordBatch,
     target: &arrow_schema::SchemaRef,
 ) -> std::result::Result<RecordBatch, arrow_schema::ArrowError> {

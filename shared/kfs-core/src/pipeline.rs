@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 
 use iceberg::Catalog;
-use iceberg::spec::serialize_data_file_to_json;
 use iceberg::table::Table;
 use kfs_plan::keys::{SegmentFile, SegmentKey, SegmentListing};
 use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
@@ -17,7 +16,7 @@ use kfs_plan::shard::Shard;
 use kfs_plan::sweep::{ListedSegment, TableProgress};
 use kfs_segment::DecodeLimits;
 
-use crate::catalog::{CatalogAccess, ensure_topic_table};
+use crate::catalog::{CatalogAccess, ensure_topic_table, evolve_partition_spec};
 use crate::committer::{CommitError, CommitOutcome, CommitSettings, commit_table, table_progress};
 use crate::convert::{
     ConvertError, ConvertedSegment, SegmentInput, ValueColumns, convert_segment, scan_json_segment,
@@ -201,19 +200,34 @@ pub struct TopicTable {
 }
 
 impl TopicTable {
-    /// Opens the table of `topic`, creating it on first sight.
+    /// Opens the table of `topic`, creating it on first sight; an existing table whose
+    /// partition spec differs from the one configured evolves to it.
     pub async fn open(
-        catalog: &dyn Catalog,
+        catalog: CatalogAccess<'_>,
         naming: &TableNaming,
         topic: &str,
     ) -> Result<Self, PipelineError> {
         let name = naming.table_for(topic);
-        let table = ensure_topic_table(catalog, &name, topic, naming)
+        let catalog_error = |source: iceberg::Error| PipelineError::Catalog {
+            table: name.to_string(),
+            source: Box::new(source),
+        };
+        let mut table = ensure_topic_table(catalog.catalog, &name, topic, naming)
             .await
-            .map_err(|source| PipelineError::Catalog {
-                table: name.to_string(),
-                source: Box::new(source),
-            })?;
+            .map_err(catalog_error)?;
+        if let Some(fields) = naming.configured_partition(topic) {
+            table = match evolve_partition_spec(catalog.swap, &table, fields).await {
+                Ok(table) => table,
+                // Another process evolved it first: its spec is the configured one, or
+                // the next pass tries again.
+                Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => catalog
+                    .catalog
+                    .load_table(table.identifier())
+                    .await
+                    .map_err(catalog_error)?,
+                Err(e) => return Err(catalog_error(e)),
+            };
+        }
         let progress = table_progress(&table).map_err(|source| PipelineError::Summary {
             table: name.to_string(),
             source,
@@ -235,7 +249,7 @@ struct Tables {
 impl Tables {
     async fn get(
         &mut self,
-        catalog: &dyn Catalog,
+        catalog: CatalogAccess<'_>,
         naming: &TableNaming,
         topic: &str,
     ) -> Result<&TopicTable, PipelineError> {
@@ -336,15 +350,16 @@ pub async fn ingest_segment(
     };
     match converted {
         Ok((converted, table, dead_letter_table)) => {
+            // Written in the table's default spec as the conversion saw it.
             let serialize = |files: Vec<iceberg::spec::DataFile>, table: &Table| {
                 let metadata = table.metadata();
                 files
                     .into_iter()
                     .map(|file| {
-                        serialize_data_file_to_json(
+                        crate::ledger_files::to_ledger(
                             file,
-                            metadata.default_partition_type(),
-                            metadata.format_version(),
+                            metadata.default_partition_spec_id(),
+                            metadata,
                         )
                     })
                     .collect::<Result<Vec<_>, _>>()
@@ -537,7 +552,7 @@ pub async fn run_once(
         // Segments below the watermark are in the table: no ledger read for them, so a
         // sweep costs one read per segment not yet committed, not per segment listed.
         let progress = &tables
-            .get(catalog, &config.naming, &key.topic)
+            .get(CatalogAccess { catalog, swap }, &config.naming, &key.topic)
             .await?
             .progress;
         if progress.classify(key.partition, key.base_offset) == ListedSegment::Committed {
@@ -567,7 +582,9 @@ pub async fn run_once(
             report.deferred = work.len() - done;
             break;
         }
-        let target = tables.get(catalog, &config.naming, &key.topic).await?;
+        let target = tables
+            .get(CatalogAccess { catalog, swap }, &config.naming, &key.topic)
+            .await?;
         let entry = ingest_segment(
             CatalogAccess { catalog, swap },
             source,
@@ -614,7 +631,10 @@ pub async fn run_once(
                 .or_default()
                 .insert(key.base_offset);
         }
-        let name = &tables.get(catalog, &config.naming, topic).await?.name;
+        let name = &tables
+            .get(CatalogAccess { catalog, swap }, &config.naming, topic)
+            .await?
+            .name;
         let settings = CommitSettings {
             start_offsets: config.start_offsets.get(topic).cloned().unwrap_or_default(),
             etcd: config.etcd.view(topic),

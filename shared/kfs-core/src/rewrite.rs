@@ -30,13 +30,21 @@ pub const MAINTENANCE_ID_KEY: &str = "kfs.maintenance-id";
 
 /// The live data files of the current snapshot, with their manifest entries.
 pub async fn live_entries(table: &Table) -> Result<Vec<ManifestEntry>> {
+    live_entries_in(table, None).await
+}
+
+/// The live data files of the current snapshot written in the partition spec
+/// `spec_id` (all of them for `None`), with their manifest entries.
+pub async fn live_entries_in(table: &Table, spec_id: Option<i32>) -> Result<Vec<ManifestEntry>> {
     let Some(snapshot) = table.metadata().current_snapshot() else {
         return Ok(Vec::new());
     };
     let list = table.manifest_list_reader(snapshot).load().await?;
     let mut live = Vec::new();
     for manifest in list.entries() {
-        if manifest.content != ManifestContentType::Data {
+        if manifest.content != ManifestContentType::Data
+            || spec_id.is_some_and(|id| manifest.partition_spec_id != id)
+        {
             continue;
         }
         let loaded = manifest.load_manifest(table.file_io()).await?;

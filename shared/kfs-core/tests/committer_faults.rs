@@ -76,7 +76,15 @@ async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
 
 /// Converts the segments at `bases` (each 10 records) into pending ledger entries.
 async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResult {
-    let target = TopicTable::open(&setup.catalog, &TableNaming::default(), "orders").await?;
+    let target = TopicTable::open(
+        kfs_core::catalog::CatalogAccess {
+            catalog: &setup.catalog,
+            swap: &setup.swap,
+        },
+        &TableNaming::default(),
+        "orders",
+    )
+    .await?;
     for &base in bases {
         let key = key(base);
         let object_key = key.to_string();

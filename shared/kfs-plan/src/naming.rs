@@ -71,6 +71,10 @@ pub struct TableNaming {
     pub overrides: BTreeMap<String, TableName>,
     /// Partition spec of new tables whose topic has no entry in `partitioning`.
     pub partition_by: Vec<PartitionField>,
+    /// Whether `partition_by` was given (command line, configuration file,
+    /// `PARTITION_BY`) rather than left at its default: an existing table whose spec
+    /// differs then evolves to it for new data, as one with a `partitioning` entry does.
+    pub partition_by_given: bool,
     /// Partition spec of new tables, per topic.
     pub partitioning: BTreeMap<String, Vec<PartitionField>>,
     /// `topic regex → table` rules, tried in order after the explicit entries.
@@ -171,6 +175,17 @@ impl TableNaming {
         self.partitioning
             .get(topic)
             .map_or(self.partition_by.as_slice(), Vec::as_slice)
+    }
+
+    /// The partition spec configured for `topic`'s table, if one was given (an entry
+    /// in `partitioning`, or `partition_by` given): an existing table evolves to it.
+    pub fn configured_partition(&self, topic: &str) -> Option<&[PartitionField]> {
+        match self.partitioning.get(topic) {
+            Some(fields) => Some(fields),
+            None => self
+                .partition_by_given
+                .then_some(self.partition_by.as_slice()),
+        }
     }
 
     /// The table for `topic`.
