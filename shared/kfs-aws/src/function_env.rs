@@ -235,21 +235,7 @@ impl FunctionEnv {
     /// The AWS SDK configuration: the standard chain, with the region, endpoint and
     /// static keys of these settings when they are given (local stacks).
     pub async fn aws_config(&self) -> aws_config::SdkConfig {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new(self.s3.region.clone()));
-        if let Some(endpoint) = &self.s3.endpoint {
-            loader = loader.endpoint_url(endpoint);
-        }
-        if let (Some(key), Some(secret)) = (&self.s3.access_key_id, &self.s3.secret_access_key) {
-            loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                key,
-                secret,
-                self.s3.session_token.clone(),
-                None,
-                "environment",
-            ));
-        }
-        loader.load().await
+        self.s3.aws_config(self.s3.endpoint.as_deref()).await
     }
 
     /// The DynamoDB ledger, with the standard AWS configuration chain.

@@ -88,6 +88,27 @@ pub struct S3Settings {
 }
 
 impl S3Settings {
+    /// The AWS SDK configuration for these settings' region and static credentials
+    /// (else the standard chain), with `endpoint` for a service not on AWS (a local
+    /// stand-in).
+    pub async fn aws_config(&self, endpoint: Option<&str>) -> aws_config::SdkConfig {
+        let mut config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(self.region.clone()));
+        if let Some(endpoint) = endpoint {
+            config = config.endpoint_url(endpoint);
+        }
+        if let (Some(key), Some(secret)) = (&self.access_key_id, &self.secret_access_key) {
+            config = config.credentials_provider(aws_sdk_glue::config::Credentials::new(
+                key,
+                secret,
+                self.session_token.clone(),
+                None,
+                "environment",
+            ));
+        }
+        config.load().await
+    }
+
     /// Reads the environment.
     pub fn from_env() -> Self {
         Self::from_lookup(&|name| std::env::var(name).ok())
@@ -388,21 +409,7 @@ pub async fn open_catalog_handle(
                 }))
                 .load(LOCAL_CATALOG_NAME, props)
                 .await?;
-            let mut config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .region(aws_config::Region::new(s3.region.clone()));
-            if let Some(endpoint) = endpoint {
-                config = config.endpoint_url(endpoint);
-            }
-            if let (Some(key), Some(secret)) = (&s3.access_key_id, &s3.secret_access_key) {
-                config = config.credentials_provider(aws_sdk_glue::config::Credentials::new(
-                    key,
-                    secret,
-                    s3.session_token.clone(),
-                    None,
-                    "environment",
-                ));
-            }
-            let glue = aws_sdk_glue::Client::new(&config.load().await);
+            let glue = aws_sdk_glue::Client::new(&s3.aws_config(endpoint.as_deref()).await);
             let catalog = Arc::new(crate::glue::GlueTables::new(
                 inner,
                 glue,

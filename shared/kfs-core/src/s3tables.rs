@@ -132,21 +132,7 @@ pub async fn open(
     use iceberg_catalog_s3tables::{
         S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN, S3TablesCatalogBuilder,
     };
-    let mut config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new(s3.region.clone()));
-    if let Some(endpoint) = &settings.endpoint {
-        config = config.endpoint_url(endpoint);
-    }
-    if let (Some(key), Some(secret)) = (&s3.access_key_id, &s3.secret_access_key) {
-        config = config.credentials_provider(aws_sdk_s3tables::config::Credentials::new(
-            key,
-            secret,
-            s3.session_token.clone(),
-            None,
-            "environment",
-        ));
-    }
-    let client = aws_sdk_s3tables::Client::new(&config.load().await);
+    let client = aws_sdk_s3tables::Client::new(&s3.aws_config(settings.endpoint.as_deref()).await);
     let mut props: HashMap<String, String> = s3.file_io_properties();
     props.insert(
         S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN.to_owned(),

@@ -8,68 +8,18 @@
 //! the dead-letter table.
 
 mod faults;
+mod local;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use faults::{
     Faults, MODES, PARTITIONS, Process, RECORDS, SEGMENTS, Step, etcd_caught_up, open_catalog,
     source,
 };
-use futures::TryStreamExt;
-use iceberg::Catalog;
-use kfs_core::catalog::table_ident;
 use kfs_core::ledger::{EntryState, Ledger, SqliteLedger};
 use kfs_plan::crosscheck::CrossCheckPolicy;
-use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
-
-/// `(partition, offset)` → rows holding it, in the table `name` (empty if it does not
-/// exist).
-async fn offsets(
-    catalog: &dyn Catalog,
-    name: &TableName,
-) -> Result<BTreeMap<(i32, i64), usize>, String> {
-    let text = |e: iceberg::Error| format!("{name}: {e}");
-    let ident = table_ident(name);
-    let mut found = BTreeMap::new();
-    if !catalog.table_exists(&ident).await.map_err(text)? {
-        return Ok(found);
-    }
-    let table = catalog.load_table(&ident).await.map_err(text)?;
-    if table.metadata().current_snapshot().is_none() {
-        return Ok(found);
-    }
-    let batches: Vec<arrow_array::RecordBatch> = table
-        .scan()
-        .select(["partition", "offset"])
-        .build()
-        .map_err(text)?
-        .to_arrow()
-        .await
-        .map_err(text)?
-        .try_collect()
-        .await
-        .map_err(text)?;
-    for batch in batches {
-        let column = |i: usize| batch.column(i).clone();
-        let partitions = column(0);
-        let offsets = column(1);
-        let partitions = partitions
-            .as_any()
-            .downcast_ref::<arrow_array::Int32Array>()
-            .ok_or("partition column")?;
-        let offsets = offsets
-            .as_any()
-            .downcast_ref::<arrow_array::Int64Array>()
-            .ok_or("offset column")?;
-        for row in 0..batch.num_rows() {
-            *found
-                .entry((partitions.value(row), offsets.value(row)))
-                .or_default() += 1;
-        }
-    }
-    Ok(found)
-}
+use kfs_plan::naming::{TableNaming, ValueFormat};
+use local::offsets;
 
 fn json_naming() -> TableNaming {
     TableNaming {

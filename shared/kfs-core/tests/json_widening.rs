@@ -6,68 +6,37 @@
 //! field adds a column, and compaction merges files from before and after it. A scan
 //! reads every value back, the old files' as the wider type.
 
+mod local;
+
 use std::sync::Arc;
 
 use arrow_array::Array;
 use futures::TryStreamExt;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-use kfs_core::catalog::{
-    LOCAL_CATALOG_NAME, S3Settings, Warehouse, ensure_topic_table, evolve_schema, open_sql_catalog,
-};
-use kfs_core::ledger::SqliteLedger;
+use kfs_core::catalog::{ensure_topic_table, evolve_schema};
 use kfs_core::pipeline::{PipelineConfig, run_once};
-use kfs_core::source::MemorySource;
-use kfs_core::table_commit::SqlTableSwap;
-use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::{TableNaming, ValueFormat};
-use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
+use local::{BoxError, Local};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-/// Uploads a segment at `base` whose records have `values`.
-fn put(source: &MemorySource, base: i64, values: &[&str]) -> TestResult {
-    let records = values
-        .iter()
-        .zip(base..)
-        .map(|(value, offset)| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
-            key: None,
-            value: Some(value.as_bytes().to_vec()),
-            headers: vec![],
-        })
-        .collect();
-    let key = SegmentKey {
-        namespace: "ns".into(),
-        topic: "metrics".into(),
-        partition: 0,
-        base_offset: base,
-    };
-    let segment = encode_segment(&[BatchSpec::new(records, Compression::None)], 1)?;
-    source.put(&key.object_key(SegmentFile::Data), segment.kfs);
-    source.put(&key.object_key(SegmentFile::Index), segment.index);
-    Ok(())
-}
+type TestResult = Result<(), BoxError>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let database = dir.path().join("catalog.db");
-    let catalog = open_sql_catalog(
-        &database,
-        &Warehouse::Local(dir.path().join("wh")),
-        &S3Settings::default(),
-    )
-    .await?;
-    let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
-    let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
+    let local = Local::open().await?;
+    let Local {
+        catalog,
+        swap,
+        ledger,
+        source,
+        ..
+    } = &local;
     let naming = TableNaming {
         value_format: ValueFormat::Json,
         ..TableNaming::default()
     };
     let name = naming.table_for("metrics");
     // Someone declares `n int` and `f float`.
-    let table = ensure_topic_table(&catalog, &name, "metrics", &naming).await?;
+    let table = ensure_topic_table(catalog, &name, "metrics", &naming).await?;
     let current = table.metadata().current_schema();
     let mut fields = current.as_struct().fields().to_vec();
     let next = table.metadata().last_column_id() + 1;
@@ -85,9 +54,8 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
         .with_schema_id(current.schema_id() + 1)
         .with_fields(fields)
         .build()?;
-    evolve_schema(&swap, &table, declared).await?;
+    evolve_schema(swap, &table, declared).await?;
 
-    let source = MemorySource::default();
     let mut config = PipelineConfig {
         naming: naming.clone(),
         ..PipelineConfig::default()
@@ -95,23 +63,23 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
     // One commit takes files written before and after the widening, merged into one
     // (coalescing reads the older file's int column as long).
     config.commit.coalesce = true;
-    put(&source, 0, &[r#"{"n": 7, "f": 1.5}"#, r#"{"n": -3}"#])?;
-    put(&source, 2, &[r#"{"n": 5000000000, "f": 1e300}"#])?;
-    let report = run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
+    local.put("metrics", 0, &[r#"{"n": 7, "f": 1.5}"#, r#"{"n": -3}"#], 1)?;
+    local.put("metrics", 2, &[r#"{"n": 5000000000, "f": 1e300}"#], 1)?;
+    let report = run_once(source, catalog, swap, ledger, &config, &|_| {}).await?;
     let outcome = report.tables.values().next().ok_or("no commit")?;
     assert_eq!(
         (outcome.segments, outcome.files, outcome.coalesced),
         (2, 1, 2)
     );
     // A later field, and a file written before it compacted with one written after.
-    put(&source, 3, &[r#"{"n": 1, "g": {"h": true}}"#])?;
-    run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
+    local.put("metrics", 3, &[r#"{"n": 1, "g": {"h": true}}"#], 1)?;
+    run_once(source, catalog, swap, ledger, &config, &|_| {}).await?;
     let table =
-        iceberg::Catalog::load_table(&catalog, &kfs_core::catalog::table_ident(&name)).await?;
+        iceberg::Catalog::load_table(catalog, &kfs_core::catalog::table_ident(&name)).await?;
     assert_eq!(table.metadata().schemas_iter().count(), 4);
     let compacted = kfs_core::maintenance::compact_table(
-        &catalog,
-        &swap,
+        catalog,
+        swap,
         &kfs_core::catalog::table_ident(&name),
         None,
         None,
@@ -125,7 +93,7 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
     );
 
     let table =
-        iceberg::Catalog::load_table(&catalog, &kfs_core::catalog::table_ident(&name)).await?;
+        iceberg::Catalog::load_table(catalog, &kfs_core::catalog::table_ident(&name)).await?;
     let schema = table.metadata().current_schema();
     let field = |name: &str| {
         schema

@@ -5,99 +5,49 @@
 //! new segments are written in it; the committed file keeps its layout. Every offset is
 //! read back exactly once, and compaction merges only files of the current spec.
 
-use std::collections::BTreeMap;
+mod local;
 
-use arrow_array::Array;
-use futures::TryStreamExt;
-use kfs_core::catalog::{
-    CatalogAccess, LOCAL_CATALOG_NAME, S3Settings, Warehouse, open_sql_catalog, table_ident,
-};
-use kfs_core::ledger::{Ledger, SqliteLedger};
+use kfs_core::catalog::table_ident;
+use kfs_core::ledger::Ledger;
 use kfs_core::pipeline::{PipelineConfig, TopicTable, ingest_segment, now_ms, run_once};
-use kfs_core::source::{MemorySource, SourceObject};
-use kfs_core::table_commit::SqlTableSwap;
-use kfs_plan::keys::{SegmentFile, SegmentKey};
+use kfs_core::source::SourceObject;
+use kfs_plan::keys::SegmentFile;
 use kfs_plan::layout::parse_partition_spec;
 use kfs_plan::naming::TableNaming;
-use kfs_segment::{BatchSpec, Compression, DecodeLimits, OwnedRecord, encode_segment};
+use kfs_segment::DecodeLimits;
+use local::{BoxError, Local, offsets};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+/// The values of the segment at `base`: 10 records, 20 minutes apart.
+const VALUES: [&str; 10] = ["v"; 10];
+const SPACING_MS: i64 = 1_200_000;
 
-/// Uploads the segment at `base` (10 records, 20 minutes apart) and returns its key.
-fn put(source: &MemorySource, base: i64) -> Result<SegmentKey, Box<dyn std::error::Error>> {
-    let records = (base..base + 10)
-        .map(|offset| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset * 1_200_000,
-            key: Some(format!("k{offset}").into_bytes()),
-            value: Some(format!("v{offset}").into_bytes()),
-            headers: vec![],
-        })
-        .collect();
-    let key = SegmentKey {
-        namespace: "ns".into(),
-        topic: "orders".into(),
-        partition: 0,
-        base_offset: base,
-    };
-    let segment = encode_segment(&[BatchSpec::new(records, Compression::Zstd)], 1)?;
-    source.put(&key.object_key(SegmentFile::Data), segment.kfs);
-    source.put(&key.object_key(SegmentFile::Index), segment.index);
-    Ok(key)
-}
-
-/// Offset → rows holding it, in the table's current snapshot.
-async fn offsets(
-    table: &iceberg::table::Table,
-) -> Result<BTreeMap<i64, usize>, Box<dyn std::error::Error>> {
-    let batches: Vec<arrow_array::RecordBatch> = table
-        .scan()
-        .select(["offset"])
-        .build()?
-        .to_arrow()
-        .await?
-        .try_collect()
-        .await?;
-    let mut found = BTreeMap::new();
-    for batch in batches {
-        let column = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<arrow_array::Int64Array>()
-            .ok_or("offset column")?
-            .clone();
-        for row in 0..column.len() {
-            *found.entry(column.value(row)).or_default() += 1;
-        }
-    }
-    Ok(found)
+/// Checks that every offset below 30 is in the table once.
+async fn exactly_once(local: &Local, name: &kfs_plan::naming::TableName) -> Result<(), BoxError> {
+    let rows = offsets(&local.catalog, name).await?;
+    assert_eq!(rows.len(), 30, "{rows:?}");
+    assert!(rows.values().all(|&n| n == 1), "{rows:?}");
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let database = dir.path().join("catalog.db");
-    let catalog = open_sql_catalog(
-        &database,
-        &Warehouse::Local(dir.path().join("wh")),
-        &S3Settings::default(),
-    )
-    .await?;
-    let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
-    let access = CatalogAccess {
-        catalog: &catalog,
-        swap: &swap,
-    };
-    let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
-    let source = MemorySource::default();
+async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> Result<(), BoxError> {
+    let local = Local::open().await?;
+    let Local {
+        catalog,
+        swap,
+        ledger,
+        source,
+        ..
+    } = &local;
+    let access = local.access();
     let unpartitioned = PipelineConfig::default();
     let name = unpartitioned.naming.table_for("orders");
 
     // Committed unpartitioned.
-    put(&source, 0)?;
-    run_once(&source, &catalog, &swap, &ledger, &unpartitioned, &|_| {}).await?;
+    local.put("orders", 0, &VALUES, SPACING_MS)?;
+    run_once(source, catalog, swap, ledger, &unpartitioned, &|_| {}).await?;
     // Converted unpartitioned, still pending when the spec changes.
-    let key = put(&source, 10)?;
+    let key = local.put("orders", 10, &VALUES, SPACING_MS)?;
     let target = TopicTable::open(access, &unpartitioned.naming, "orders").await?;
     let object = SourceObject {
         key: key.object_key(SegmentFile::Data),
@@ -107,9 +57,9 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> TestResu
     };
     ingest_segment(
         access,
-        &source,
+        source,
         &target,
-        &ledger,
+        ledger,
         &key,
         &object,
         DecodeLimits::default(),
@@ -121,7 +71,7 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> TestResu
     assert_eq!(pending_file.len(), 1);
 
     // Configured by hour: the table evolves, the pending file is laid out again.
-    put(&source, 20)?;
+    local.put("orders", 20, &VALUES, SPACING_MS)?;
     let hourly = PipelineConfig {
         naming: TableNaming {
             partition_by: parse_partition_spec("hour(timestamp)")?,
@@ -130,17 +80,15 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> TestResu
         },
         ..PipelineConfig::default()
     };
-    let report = run_once(&source, &catalog, &swap, &ledger, &hourly, &|_| {}).await?;
+    let report = run_once(source, catalog, swap, ledger, &hourly, &|_| {}).await?;
     let outcome = report.tables.values().next().ok_or("no commit")?;
     assert_eq!(outcome.segments, 2, "{outcome:?}");
-    let table = iceberg::Catalog::load_table(&catalog, &table_ident(&name)).await?;
+    let table = iceberg::Catalog::load_table(catalog, &table_ident(&name)).await?;
     let metadata = table.metadata();
     assert_eq!(metadata.partition_specs_iter().count(), 2);
     assert_eq!(metadata.default_partition_spec().fields().len(), 1);
     assert!(!std::path::Path::new(pending_file[0].trim_start_matches("file://")).exists());
-    let rows = offsets(&table).await?;
-    assert_eq!(rows.len(), 30);
-    assert!(rows.values().all(|&n| n == 1), "{rows:?}");
+    exactly_once(&local, &name).await?;
     let old_spec = kfs_core::rewrite::live_entries_in(&table, Some(0)).await?;
     let new_spec =
         kfs_core::rewrite::live_entries_in(&table, Some(metadata.default_partition_spec_id()))
@@ -158,29 +106,20 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> TestResu
     );
 
     // A rerun changes nothing; compaction merges files of the current spec only.
-    let again = run_once(&source, &catalog, &swap, &ledger, &hourly, &|_| {}).await?;
+    let again = run_once(source, catalog, swap, ledger, &hourly, &|_| {}).await?;
     assert!(
         again.tables.values().all(|o| o.snapshot_id.is_none()),
         "{again:?}"
     );
-    kfs_core::maintenance::compact_table(
-        &catalog,
-        &swap,
-        &table_ident(&name),
-        None,
-        None,
-        now_ms(),
-    )
-    .await?;
-    let table = iceberg::Catalog::load_table(&catalog, &table_ident(&name)).await?;
+    kfs_core::maintenance::compact_table(catalog, swap, &table_ident(&name), None, None, now_ms())
+        .await?;
+    let table = iceberg::Catalog::load_table(catalog, &table_ident(&name)).await?;
     assert_eq!(
         kfs_core::rewrite::live_entries_in(&table, Some(0))
             .await?
             .len(),
         1
     );
-    let rows = offsets(&table).await?;
-    assert_eq!(rows.len(), 30);
-    assert!(rows.values().all(|&n| n == 1), "{rows:?}");
+    exactly_once(&local, &name).await?;
     Ok(())
 }

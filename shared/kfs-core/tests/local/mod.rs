@@ -1,0 +1,151 @@
+//! What the core's end-to-end tests on one machine share: a deployment on local files
+//! (the SQL catalog on SQLite with its pointer swap, the SQLite ledger, segments in
+//! memory), uploading a segment, and reading back which offsets a table holds.
+
+#![allow(dead_code)] // each test file uses a different part
+
+use std::collections::BTreeMap;
+
+use futures::TryStreamExt;
+use iceberg::Catalog;
+use kfs_core::catalog::{
+    CatalogAccess, LOCAL_CATALOG_NAME, S3Settings, SqlCatalog, Warehouse, open_sql_catalog,
+    table_ident,
+};
+use kfs_core::ledger::SqliteLedger;
+use kfs_core::source::MemorySource;
+use kfs_core::table_commit::SqlTableSwap;
+use kfs_plan::keys::{SegmentFile, SegmentKey};
+use kfs_plan::naming::TableName;
+use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
+
+/// Errors of the tests.
+pub type BoxError = Box<dyn std::error::Error>;
+
+/// The catalog, its swap, the ledger and the source, in a temporary directory.
+pub struct Local {
+    /// Holds the files.
+    pub dir: tempfile::TempDir,
+    /// The SQL catalog.
+    pub catalog: SqlCatalog,
+    /// Its pointer swap.
+    pub swap: SqlTableSwap,
+    /// The ledger.
+    pub ledger: SqliteLedger,
+    /// The segments.
+    pub source: MemorySource,
+}
+
+impl Local {
+    /// A fresh deployment.
+    pub async fn open() -> Result<Self, BoxError> {
+        let dir = tempfile::tempdir()?;
+        let database = dir.path().join("catalog.db");
+        let catalog = open_sql_catalog(
+            &database,
+            &Warehouse::Local(dir.path().join("wh")),
+            &S3Settings::default(),
+        )
+        .await?;
+        let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
+        let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
+        Ok(Self {
+            dir,
+            catalog,
+            swap,
+            ledger,
+            source: MemorySource::default(),
+        })
+    }
+
+    /// The catalog with its swap.
+    pub fn access(&self) -> CatalogAccess<'_> {
+        CatalogAccess {
+            catalog: &self.catalog,
+            swap: &self.swap,
+        }
+    }
+
+    /// Uploads a segment of `topic` partition 0 at `base` (its `.kfs` and `.index`),
+    /// one record per value, timestamps `spacing_ms` apart; returns its key.
+    pub fn put(
+        &self,
+        topic: &str,
+        base: i64,
+        values: &[&str],
+        spacing_ms: i64,
+    ) -> Result<SegmentKey, BoxError> {
+        let records = values
+            .iter()
+            .zip(base..)
+            .map(|(value, offset)| OwnedRecord {
+                offset,
+                timestamp_ms: 1_700_000_000_000 + offset * spacing_ms,
+                key: Some(format!("k{offset}").into_bytes()),
+                value: Some(value.as_bytes().to_vec()),
+                headers: vec![],
+            })
+            .collect();
+        let key = SegmentKey {
+            namespace: "ns".into(),
+            topic: topic.into(),
+            partition: 0,
+            base_offset: base,
+        };
+        let segment = encode_segment(&[BatchSpec::new(records, Compression::Zstd)], 1)?;
+        self.source
+            .put(&key.object_key(SegmentFile::Data), segment.kfs);
+        self.source
+            .put(&key.object_key(SegmentFile::Index), segment.index);
+        Ok(key)
+    }
+}
+
+/// `(partition, offset)` → rows holding it in the table `name` (empty when the table
+/// does not exist or has no snapshot).
+pub async fn offsets(
+    catalog: &dyn Catalog,
+    name: &TableName,
+) -> Result<BTreeMap<(i32, i64), usize>, String> {
+    let text = |e: iceberg::Error| format!("{name}: {e}");
+    let ident = table_ident(name);
+    let mut found = BTreeMap::new();
+    if !catalog.table_exists(&ident).await.map_err(text)? {
+        return Ok(found);
+    }
+    let table = catalog.load_table(&ident).await.map_err(text)?;
+    if table.metadata().current_snapshot().is_none() {
+        return Ok(found);
+    }
+    let batches: Vec<arrow_array::RecordBatch> = table
+        .scan()
+        .select(["partition", "offset"])
+        .build()
+        .map_err(text)?
+        .to_arrow()
+        .await
+        .map_err(text)?
+        .try_collect()
+        .await
+        .map_err(text)?;
+    for batch in batches {
+        let partitions = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow_array::Int32Array>()
+            .ok_or("partition column")?
+            .clone();
+        let offsets = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>()
+            .ok_or("offset column")?
+            .clone();
+        for row in 0..batch.num_rows() {
+            *found
+                .entry((partitions.value(row), offsets.value(row)))
+                .or_default() += 1;
+        }
+    }
+    Ok(found)
+}
