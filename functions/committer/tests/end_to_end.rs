@@ -7,11 +7,9 @@
 //! pyiceberg reads the tables back through the same catalog and compares them row by
 //! row with what was encoded. A second tick adds nothing.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kfs_aws::function_env::FunctionEnv;
 use kfs_testkit::rest_catalog::{RestCatalogServer, RestServerConfig};
 
 use kfs_committer::{Committer, Maintenance, handle};
@@ -73,25 +71,13 @@ async fn independent_segments_land_in_rest_catalog_tables_exactly_once() {
     .await
     .unwrap_or_else(|e| panic!("rest server: {e}"));
     // The function's own configuration path: variables, then the secret.
-    let mut vars: HashMap<String, String> = stack
-        .moto
-        .env()
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-    for (k, v) in [
-        ("SEGMENT_BUCKET", "kafscale-segments".to_owned()),
-        ("LEDGER_TABLE", "kfs-ledger".to_owned()),
+    let env = stack.function_env(&[
         ("WAREHOUSE", "s3://lakehouse/rest".to_owned()),
         ("CATALOG_TYPE", "rest".to_owned()),
         ("CATALOG_URI", server.uri()),
         ("CATALOG_WAREHOUSE", "analytics".to_owned()),
         ("CATALOG_SECRET_ARN", arn),
-    ] {
-        vars.insert(k.to_owned(), v);
-    }
-    let env =
-        FunctionEnv::from_lookup(&|name| vars.get(name).cloned()).unwrap_or_else(|e| panic!("{e}"));
+    ]);
     let handle = env.catalog_handle().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(!format!("{env:?}").contains("s3cr3t"));
     // The first commit is applied but answered with a 503: the committer must find it

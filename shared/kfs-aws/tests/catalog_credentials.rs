@@ -2,9 +2,6 @@
 //! secret and an SSM `SecureString` parameter, both by ARN, give the same client
 //! properties; a document that is not credentials is refused without being quoted.
 
-use std::collections::HashMap;
-
-use kfs_aws::function_env::FunctionEnv;
 use kfs_aws::secrets::rest_credentials;
 use kfs_testkit::LocalStack;
 
@@ -23,21 +20,7 @@ async fn credentials_come_from_secrets_manager_or_ssm_parameter_store() {
     let bad = stack
         .moto
         .tool(&["parameter", "/kfs-iceberg/bad", "password=s3cr3t-value"]);
-    let mut vars: HashMap<String, String> = stack
-        .moto
-        .env()
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-    for (k, v) in [
-        ("SEGMENT_BUCKET", "kafscale-segments"),
-        ("LEDGER_TABLE", "kfs-ledger"),
-        ("WAREHOUSE", "s3://lakehouse/wh"),
-    ] {
-        vars.insert(k.to_owned(), v.to_owned());
-    }
-    let env =
-        FunctionEnv::from_lookup(&|name| vars.get(name).cloned()).unwrap_or_else(|e| panic!("{e}"));
+    let env = stack.function_env(&[("WAREHOUSE", "s3://lakehouse/wh".to_owned())]);
     let config = env.aws_config().await;
     let from_secret = rest_credentials(&config, &secret)
         .await

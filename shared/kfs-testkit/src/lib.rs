@@ -183,6 +183,22 @@ impl LocalStack {
         ]);
     }
 
+    /// The functions' configuration on this stack: the AWS variables pointing at moto,
+    /// the segment bucket and the ledger table, and `vars` (`WAREHOUSE`, the catalog's).
+    pub fn function_env(&self, vars: &[(&str, String)]) -> kfs_aws::function_env::FunctionEnv {
+        let mut all: std::collections::HashMap<String, String> = self
+            .moto
+            .env()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        all.insert("SEGMENT_BUCKET".into(), self.bucket.clone());
+        all.insert("LEDGER_TABLE".into(), self.ledger_table.clone());
+        all.extend(vars.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+        kfs_aws::function_env::FunctionEnv::from_lookup(&|name| all.get(name).cloned())
+            .unwrap_or_else(|e| panic!("function environment: {e}"))
+    }
+
     /// The segment source at the bucket root.
     pub fn source(&self) -> kfs_core::source::OpendalSource {
         kfs_core::source::OpendalSource::s3(&self.bucket, "", &self.s3)

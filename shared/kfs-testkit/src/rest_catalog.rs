@@ -1006,6 +1006,21 @@ mod tests {
         tx.commit(catalog).await
     }
 
+    /// Table `t` with one column, without client-side retries (so that an injected
+    /// conflict surfaces).
+    fn creation() -> TableCreation {
+        let field = NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long));
+        let schema = ok(Schema::builder().with_fields(vec![field.into()]).build());
+        TableCreation::builder()
+            .name("t".to_string())
+            .schema(schema)
+            .properties(HashMap::from([(
+                "commit.retry.num-retries".to_string(),
+                "0".to_string(),
+            )]))
+            .build()
+    }
+
     fn property(table: &Table) -> Option<&str> {
         table.metadata().properties().get("k").map(String::as_str)
     }
@@ -1028,18 +1043,7 @@ mod tests {
         assert_eq!(again.kind(), ErrorKind::NamespaceAlreadyExists);
         assert_eq!(ok(catalog.list_namespaces(None).await), vec![ns.clone()]);
 
-        let field = NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long));
-        let schema = ok(Schema::builder().with_fields(vec![field.into()]).build());
-        // No client-side retries, so that an injected conflict surfaces.
-        let creation = TableCreation::builder()
-            .name("t".to_string())
-            .schema(schema)
-            .properties(HashMap::from([(
-                "commit.retry.num-retries".to_string(),
-                "0".to_string(),
-            )]))
-            .build();
-        let table = ok(catalog.create_table(&ns, creation).await);
+        let table = ok(catalog.create_table(&ns, creation()).await);
         let ident = TableIdent::new(ns.clone(), "t".to_string());
         let first = location(&server);
         assert_eq!(table.metadata_location(), Some(first.as_str()));
@@ -1117,17 +1121,7 @@ mod tests {
         );
         let ns = NamespaceIdent::new("db".to_string());
         ok(catalog.create_namespace(&ns, HashMap::new()).await);
-        let field = NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long));
-        let schema = ok(Schema::builder().with_fields(vec![field.into()]).build());
-        let creation = TableCreation::builder()
-            .name("t".to_string())
-            .schema(schema)
-            .properties(HashMap::from([(
-                "commit.retry.num-retries".to_string(),
-                "0".to_string(),
-            )]))
-            .build();
-        ok(catalog.create_table(&ns, creation).await);
+        ok(catalog.create_table(&ns, creation()).await);
         let ident = TableIdent::new(ns.clone(), "t".to_string());
         assert_eq!(server.tokens_issued(), 1);
 
