@@ -34,7 +34,8 @@ pub struct WarehouseArgs {
     /// The catalog: `sql` (the embedded SQLite catalog, default), `rest` (an Iceberg
     /// REST catalog such as Apache Polaris or Unity Catalog: `--catalog-uri`,
     /// `--rest-warehouse`, credentials), `glue` (the AWS Glue Data Catalog) or
-    /// `s3tables` (`--table-bucket-arn`).
+    /// `s3tables` (`--table-bucket-arn`), or `memory` (a catalog that ends with the
+    /// command: a dry run whose data files stay under the warehouse).
     #[arg(long, value_name = "TYPE", default_value = "sql")]
     pub catalog_type: String,
     /// The REST catalog's base URI (the client appends `/v1/...`).
@@ -123,6 +124,7 @@ impl WarehouseArgs {
                 warehouse: self.rest_warehouse.clone(),
                 credentials: self.rest_credentials()?,
             }),
+            "memory" => CatalogKind::Memory,
             "glue" => CatalogKind::Glue {
                 endpoint: std::env::var("AWS_ENDPOINT_URL_GLUE")
                     .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
@@ -149,7 +151,7 @@ impl WarehouseArgs {
             }
             other => {
                 return Err(CliError::Usage(format!(
-                    "--catalog-type {other:?}: expected sql, rest, glue or s3tables"
+                    "--catalog-type {other:?}: expected sql, rest, glue, s3tables or memory"
                 )));
             }
         })

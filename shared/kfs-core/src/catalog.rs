@@ -219,6 +219,9 @@ pub enum CatalogKind {
     Rest(RestSettings),
     /// An Amazon S3 Tables table bucket.
     S3Tables(crate::s3tables::S3TablesSettings),
+    /// A catalog in memory ([`crate::memory_catalog`]): tables under the warehouse,
+    /// the catalog gone with the process.
+    Memory,
 }
 
 /// Where a REST catalog is and how to authenticate to it.
@@ -386,6 +389,16 @@ pub async fn open_catalog_handle(
             })
         }
         CatalogKind::S3Tables(settings) => crate::s3tables::open(settings, s3).await,
+        CatalogKind::Memory => {
+            let tables = Arc::new(crate::memory_catalog::MemoryTables::new(
+                s3.file_io(),
+                &warehouse.location(),
+            )?);
+            Ok(CatalogHandle {
+                catalog: tables.clone(),
+                swap: tables,
+            })
+        }
         CatalogKind::Glue { endpoint } => {
             use iceberg_catalog_glue::{
                 GLUE_CATALOG_PROP_URI, GLUE_CATALOG_PROP_WAREHOUSE, GlueCatalogBuilder,

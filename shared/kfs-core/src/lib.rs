@@ -14,6 +14,7 @@ pub mod json_values;
 pub mod ledger;
 pub mod ledger_files;
 pub mod maintenance;
+pub mod memory_catalog;
 pub mod metrics;
 pub mod parquet_merge;
 pub mod pipeline;
