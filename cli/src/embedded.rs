@@ -38,7 +38,9 @@ pub struct WarehouseArgs {
     /// command: a dry run whose data files stay under the warehouse).
     #[arg(long, value_name = "TYPE", default_value = "sql")]
     pub catalog_type: String,
-    /// The REST catalog's base URI (the client appends `/v1/...`).
+    /// The REST catalog's base URI (the client appends `/v1/...`); with `sql`, a
+    /// PostgreSQL database (`postgres://user:password@host:port/database`) instead of
+    /// the SQLite file.
     #[arg(long, value_name = "URI")]
     pub catalog_uri: Option<String>,
     /// The REST catalog's warehouse *name* (Polaris' catalog, Unity's catalog), kept
@@ -110,11 +112,22 @@ impl WarehouseArgs {
             ))
         };
         Ok(match self.catalog_type.as_str() {
-            "sql" => CatalogKind::Sql {
-                database: self
-                    .catalog
-                    .clone()
-                    .unwrap_or_else(|| state.join("catalog.db")),
+            "sql" => match &self.catalog_uri {
+                Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                    CatalogKind::SqlPostgres { url: url.clone() }
+                }
+                Some(other) => {
+                    return Err(CliError::Usage(format!(
+                        "--catalog-type sql: --catalog-uri must be a postgres:// URL (a SQLite catalog is --catalog FILE), not {:?}",
+                        other.split('@').next_back().unwrap_or_default()
+                    )));
+                }
+                None => CatalogKind::Sql {
+                    database: self
+                        .catalog
+                        .clone()
+                        .unwrap_or_else(|| state.join("catalog.db")),
+                },
             },
             "rest" => CatalogKind::Rest(RestSettings {
                 uri: self

@@ -143,6 +143,7 @@ def main():
     parser.add_argument("--catalog-db", help="the SQLite catalog file (default: <warehouse>/catalog.db)")
     parser.add_argument("--s3-endpoint", help="S3 endpoint of an s3:// warehouse (credentials from AWS_* variables)")
     parser.add_argument("--glue-endpoint", help="read the tables from this Glue endpoint instead of the SQL catalog")
+    parser.add_argument("--sql-uri", help="read the tables from the SQL catalog at this SQLAlchemy URI (postgresql+psycopg2://...)")
     parser.add_argument("--rest-uri", help="read the tables from this Iceberg REST catalog instead")
     parser.add_argument("--rest-warehouse", help="the REST catalog's warehouse name")
     parser.add_argument("--rest-credential", help="OAuth2 client_id:client_secret for the REST catalog")
@@ -166,6 +167,8 @@ def main():
                 properties[name] = value
         # Storage settings come from the server's config defaults.
         catalog = RestCatalog("rest", **properties)
+    elif args.sql_uri:
+        catalog = SqlCatalog("local", uri=args.sql_uri, warehouse=f"file://{os.path.abspath(args.warehouse)}")
     elif args.glue_endpoint:
         from pyiceberg.catalog.glue import GlueCatalog
 

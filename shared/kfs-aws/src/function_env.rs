@@ -7,7 +7,7 @@
 //! | `SEGMENT_PREFIX` | key prefix of the segments in it (empty for the bucket root) |
 //! | `LEDGER_TABLE` | DynamoDB ledger table |
 //! | `WAREHOUSE` | `s3://bucket/prefix` of the Iceberg warehouse |
-//! | `CATALOG_TYPE` | `glue` (default), `rest`, `s3tables` (the table bucket `TABLE_BUCKET_ARN`), or `sql` (SQLite file at `CATALOG_URI`, tests only) |
+//! | `CATALOG_TYPE` | `glue` (default), `rest`, `s3tables` (the table bucket `TABLE_BUCKET_ARN`), or `sql` (a PostgreSQL database at `CATALOG_URI` = `postgres://…`, or a SQLite file there, for tests) |
 //! | `TABLE_BUCKET_ARN` | with `s3tables`: `arn:aws:s3tables:<region>:<account>:bucket/<name>` |
 //! | `CATALOG_URI` | the REST catalog's base URI |
 //! | `CATALOG_WAREHOUSE` | the REST catalog's warehouse *name* (Polaris catalog, Unity catalog) |
@@ -149,9 +149,16 @@ impl FunctionEnv {
                 warehouse: var("CATALOG_WAREHOUSE"),
                 credentials: RestCredentials::default(),
             }),
-            "sql" => CatalogKind::Sql {
-                database: PathBuf::from(required("CATALOG_URI")?),
-            },
+            "sql" => {
+                let uri = required("CATALOG_URI")?;
+                if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
+                    CatalogKind::SqlPostgres { url: uri }
+                } else {
+                    CatalogKind::Sql {
+                        database: PathBuf::from(uri),
+                    }
+                }
+            }
             "s3tables" => {
                 let table_bucket_arn = required("TABLE_BUCKET_ARN")?;
                 if !kfs_core::s3tables::is_table_bucket_arn(&table_bucket_arn) {
@@ -347,6 +354,22 @@ mod tests {
             })
         );
         assert_eq!(parsed.maintenance.map(|m| m.orphan_age), Some(None));
+        // The SQL catalog on PostgreSQL.
+        let postgres = env(&[
+            ("WAREHOUSE", "s3://bucket/wh"),
+            ("SEGMENT_BUCKET", "segments"),
+            ("LEDGER_TABLE", "ledger"),
+            ("CATALOG_TYPE", "sql"),
+            ("CATALOG_URI", "postgres://kfs:pw@db.internal:5432/iceberg"),
+        ])
+        .map(|e| e.catalog)
+        .ok();
+        assert_eq!(
+            postgres,
+            Some(CatalogKind::SqlPostgres {
+                url: "postgres://kfs:pw@db.internal:5432/iceberg".into()
+            })
+        );
         let error = with("lake")
             .err()
             .map(|e| e.to_string())

@@ -169,23 +169,50 @@ pub async fn open_sql_catalog(
             )
         })?;
     }
+    // One connection: the SQLite catalog must not race itself.
+    open_sql_catalog_at(
+        &format!("sqlite://{}?mode=rwc", database.display()),
+        SqlBindStyle::QMark,
+        1,
+        warehouse,
+        s3,
+    )
+    .await
+}
+
+/// Opens the SQL catalog on the PostgreSQL database at `url`
+/// (`postgres://user:password@host:port/database`), creating its tables if needed.
+pub async fn open_postgres_catalog(
+    url: &str,
+    warehouse: &Warehouse,
+    s3: &S3Settings,
+) -> iceberg::Result<SqlCatalog> {
+    open_sql_catalog_at(url, SqlBindStyle::DollarNumeric, 4, warehouse, s3).await
+}
+
+async fn open_sql_catalog_at(
+    uri: &str,
+    bind_style: SqlBindStyle,
+    max_connections: u32,
+    warehouse: &Warehouse,
+    s3: &S3Settings,
+) -> iceberg::Result<SqlCatalog> {
     let mut props = HashMap::from([
-        (
-            SQL_CATALOG_PROP_URI.to_owned(),
-            format!("sqlite://{}?mode=rwc", database.display()),
-        ),
+        (SQL_CATALOG_PROP_URI.to_owned(), uri.to_owned()),
         (SQL_CATALOG_PROP_WAREHOUSE.to_owned(), warehouse.location()),
         (
             SQL_CATALOG_PROP_BIND_STYLE.to_owned(),
-            SqlBindStyle::QMark.to_string(),
+            bind_style.to_string(),
         ),
-        // One connection: the SQLite catalog must not race itself.
-        ("pool.max-connections".to_owned(), "1".to_owned()),
+        (
+            "pool.max-connections".to_owned(),
+            max_connections.to_string(),
+        ),
         // No idle reaping every 10 s: sqlx's pool maintenance task can wedge in a
         // busy loop (launchbadge/sqlx#3645, an idle-count underflow), which the
         // seeded simulation hit as a thread spinning at 100% and a process that never
-        // exits. One local connection gains nothing from reaping; the sweep now runs
-        // only at sqlx's 30-minute connection lifetime.
+        // exits. A handful of connections gains nothing from reaping; the sweep now
+        // runs only at sqlx's 30-minute connection lifetime.
         ("pool.idle-timeout".to_owned(), "31536000".to_owned()),
     ]);
     let builder = match warehouse {
@@ -209,6 +236,11 @@ pub enum CatalogKind {
     Sql {
         /// The SQLite file.
         database: PathBuf,
+    },
+    /// The Iceberg SQL catalog on a PostgreSQL database.
+    SqlPostgres {
+        /// `postgres://user:password@host:port/database`.
+        url: String,
     },
     /// AWS Glue Data Catalog.
     Glue {
@@ -357,6 +389,10 @@ pub async fn open_catalog_handle(
         CatalogKind::Sql { database } => Ok(CatalogHandle {
             catalog: Arc::new(open_sql_catalog(database, warehouse, s3).await?),
             swap: Arc::new(SqlTableSwap::open(database, LOCAL_CATALOG_NAME).await?),
+        }),
+        CatalogKind::SqlPostgres { url } => Ok(CatalogHandle {
+            catalog: Arc::new(open_postgres_catalog(url, warehouse, s3).await?),
+            swap: Arc::new(SqlTableSwap::open_postgres(url, LOCAL_CATALOG_NAME).await?),
         }),
         CatalogKind::Rest(rest) => {
             use iceberg_catalog_rest::{

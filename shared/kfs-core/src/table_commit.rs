@@ -77,8 +77,32 @@ pub trait TableSwap: Send + Sync {
 /// `UPDATE` of the `iceberg_tables` row that iceberg-rust's SQL catalog runs.
 #[derive(Debug, Clone)]
 pub struct SqlTableSwap {
-    pool: SqlitePool,
+    pool: SqlPool,
     catalog_name: String,
+}
+
+/// The database of a SQL catalog.
+#[derive(Debug, Clone)]
+enum SqlPool {
+    Sqlite(SqlitePool),
+    Postgres(sqlx::PgPool),
+}
+
+/// The pointer swap: the new location where the row still holds the old one.
+const SWAP_SQLITE: &str = "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+     WHERE catalog_name = ? AND table_name = ? AND table_namespace = ? \
+     AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) AND metadata_location = ?";
+/// [`SWAP_SQLITE`] with PostgreSQL's placeholders.
+const SWAP_POSTGRES: &str = "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
+     WHERE catalog_name = $3 AND table_name = $4 AND table_namespace = $5 \
+     AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) AND metadata_location = $6";
+
+fn opening(database: &str, e: sqlx::Error) -> Error {
+    Error::new(
+        ErrorKind::Unexpected,
+        format!("opening catalog {database}: {e}"),
+    )
+    .with_retryable(true)
 }
 
 impl SqlTableSwap {
@@ -94,15 +118,28 @@ impl SqlTableSwap {
             .max_lifetime(None)
             .connect_with(options)
             .await
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Unexpected,
-                    format!("opening catalog {}: {e}", database.display()),
-                )
-                .with_retryable(true)
-            })?;
+            .map_err(|e| opening(&database.display().to_string(), e))?;
         Ok(Self {
-            pool,
+            pool: SqlPool::Sqlite(pool),
+            catalog_name: catalog_name.to_owned(),
+        })
+    }
+
+    /// Opens the catalog's PostgreSQL database at `url`.
+    pub async fn open_postgres(url: &str, catalog_name: &str) -> Result<Self> {
+        // The URL may hold a password: errors name the host, never the URL.
+        let host = url
+            .rsplit_once('@')
+            .map_or("the PostgreSQL catalog", |(_, host)| host);
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect(url)
+            .await
+            .map_err(|e| opening(host, e))?;
+        Ok(Self {
+            pool: SqlPool::Postgres(pool),
             catalog_name: catalog_name.to_owned(),
         })
     }
@@ -121,24 +158,34 @@ impl TableSwap for SqlTableSwap {
             stage_updates(table.metadata(), &current_location, &requirements, updates)?;
         staged.write_to(table.file_io(), &location).await?;
         let ident: &TableIdent = table.identifier();
-        let swapped = sqlx::query(
-            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
-             WHERE catalog_name = ? AND table_name = ? AND table_namespace = ? \
-             AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) AND metadata_location = ?",
-        )
-        .bind(location.to_string())
-        .bind(&current_location)
-        .bind(&self.catalog_name)
-        .bind(ident.name())
-        .bind(ident.namespace().join("."))
-        .bind(&current_location)
-        .execute(&self.pool)
-        .await
+        let values = [
+            location.to_string(),
+            current_location.clone(),
+            self.catalog_name.clone(),
+            ident.name().to_owned(),
+            ident.namespace().join("."),
+            current_location.clone(),
+        ];
+        let swapped = match &self.pool {
+            SqlPool::Sqlite(pool) => {
+                let mut query = sqlx::query(SWAP_SQLITE);
+                for value in &values {
+                    query = query.bind(value);
+                }
+                query.execute(pool).await.map(|r| r.rows_affected())
+            }
+            SqlPool::Postgres(pool) => {
+                let mut query = sqlx::query(SWAP_POSTGRES);
+                for value in &values {
+                    query = query.bind(value);
+                }
+                query.execute(pool).await.map(|r| r.rows_affected())
+            }
+        }
         .map_err(|e| {
             Error::new(ErrorKind::Unexpected, format!("commit to {ident}: {e}"))
                 .with_retryable(true)
-        })?
-        .rows_affected();
+        })?;
         if swapped != 1 {
             let _ = crate::failpoint::delete_file(table.file_io(), &location.to_string()).await;
             return Err(Error::new(

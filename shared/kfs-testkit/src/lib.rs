@@ -323,6 +323,126 @@ pub async fn table_contents(catalog: &dyn iceberg::Catalog, table: &str) -> (u64
     (records, paths.len())
 }
 
+/// A PostgreSQL server (Debian's `postgresql`) in a fresh data directory on a free
+/// local port, trusting local connections as user `kfs`, killed on drop. As root, it
+/// runs as the `postgres` user, which PostgreSQL requires.
+#[derive(Debug)]
+pub struct Postgres {
+    child: Child,
+    /// `postgres://kfs@127.0.0.1:<port>/postgres`.
+    pub url: String,
+    /// The port.
+    pub port: u16,
+    _data: tempfile::TempDir,
+}
+
+/// A PostgreSQL program: on the `PATH`, else in Debian's version directories.
+fn postgres_program(name: &str) -> std::path::PathBuf {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    });
+    on_path.unwrap_or_else(|| {
+        let mut versions: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|dirs| {
+                dirs.flatten()
+                    .map(|d| d.path().join("bin").join(name))
+                    .collect()
+            })
+            .unwrap_or_default();
+        versions.sort();
+        versions
+            .pop()
+            .unwrap_or_else(|| panic!("{name}: apt-get install postgresql"))
+    })
+}
+
+impl Postgres {
+    /// Initialises a data directory, starts the server and waits for it.
+    pub fn start() -> Self {
+        let data = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        if running_as_root() {
+            let status = Command::new("chown")
+                .arg("postgres")
+                .arg(data.path())
+                .status();
+            assert!(
+                status.is_ok_and(|s| s.success()),
+                "chown postgres (apt-get install postgresql)"
+            );
+        }
+        let directory = data.path().join("data");
+        let initialised = server_command("initdb")
+            .arg("-D")
+            .arg(&directory)
+            .args(["-A", "trust", "-U", "kfs"])
+            .status();
+        assert!(initialised.is_ok_and(|s| s.success()), "initdb failed");
+        let port = free_port();
+        let child = server_command("postgres")
+            .arg("-D")
+            .arg(&directory)
+            .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-k"])
+            .arg(data.path())
+            .spawn()
+            .unwrap_or_else(|e| panic!("postgres: {e}"));
+        // Ready when it answers queries, not merely when it listens.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !server_command("pg_isready")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "kfs"])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "postgres did not start on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self {
+            child,
+            url: format!("postgres://kfs@127.0.0.1:{port}/postgres"),
+            port,
+            _data: data,
+        }
+    }
+}
+
+/// A PostgreSQL program run as the server's user (`postgres` when we are root).
+fn server_command(program: &str) -> Command {
+    let program = postgres_program(program);
+    let mut command = if running_as_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    };
+    command.stdout(Stdio::null()).stderr(Stdio::null());
+    command
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // Stopped by its own tool: killing `runuser` would leave the server running.
+        let _ = server_command("pg_ctl")
+            .args(["stop", "-m", "immediate", "-D"])
+            .arg(self._data.path().join("data"))
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A single-node etcd (Debian's `etcd-server`) on free local ports, killed on drop.
 #[derive(Debug)]
 pub struct Etcd {
