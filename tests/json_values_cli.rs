@@ -167,6 +167,86 @@ fn json_values_become_typed_columns_that_grow_with_a_dead_letter_table_for_the_r
 }
 
 #[test]
+fn declared_columns_are_the_schema_and_other_fields_are_not_written() {
+    let dir = tempdir();
+    let source = dir.path().join("bucket");
+    succeed(
+        kfs().arg("gen").arg("--out").arg(&source).args([
+            "--topics",
+            "1",
+            "--segments",
+            "2",
+            "--records",
+            "200",
+            "--later-fields",
+        ]),
+        "gen",
+    );
+    write_expected(&source);
+    let config = dir.path().join("kfs.toml");
+    std::fs::write(
+        &config,
+        "value_format = \"json\"\n[value_columns]\norders = \"order_id long, amount float, currency string, channel string\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let warehouse = dir.path().join("wh");
+    succeed(
+        kfs()
+            .args(["run", "--quiet", "--config"])
+            .arg(&config)
+            .arg("--source")
+            .arg(&source)
+            .arg("--warehouse")
+            .arg(&warehouse),
+        "run with declared columns",
+    );
+    let out = succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/python/check_json_values.py"))
+            .arg("--warehouse")
+            .arg(&warehouse)
+            .arg("--expected")
+            .arg(&source)
+            .arg("--declared"),
+        "check_json_values.py --declared",
+    );
+    let facts: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    println!("declared: {facts}");
+    let columns = &facts["orders"]["columns"];
+    assert_eq!(
+        columns,
+        &serde_json::json!({
+            "order_id": "long",
+            "amount": "float",
+            "currency": "string",
+            "channel": "string"
+        }),
+        "{facts}"
+    );
+    assert_eq!(
+        facts["orders"]["dead_letters"],
+        facts["orders"]["expected_dead_letters"]
+    );
+    // A bad list is refused with where and why.
+    std::fs::write(&config, "[value_columns]\norders = \"order_id decimal\"\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let refused = support::output_of(
+        kfs()
+            .args(["run", "--quiet", "--config"])
+            .arg(&config)
+            .arg("--source")
+            .arg(&source)
+            .arg("--warehouse")
+            .arg(dir.path().join("other")),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("value_columns.orders") && stderr.contains("at byte 9: unknown type"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn an_unknown_value_format_is_refused() {
     let dir = tempdir();
     let output = support::output_of(

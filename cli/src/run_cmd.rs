@@ -75,6 +75,10 @@ struct ConfigFile {
     table_properties: BTreeMap<String, String>,
     /// How new tables store record values: `"raw"` (default) or `"json"`.
     value_format: Option<String>,
+    /// `topic = "name type, ..."` entries: the declared columns of that topic's new
+    /// JSON table (otherwise inferred from the values).
+    #[serde(default)]
+    value_columns: BTreeMap<String, String>,
 }
 
 /// One `[[table_patterns]]` rule.
@@ -127,6 +131,11 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
     kfs_core::convert::compression(&file.table_properties.clone().into_iter().collect())
         .map_err(|e| CliError::Usage(format!("{origin}: table_properties: {}", e.message())))?;
     naming.properties = file.table_properties;
+    for (topic, text) in file.value_columns {
+        let columns = kfs_plan::value_columns::parse_value_columns(&text)
+            .map_err(|e| CliError::Usage(format!("{origin}: value_columns.{topic}: {e}")))?;
+        naming.value_columns.insert(topic, columns);
+    }
     for (topic, spec) in file.partitioning {
         let fields = partition_spec(&spec, &format!("{origin}: partitioning.{topic}"))?;
         naming.partitioning.insert(topic, fields);

@@ -16,6 +16,7 @@
 //! | `TABLE_MAPPING` | JSON array of `{"topic": "<regex>", "table": "namespace.name"}` rules (whole-name matches, `$1`/`${group}` in the table), tried in order; other topics go to `TABLE_NAMESPACE.<topic>` |
 //! | `TABLE_PROPERTIES` | JSON object of properties of the tables the functions create, e.g. `{"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9", "write.target-file-size-bytes": "268435456"}` |
 //! | `VALUE_FORMAT` | how the tables the functions create store record values: `raw` (default) or `json` (typed columns; values that cannot be written go to `<table>__dlq`) |
+//! | `VALUE_COLUMNS` | declared columns of new JSON tables, a JSON object `{"<topic>": "name type, ..."}` (types boolean, int, long, float, double, string); other topics infer theirs |
 //! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
 //! | `SWEEP_MAX_SEGMENTS` | segments the committer's sweep converts per run (default 200) |
@@ -193,6 +194,7 @@ impl FunctionEnv {
                     .map_err(|e| ConfigError(format!("PARTITION_BY: {e}")))?,
                 patterns: table_mapping(var("TABLE_MAPPING").as_deref())?,
                 properties: table_properties(var("TABLE_PROPERTIES").as_deref())?,
+                value_columns: value_columns(var("VALUE_COLUMNS").as_deref())?,
                 value_format: var("VALUE_FORMAT")
                     .map(|v| ValueFormat::parse(&v))
                     .transpose()
@@ -293,6 +295,32 @@ fn table_properties(text: Option<&str>) -> Result<BTreeMap<String, String>, Conf
     kfs_core::convert::compression(&properties.clone().into_iter().collect())
         .map_err(|e| ConfigError(format!("TABLE_PROPERTIES: {}", e.message())))?;
     Ok(properties)
+}
+
+/// `VALUE_COLUMNS`: `{"<topic>": "name type, ..."}`.
+fn value_columns(
+    text: Option<&str>,
+) -> Result<
+    std::collections::BTreeMap<String, Vec<kfs_plan::value_columns::ValueColumn>>,
+    ConfigError,
+> {
+    let Some(text) = text else {
+        return Ok(Default::default());
+    };
+    let entries: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(text).map_err(|e| {
+            ConfigError(format!(
+                "VALUE_COLUMNS: expected a JSON object of strings: {e}"
+            ))
+        })?;
+    entries
+        .into_iter()
+        .map(|(topic, list)| {
+            kfs_plan::value_columns::parse_value_columns(&list)
+                .map(|columns| (topic.clone(), columns))
+                .map_err(|e| ConfigError(format!("VALUE_COLUMNS.{topic}: {e}")))
+        })
+        .collect()
 }
 
 #[cfg(test)]

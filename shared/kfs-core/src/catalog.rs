@@ -491,7 +491,8 @@ pub async fn ensure_topic_table(
     layout: &TableNaming,
 ) -> iceberg::Result<Table> {
     ensure_table(catalog, name, || {
-        let schema = crate::table::schema_for(layout.value_format)?;
+        let declared = layout.value_columns_for(topic);
+        let schema = crate::table::schema_for(layout.value_format, declared)?;
         let spec = crate::table::topic_partition_spec(&schema, layout.partition_for(topic))?;
         let mut properties = topic_table_properties(topic);
         properties.extend(layout.properties.clone());
@@ -499,6 +500,12 @@ pub async fn ensure_topic_table(
             VALUE_FORMAT_PROPERTY.to_owned(),
             layout.value_format.name().to_owned(),
         );
+        if !declared.is_empty() {
+            properties.insert(
+                crate::table::VALUE_COLUMNS_PROPERTY.to_owned(),
+                "declared".to_owned(),
+            );
+        }
         crate::convert::compression(&properties)?;
         Ok(TableCreation::builder()
             .name(name.name.clone())

@@ -498,6 +498,7 @@ impl RecordRouter for RawRouter {
 /// with the reason.
 struct JsonRouter {
     schema: iceberg::spec::Schema,
+    declared: bool,
     payload: SchemaRef,
     table: RecordColumns,
     values: Vec<serde_json::Map<String, serde_json::Value>>,
@@ -535,6 +536,7 @@ impl JsonRouter {
             })
             .transpose()?;
         Ok(Self {
+            declared: crate::table::declared_columns(table),
             schema,
             payload,
             table: RecordColumns::new(arrow)?,
@@ -549,6 +551,11 @@ impl JsonRouter {
 impl RecordRouter for JsonRouter {
     fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
         let parsed = crate::json_values::parse_value(record.value).and_then(|value| {
+            let value = if self.declared {
+                crate::json_values::project(&value, self.schema.as_struct().fields())
+            } else {
+                value
+            };
             crate::json_values::fits(&self.schema, &value)?;
             Ok(value)
         });
@@ -768,8 +775,12 @@ pub fn scan_json_segment(
     limits: DecodeLimits,
     schema: &iceberg::spec::Schema,
     last_column_id: i32,
+    declared: bool,
 ) -> Result<JsonScan, ConvertError> {
     let mut evolving = crate::json_values::EvolvingSchema::new(schema, last_column_id);
+    if declared {
+        evolving = evolving.declared();
+    }
     let mut rejected = 0u64;
     decode_records(segment, key, limits, |records| {
         for record in records {

@@ -126,6 +126,7 @@ pub struct EvolvingSchema {
     fields: Vec<NestedFieldRef>,
     next_id: i32,
     changed: bool,
+    declared: bool,
 }
 
 impl EvolvingSchema {
@@ -135,7 +136,15 @@ impl EvolvingSchema {
             fields: schema.as_struct().fields().to_vec(),
             next_id: last_column_id.max(schema.highest_field_id()) + 1,
             changed: false,
+            declared: false,
         }
+    }
+
+    /// For a table whose columns were declared: fields without a column are left out
+    /// (never added); declared columns still widen.
+    pub fn declared(mut self) -> Self {
+        self.declared = true;
+        self
     }
 
     /// Takes in a value's fields: adds the columns it needs and widens the ones it
@@ -143,6 +152,13 @@ impl EvolvingSchema {
     /// the schema is left as it was and the reason returned.
     pub fn absorb(&mut self, value: &Map<String, Value>) -> Result<(), Rejection> {
         let mut next_id = self.next_id;
+        let projected;
+        let value = if self.declared {
+            projected = project(value, &self.fields);
+            &projected
+        } else {
+            value
+        };
         if let Some(fields) = merge_fields(&self.fields, value, "", &mut next_id)? {
             self.fields = fields;
             self.next_id = next_id;
@@ -176,6 +192,33 @@ pub fn fits(schema: &Schema, value: &Map<String, Value>) -> Result<(), Rejection
         ));
     }
     Ok(())
+}
+
+/// The part of a value that `fields` has columns for, nested structs (and structs in
+/// lists) alike: what a table with declared columns keeps of it.
+pub fn project(value: &Map<String, Value>, fields: &[NestedFieldRef]) -> Map<String, Value> {
+    value
+        .iter()
+        .filter_map(|(name, field_value)| {
+            let field = fields.iter().find(|f| &f.name == name)?;
+            Some((name.clone(), project_value(field_value, &field.field_type)))
+        })
+        .collect()
+}
+
+fn project_value(value: &Value, column: &Type) -> Value {
+    match (column, value) {
+        (Type::Struct(fields), Value::Object(object)) => {
+            Value::Object(project(object, fields.fields()))
+        }
+        (Type::List(list), Value::Array(items)) => Value::Array(
+            items
+                .iter()
+                .map(|item| project_value(item, &list.element_field.field_type))
+                .collect(),
+        ),
+        _ => value.clone(),
+    }
 }
 
 /// Merges an object's fields into `fields`: `Some` with the new fields when something
@@ -496,6 +539,34 @@ mod tests {
         assert_eq!(evolved.field_by_name("n").map(|f| f.id), Some(1));
         assert_eq!(fits(&evolved, &value), Ok(()));
         assert!(evolved.field_by_name("s.x").is_some());
+    }
+
+    #[test]
+    fn declared_columns_keep_their_fields_only() {
+        let declared = Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "n", Type::Primitive(PrimitiveType::Int)).into(),
+            ])
+            .build()
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        let mut evolving = EvolvingSchema::new(&declared, 1).declared();
+        assert_eq!(
+            evolving.absorb(&object(r#"{"n": 5000000000, "extra": "x"}"#)),
+            Ok(())
+        );
+        let schema = evolving.schema(1).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(column_type(&schema, "n"), "long");
+        assert!(schema.field_by_name("extra").is_none());
+        assert!(
+            evolving
+                .absorb(&object(r#"{"n": "text", "extra": 1}"#))
+                .is_err()
+        );
+        let kept = project(
+            &object(r#"{"n": 1, "extra": 2}"#),
+            schema.as_struct().fields(),
+        );
+        assert_eq!(kept.keys().collect::<Vec<_>>(), vec!["n"]);
     }
 
     #[test]

@@ -425,12 +425,13 @@ async fn convert_json_segment(
     for _ in 0..SCHEMA_ATTEMPTS {
         let schema = table.metadata().current_schema().clone();
         let last_column_id = table.metadata().last_column_id();
+        let declared = crate::table::declared_columns(&table);
         let scanned = {
             let bytes = bytes.clone();
             let key = input.key.clone();
             let schema = schema.clone();
             tokio::task::spawn_blocking(move || {
-                scan_json_segment(&bytes, &key, limits, &schema, last_column_id)
+                scan_json_segment(&bytes, &key, limits, &schema, last_column_id, declared)
             })
             .await
             .map_err(|join| {

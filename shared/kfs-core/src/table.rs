@@ -32,6 +32,7 @@ use iceberg::spec::{
 };
 use kfs_plan::layout::PartitionField;
 use kfs_plan::naming::ValueFormat;
+use kfs_plan::value_columns::ValueColumn;
 
 /// Table property recording the topic a table is fed from.
 pub const TOPIC_PROPERTY: &str = "kfs.topic";
@@ -59,13 +60,52 @@ pub fn topic_schema() -> iceberg::Result<Schema> {
     record_schema(true, &[])
 }
 
+/// Table property saying that a JSON table's columns were declared
+/// (`declared`): fields without a column are not written, and no column is added.
+pub const VALUE_COLUMNS_PROPERTY: &str = "kfs.value-columns";
+
+/// Whether `table`'s value columns were declared ([`VALUE_COLUMNS_PROPERTY`]).
+pub fn declared_columns(table: &iceberg::table::Table) -> bool {
+    table
+        .metadata()
+        .properties()
+        .get(VALUE_COLUMNS_PROPERTY)
+        .is_some_and(|v| v == "declared")
+}
+
 /// The schema a new table of `format` starts with: for `json`, the Kafka metadata
-/// columns of the raw table without `value` (ids 1-8, headers 9-11), to which the
-/// values' fields are added as they appear ([`crate::json_values`]).
-pub fn schema_for(format: ValueFormat) -> iceberg::Result<Schema> {
+/// columns of the raw table without `value` (ids 1-8), the `declared` columns (if
+/// any), then the headers' element and fields; the values' other fields are added as
+/// they appear ([`crate::json_values`]) unless columns were declared.
+pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Result<Schema> {
     match format {
-        ValueFormat::Raw => topic_schema(),
-        ValueFormat::Json => record_schema(false, &[]),
+        ValueFormat::Raw if declared.is_empty() => topic_schema(),
+        ValueFormat::Raw => Err(iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            "value columns are declared for a table whose value format is raw, not json",
+        )),
+        ValueFormat::Json => {
+            use kfs_plan::value_columns::ColumnType;
+            let columns: Vec<(String, bool, Type)> = declared
+                .iter()
+                .map(|column| {
+                    let primitive = match column.column_type {
+                        ColumnType::Boolean => PrimitiveType::Boolean,
+                        ColumnType::Int => PrimitiveType::Int,
+                        ColumnType::Long => PrimitiveType::Long,
+                        ColumnType::Float => PrimitiveType::Float,
+                        ColumnType::Double => PrimitiveType::Double,
+                        ColumnType::String => PrimitiveType::String,
+                    };
+                    (
+                        crate::json_values::column_name(&column.name),
+                        false,
+                        Type::Primitive(primitive),
+                    )
+                })
+                .collect();
+            record_schema(false, &columns)
+        }
     }
 }
 
@@ -78,16 +118,20 @@ pub const DEAD_LETTER_SEGMENT_COLUMN: &str = "segment";
 /// with its topic, partition and offset) plus `error` (the reason) and `segment` (the
 /// object it was read from).
 pub fn dead_letter_schema() -> iceberg::Result<Schema> {
+    let text = || Type::Primitive(PrimitiveType::String);
     record_schema(
         true,
-        &[DEAD_LETTER_ERROR_COLUMN, DEAD_LETTER_SEGMENT_COLUMN],
+        &[
+            (DEAD_LETTER_ERROR_COLUMN.to_owned(), true, text()),
+            (DEAD_LETTER_SEGMENT_COLUMN.to_owned(), true, text()),
+        ],
     )
 }
 
 /// The record columns (with or without `value`) plus required string columns
 /// `extra`, numbered breadth-first: top-level columns first, then the headers' element
 /// and its fields.
-fn record_schema(with_value: bool, extra: &[&str]) -> iceberg::Result<Schema> {
+fn record_schema(with_value: bool, extra: &[(String, bool, Type)]) -> iceberg::Result<Schema> {
     use PrimitiveType::{Binary, Int, Long, String as Text, Timestamptz};
     let mut top: Vec<(&str, bool, Option<Type>)> = vec![
         ("record_id", true, Some(Type::Primitive(Text))),
@@ -103,9 +147,9 @@ fn record_schema(with_value: bool, extra: &[&str]) -> iceberg::Result<Schema> {
     top.push(("headers", true, None));
     top.push(("timestamp", true, Some(Type::Primitive(Timestamptz))));
     top.extend(
-        extra
-            .iter()
-            .map(|name| (*name, true, Some(Type::Primitive(Text)))),
+        extra.iter().map(|(name, required, field_type)| {
+            (name.as_str(), *required, Some(field_type.clone()))
+        }),
     );
     let element_id = top.len() as i32 + 1;
     let header = StructType::new(vec![

@@ -29,3 +29,4 @@ pub mod naming;
 pub mod offsets;
 pub mod shard;
 pub mod sweep;
+pub mod value_columns;

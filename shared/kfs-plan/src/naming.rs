@@ -84,6 +84,9 @@ pub struct TableNaming {
     pub properties: BTreeMap<String, String>,
     /// How record values are stored in new tables.
     pub value_format: ValueFormat,
+    /// Declared columns of new JSON tables, per topic: their schema is these (the
+    /// values' other fields are not written); topics without an entry infer theirs.
+    pub value_columns: BTreeMap<String, Vec<crate::value_columns::ValueColumn>>,
 }
 
 /// How record values are stored.
@@ -186,6 +189,11 @@ impl TableNaming {
                 .partition_by_given
                 .then_some(self.partition_by.as_slice()),
         }
+    }
+
+    /// The declared columns of `topic`'s new table (empty: inferred from the values).
+    pub fn value_columns_for(&self, topic: &str) -> &[crate::value_columns::ValueColumn] {
+        self.value_columns.get(topic).map_or(&[], Vec::as_slice)
     }
 
     /// The table for `topic`.
