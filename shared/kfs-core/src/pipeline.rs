@@ -453,16 +453,28 @@ async fn convert_json_segment(
                 Ok(updated) => table = updated,
                 Err(e) => {
                     // Another converter changed the schema first: scan against its
-                    // schema. Anything else is this conversion's failure.
+                    // schema. A failure that may pass fails this conversion (it is
+                    // retried); one that cannot (the table refuses the columns, e.g.
+                    // a field named like a partition field) quarantines the segment.
                     let reloaded = catalog
                         .load_table(table.identifier())
                         .await
                         .map_err(|source| catalog_error(&target.name, source))?;
-                    if reloaded.metadata().current_schema_id() == schema.schema_id() {
+                    if reloaded.metadata().current_schema_id() != schema.schema_id() {
+                        table = reloaded;
+                        continue;
+                    }
+                    if e.retryable() || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
                         return Err(catalog_error(&target.name, e));
                     }
-                    table = reloaded;
-                    continue;
+                    return Ok(Err(ConvertError::Unrepresentable {
+                        segment: input.key.to_string(),
+                        offset: input.key.base_offset,
+                        reason: format!(
+                            "table {} refuses the columns its values need: {e}",
+                            target.name
+                        ),
+                    }));
                 }
             }
         }

@@ -5,6 +5,8 @@
 //! commit merges a file written before the widening with one written after; a later
 //! field adds a column, and compaction merges files from before and after it. A scan
 //! reads every value back, the old files' as the wider type.
+//! A value whose column the table refuses (named like a partition field) quarantines
+//! its segment, with the reason, and nothing else.
 
 mod local;
 
@@ -154,6 +156,42 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
             (2, Some(5_000_000_000), Some(1e300), None),
             (3, Some(1), None, Some(true)),
         ]
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_whose_column_the_table_refuses_quarantines_only_its_segment() -> TestResult {
+    let local = Local::open().await?;
+    let config = PipelineConfig {
+        naming: TableNaming {
+            value_format: ValueFormat::Json,
+            partition_by: kfs_plan::layout::parse_partition_spec("day(timestamp)")?,
+            partition_by_given: true,
+            ..TableNaming::default()
+        },
+        ..PipelineConfig::default()
+    };
+    // `timestamp_day` is the name of the partition field: no column may take it.
+    local.put("clash", 0, &[r#"{"timestamp_day": 1}"#], 1)?;
+    local.put("fine", 0, &[r#"{"n": 1}"#], 1)?;
+    let report = run_once(
+        &local.source,
+        &local.catalog,
+        &local.swap,
+        &local.ledger,
+        &config,
+        &|_| {},
+    )
+    .await?;
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    let (segment, error) = &report.quarantined[0];
+    assert!(segment.contains("/clash/"), "{segment}");
+    assert!(error.contains("refuses the columns"), "{error}");
+    assert_eq!(report.converted, 1);
+    assert!(
+        report.tables.keys().any(|t| t.ends_with(".fine")),
+        "{report:?}"
     );
     Ok(())
 }
