@@ -557,6 +557,8 @@ impl RecordRouter for JsonRouter {
                 value
             };
             crate::json_values::fits(&self.schema, &value)?;
+            let mut value = value;
+            crate::json_values::conform(&mut value, self.schema.as_struct().fields());
             Ok(value)
         });
         match parsed {

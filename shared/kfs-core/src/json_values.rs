@@ -194,6 +194,52 @@ pub fn fits(schema: &Schema, value: &Map<String, Value>) -> Result<(), Rejection
     Ok(())
 }
 
+/// True for a value that gives a column no type: null, `[]`, `{}`, and arrays or
+/// objects holding only such values.
+fn typeless(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Array(items) => items.iter().all(typeless),
+        Value::Object(fields) => fields.values().all(typeless),
+        _ => false,
+    }
+}
+
+/// True when the value is the container the column is (an object for a struct, an
+/// array for a list).
+fn same_shape(column: &Type, value: &Value) -> bool {
+    matches!(
+        (column, value),
+        (Type::Struct(_), Value::Object(_)) | (Type::List(_), Value::Array(_))
+    )
+}
+
+/// A value that [`fits`] the schema, made ready to become its Arrow columns: every
+/// value without a type whose column took another shape meanwhile is null.
+pub fn conform(value: &mut Map<String, Value>, fields: &[NestedFieldRef]) {
+    for (name, field_value) in value.iter_mut() {
+        if let Some(field) = fields.iter().find(|f| &f.name == name) {
+            conform_value(field_value, &field.field_type);
+        }
+    }
+}
+
+fn conform_value(value: &mut Value, column: &Type) {
+    if typeless(value) && !same_shape(column, value) {
+        *value = Value::Null;
+        return;
+    }
+    match (column, value) {
+        (Type::Struct(fields), Value::Object(object)) => conform(object, fields.fields()),
+        (Type::List(list), Value::Array(items)) => {
+            for item in items {
+                conform_value(item, &list.element_field.field_type);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The part of a value that `fields` has columns for, nested structs (and structs in
 /// lists) alike: what a table with declared columns keeps of it.
 pub fn project(value: &Map<String, Value>, fields: &[NestedFieldRef]) -> Map<String, Value> {
@@ -309,6 +355,11 @@ fn merge_type(
 ) -> Result<Option<Type>, Rejection> {
     use PrimitiveType as P;
     let prim = |p: P| Ok(Some(Type::Primitive(p)));
+    // A value without a type (null, `[]`, `{}`...) gave no column one when it was
+    // first seen: whatever type its field took since, it is written as null.
+    if typeless(value) && !same_shape(column, value) {
+        return Ok(None);
+    }
     match (column, value) {
         (_, Value::Null) => Ok(None),
         (Type::Primitive(P::Boolean), Value::Bool(_)) => Ok(None),
