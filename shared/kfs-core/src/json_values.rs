@@ -184,14 +184,15 @@ impl EvolvingSchema {
 /// Whether a value fits `schema` as it is: no column to add or widen, and no field
 /// its column cannot take.
 pub fn fits(schema: &Schema, value: &Map<String, Value>) -> Result<(), Rejection> {
-    let mut evolving = EvolvingSchema::new(schema, schema.highest_field_id());
-    evolving.absorb(value)?;
-    if evolving.changed() {
-        return Err(Rejection(
+    // Per record on the converter's second pass: merged against the schema's fields
+    // as they are, nothing copied unless the value would change them.
+    let mut next_id = schema.highest_field_id().saturating_add(1);
+    match merge_fields(schema.as_struct().fields(), value, "", &mut next_id)? {
+        None => Ok(()),
+        Some(_) => Err(Rejection(
             "value needs a column (or a wider one) the table's schema does not have".to_owned(),
-        ));
+        )),
     }
-    Ok(())
 }
 
 /// True for a value that gives a column no type: null, `[]`, `{}`, and arrays or
