@@ -8,11 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use iceberg::Catalog;
-use kfs_core::catalog::{
-    CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse, open_catalog_handle,
-};
-use kfs_core::ledger::SqliteLedger;
-use kfs_core::table_commit::TableSwap;
+use kfs_core::{CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse};
+// Every catalog kind with the AWS feature; the SQL, REST and memory ones without it.
+#[cfg(feature = "aws")]
+use kfs_aws::open_catalog_handle;
+#[cfg(not(feature = "aws"))]
+use kfs_core::open_catalog_handle;
+use kfs_core::SqliteLedger;
+use kfs_core::TableSwap;
 
 use crate::CliError;
 
@@ -149,12 +152,12 @@ impl WarehouseArgs {
                     .table_bucket_arn
                     .clone()
                     .ok_or_else(|| needs("--table-bucket-arn"))?;
-                if !kfs_core::s3tables::is_table_bucket_arn(&arn) {
+                if !kfs_core::is_table_bucket_arn(&arn) {
                     return Err(CliError::Usage(format!(
                         "--table-bucket-arn {arn:?}: expected arn:aws:s3tables:<region>:<account>:bucket/<name>"
                     )));
                 }
-                CatalogKind::S3Tables(kfs_core::s3tables::S3TablesSettings {
+                CatalogKind::S3Tables(kfs_core::S3TablesSettings {
                     table_bucket_arn: arn,
                     endpoint: std::env::var("AWS_ENDPOINT_URL_S3TABLES")
                         .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))

@@ -2,8 +2,8 @@
 //! `remove-orphans` and `rewrite-manifests`, for one table or every table.
 
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
-use kfs_core::maintenance::{compact_table, expire_snapshots, remove_orphans, rewrite_manifests};
-use kfs_core::pipeline::now_ms;
+use kfs_core::{compact_table, expire_snapshots, remove_orphans, rewrite_manifests};
+use kfs_core::now_ms;
 use kfs_plan::compaction::CompactionPolicy;
 use kfs_plan::naming::TableName;
 
@@ -80,7 +80,7 @@ async fn tables(embedded: &Embedded, target: &Target) -> Result<Vec<TableIdent>,
     if let Some(table) = &target.table {
         let name = TableName::parse(table)
             .ok_or_else(|| CliError::Usage(format!("--table {table}: expected namespace.name")))?;
-        return Ok(vec![kfs_core::catalog::table_ident(&name)]);
+        return Ok(vec![kfs_core::table_ident(&name)]);
     }
     let mut all = Vec::new();
     for namespace in embedded
@@ -119,9 +119,9 @@ pub async fn compact(args: &CompactArgs) -> Result<(), CliError> {
                 .await
                 .map_err(pipeline)?;
             let policy = policy.unwrap_or_else(|| {
-                CompactionPolicy::for_target(kfs_core::maintenance::target_file_size(&table))
+                CompactionPolicy::for_target(kfs_core::target_file_size(&table))
             });
-            let live = kfs_core::rewrite::live_entries(&table)
+            let live = kfs_core::testing::live_entries(&table)
                 .await
                 .map_err(pipeline)?;
             let small = live
@@ -197,7 +197,7 @@ pub async fn expire(args: &ExpireArgs) -> Result<(), CliError> {
 pub async fn orphans(args: &OrphanArgs) -> Result<(), CliError> {
     let embedded = args.target.warehouse.open().await?;
     let older_than = cutoff(&args.older_than)?;
-    let s3 = kfs_core::catalog::S3Settings::from_env();
+    let s3 = kfs_core::S3Settings::from_env();
     for ident in tables(&embedded, &args.target).await? {
         let report = remove_orphans(
             embedded.catalog.as_ref(),

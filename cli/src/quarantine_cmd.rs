@@ -2,7 +2,7 @@
 //! a segment after a fix so that the next `run` converts it again, or giving up its
 //! offsets explicitly (committed as a gap recorded as skipped, never silently).
 
-use kfs_core::ledger::{EntryState, Ledger};
+use kfs_core::{EntryState, Ledger};
 
 use crate::CliError;
 use crate::embedded::WarehouseArgs;
@@ -131,7 +131,7 @@ async fn act_on(
             Verb::Skip => {
                 embedded
                     .ledger
-                    .skip_quarantined(segment, kfs_core::pipeline::now_ms())
+                    .skip_quarantined(segment, kfs_core::now_ms())
                     .await
             }
         }

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kfs_core::catalog::S3Settings;
-use kfs_core::pipeline::{PipelineConfig, Progress, RunReport, run_once};
-use kfs_core::source::OpendalSource;
+use kfs_core::S3Settings;
+use kfs_core::{PipelineConfig, Progress, RunReport, run_once};
+use kfs_core::OpendalSource;
 use kfs_plan::commit::HoldReason;
 use kfs_plan::naming::{TableName, TableNaming, TablePattern, ValueFormat};
 use serde::Deserialize;
@@ -128,7 +128,7 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
         naming.patterns.push(pattern);
     }
     // Checked now, not at the first table creation.
-    kfs_core::convert::compression(&file.table_properties.clone().into_iter().collect())
+    kfs_core::compression(&file.table_properties.clone().into_iter().collect())
         .map_err(|e| CliError::Usage(format!("{origin}: table_properties: {}", e.message())))?;
     naming.properties = file.table_properties;
     for (topic, text) in file.value_columns {

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use kfs_core::catalog::table_ident;
-use kfs_core::committer::table_watermarks;
-use kfs_core::ledger::{EntryState, Ledger, LedgerEntry};
-use kfs_core::pipeline::now_ms;
+use kfs_core::table_ident;
+use kfs_core::table_watermarks;
+use kfs_core::{EntryState, Ledger, LedgerEntry};
+use kfs_core::now_ms;
 use kfs_plan::naming::TableName;
 
 use crate::CliError;

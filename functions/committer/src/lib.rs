@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kfs_core::catalog::{CatalogHandle, S3Settings, table_ident};
-use kfs_core::etcd::read_etcd;
-use kfs_core::ledger::{EntryState, Ledger};
-use kfs_core::maintenance::{MaintenancePolicy, MaintenanceSummary, maintain_table};
-use kfs_core::metrics::MetricSet;
-use kfs_core::pipeline::{PipelineConfig, PipelineError, run_once};
-use kfs_core::source::SegmentSource;
+use kfs_core::{CatalogHandle, S3Settings, table_ident};
+use kfs_etcd::read_etcd;
+use kfs_core::{EntryState, Ledger};
+use kfs_core::{MaintenancePolicy, MaintenanceSummary, maintain_table};
+use kfs_aws::emf::MetricSet;
+use kfs_core::{PipelineConfig, PipelineError, run_once};
+use kfs_core::SegmentSource;
 use kfs_plan::shard::Shard;
 use serde_json::{Value, json};
 
@@ -110,8 +110,8 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
     )
     .await?;
     let maintained = maintain(committer, &report, config.deadline).await;
-    let now = kfs_core::pipeline::now_ms();
-    let freshness = |o: &kfs_core::committer::CommitOutcome| {
+    let now = kfs_core::now_ms();
+    let freshness = |o: &kfs_core::CommitOutcome| {
         o.newest_record_ms
             .map(|newest| ((now - newest).max(0) / 1000) as f64)
     };
@@ -301,7 +301,7 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
 /// deadline; tables not reached are maintained on a later tick.
 async fn maintain<S: SegmentSource, L: Ledger>(
     committer: &Committer<S, L>,
-    report: &kfs_core::pipeline::RunReport,
+    report: &kfs_core::RunReport,
     deadline: Option<Instant>,
 ) -> BTreeMap<String, Result<MaintenanceSummary, String>> {
     let mut done = BTreeMap::new();
@@ -330,7 +330,7 @@ async fn maintain<S: SegmentSource, L: Ledger>(
             &table_ident(&name),
             &maintenance.policy,
             deadline,
-            kfs_core::pipeline::now_ms(),
+            kfs_core::now_ms(),
         )
         .await
         .map_err(|e| e.to_string());

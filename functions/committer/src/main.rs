@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kfs_aws::function_env::FunctionEnv;
 use kfs_committer::{Committer, Maintenance};
-use kfs_core::pipeline::PipelineConfig;
+use kfs_core::PipelineConfig;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
@@ -32,9 +32,9 @@ async fn main() -> Result<(), Error> {
             max_conversions: Some(env.sweep_max_segments),
             commit_reserve: Duration::from_secs(120),
             table_concurrency: 8,
-            commit: kfs_core::committer::CommitSettings {
+            commit: kfs_core::CommitSettings {
                 coalesce: true,
-                ..kfs_core::committer::CommitSettings::default()
+                ..kfs_core::CommitSettings::default()
             },
             ..PipelineConfig::default()
         },

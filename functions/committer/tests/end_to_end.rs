@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use kfs_testkit::rest_catalog::{RestCatalogServer, RestServerConfig};
 
 use kfs_committer::{Committer, Maintenance, handle};
-use kfs_core::catalog::CatalogHandle;
-use kfs_core::maintenance::MaintenancePolicy;
-use kfs_core::pipeline::PipelineConfig;
+use kfs_core::CatalogHandle;
+use kfs_core::MaintenancePolicy;
+use kfs_core::PipelineConfig;
 use kfs_testkit::{Etcd, LocalStack, files_under, workspace_root};
 use serde_json::{Value, json};
 

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use kfs_committer::{Committer, handle};
-use kfs_core::ledger::Ledger;
-use kfs_core::pipeline::PipelineConfig;
+use kfs_core::Ledger;
+use kfs_core::PipelineConfig;
 use kfs_plan::crosscheck::CrossCheckPolicy;
 use kfs_testkit::{Etcd, LocalStack, sample_segment, table_contents};
 use serde_json::json;

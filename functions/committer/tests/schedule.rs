@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use kfs_committer::{Committer, handle};
-use kfs_core::ledger::Ledger;
-use kfs_core::pipeline::PipelineConfig;
+use kfs_core::Ledger;
+use kfs_core::PipelineConfig;
 use kfs_testkit::{LocalStack, sample_segment, table_contents, workspace_root};
 use serde_json::{Value, json};
 
@@ -251,7 +251,7 @@ async fn sharded_ticks_cover_every_topic_once_and_late_segments_are_quarantined(
         .unwrap_or_default();
     assert_eq!(quarantined.len(), 1);
     let error = match &quarantined[0].state {
-        kfs_core::ledger::EntryState::Quarantined { error } => error.clone(),
+        kfs_core::EntryState::Quarantined { error } => error.clone(),
         other => panic!("{other:?}"),
     };
     assert!(
@@ -268,7 +268,7 @@ async fn sharded_ticks_cover_every_topic_once_and_late_segments_are_quarantined(
 
 async fn shard_zero_rejects<S, L>(committer: &Committer<S, L>, deadline: Instant) -> String
 where
-    S: kfs_core::source::SegmentSource,
+    S: kfs_core::SegmentSource,
     L: Ledger,
 {
     match handle(committer, &json!({"shard": 2, "shards": 2}), deadline).await {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use kfs_aws::function_env::FunctionEnv;
-use kfs_core::converter::{ConverterService, ConverterSettings};
+use kfs_core::{ConverterService, ConverterSettings};
 use kfs_segment::DecodeLimits;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;

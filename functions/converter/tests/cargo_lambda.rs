@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kfs_core::ledger::Ledger;
+use kfs_core::Ledger;
 use kfs_testkit::{LocalStack, sample_segment, workspace_root};
 
 /// Kills the whole process group (the emulator and the function it started).

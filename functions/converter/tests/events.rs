@@ -5,7 +5,7 @@
 //! message is reported as that message's failure alone.
 
 use kfs_converter::handle;
-use kfs_core::ledger::{EntryState, Ledger};
+use kfs_core::{EntryState, Ledger};
 use kfs_testkit::{LocalStack, sample_segment, workspace_root};
 use serde_json::{Value, json};
 

@@ -33,15 +33,10 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use iceberg::Catalog;
-use kfs_core::catalog::{
-    CatalogHandle, CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse,
-    open_catalog_handle,
-};
-use kfs_core::maintenance::MaintenancePolicy;
-use kfs_core::source::OpendalSource;
+use kfs_core::{CatalogHandle, CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse, open_catalog_handle};
+use kfs_core::MaintenancePolicy;
+use kfs_core::OpendalSource;
 use kfs_plan::duration::parse_duration;
 use kfs_plan::layout::parse_partition_spec;
 use kfs_plan::naming::{TableNaming, TablePattern, ValueFormat};
@@ -162,12 +157,12 @@ impl FunctionEnv {
             }
             "s3tables" => {
                 let table_bucket_arn = required("TABLE_BUCKET_ARN")?;
-                if !kfs_core::s3tables::is_table_bucket_arn(&table_bucket_arn) {
+                if !kfs_core::is_table_bucket_arn(&table_bucket_arn) {
                     return Err(ConfigError(format!(
                         "TABLE_BUCKET_ARN={table_bucket_arn:?}: expected arn:aws:s3tables:<region>:<account>:bucket/<name>"
                     )));
                 }
-                CatalogKind::S3Tables(kfs_core::s3tables::S3TablesSettings {
+                CatalogKind::S3Tables(kfs_core::S3TablesSettings {
                     table_bucket_arn,
                     endpoint: var("AWS_ENDPOINT_URL_S3TABLES").or_else(|| var("AWS_ENDPOINT_URL")),
                 })
@@ -224,19 +219,15 @@ impl FunctionEnv {
             .map_err(|e| ConfigError(e.to_string()))
     }
 
-    /// The catalog; a REST catalog gets its credentials from Secrets Manager first.
-    pub async fn catalog(&self) -> Result<Arc<dyn Catalog>, ConfigError> {
-        Ok(self.catalog_handle().await?.catalog)
-    }
-
-    /// The catalog with its pointer swap (replace snapshots).
+    /// The catalog with its pointer swap; a REST catalog gets its credentials from
+    /// Secrets Manager or SSM first.
     pub async fn catalog_handle(&self) -> Result<CatalogHandle, ConfigError> {
         let mut kind = self.catalog.clone();
         if let (CatalogKind::Rest(rest), Some(arn)) = (&mut kind, &self.catalog_secret_arn) {
             let config = self.aws_config().await;
             rest.credentials = crate::secrets::rest_credentials(&config, arn).await?;
         }
-        open_catalog_handle(&kind, &self.warehouse, &self.s3)
+        crate::catalog::open_catalog_handle(&kind, &self.warehouse, &self.s3)
             .await
             .map_err(|e| ConfigError(format!("catalog: {e}")))
     }
@@ -244,7 +235,7 @@ impl FunctionEnv {
     /// The AWS SDK configuration: the standard chain, with the region, endpoint and
     /// static keys of these settings when they are given (local stacks).
     pub async fn aws_config(&self) -> aws_config::SdkConfig {
-        self.s3.aws_config(self.s3.endpoint.as_deref()).await
+        crate::catalog::aws_config(&self.s3, self.s3.endpoint.as_deref()).await
     }
 
     /// The DynamoDB ledger, with the standard AWS configuration chain.
@@ -292,7 +283,7 @@ fn table_properties(text: Option<&str>) -> Result<BTreeMap<String, String>, Conf
             "TABLE_PROPERTIES: expected a JSON object of strings: {e}"
         ))
     })?;
-    kfs_core::convert::compression(&properties.clone().into_iter().collect())
+    kfs_core::compression(&properties.clone().into_iter().collect())
         .map_err(|e| ConfigError(format!("TABLE_PROPERTIES: {}", e.message())))?;
     Ok(properties)
 }
@@ -376,7 +367,7 @@ mod tests {
         let parsed = with(arn).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             parsed.catalog,
-            CatalogKind::S3Tables(kfs_core::s3tables::S3TablesSettings {
+            CatalogKind::S3Tables(kfs_core::S3TablesSettings {
                 table_bucket_arn: arn.into(),
                 endpoint: None,
             })

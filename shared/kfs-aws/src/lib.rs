@@ -1,7 +1,12 @@
-//! AWS implementations of kfs-iceberg's interfaces, used by the Lambda functions:
-//! the DynamoDB ledger, the settings and clients both functions build at cold start,
-//! and catalog credentials from Secrets Manager.
+//! AWS implementations of kfs-iceberg's interfaces, used by the Lambda functions and
+//! the command line: the DynamoDB ledger, the Glue and S3 Tables catalogs, the
+//! settings and clients both functions build at cold start, catalog credentials from
+//! Secrets Manager or SSM, and CloudWatch metrics in the embedded metric format.
 
+pub mod catalog;
 pub mod dynamo_ledger;
+pub mod emf;
 pub mod function_env;
 pub mod secrets;
+
+pub use catalog::{aws_config, open_catalog_handle};

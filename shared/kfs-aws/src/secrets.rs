@@ -2,7 +2,7 @@
 //! cold start, held in a type whose `Debug` never shows them, and never written to a
 //! log or an error.
 
-use kfs_core::catalog::RestCredentials;
+use kfs_core::RestCredentials;
 
 use crate::function_env::ConfigError;
 

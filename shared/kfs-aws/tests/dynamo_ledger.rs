@@ -3,7 +3,7 @@
 
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use kfs_aws::dynamo_ledger::DynamoLedger;
-use kfs_core::ledger::check_contract;
+use kfs_core::testing::check_contract;
 use kfs_testkit::{Moto, workspace_root};
 
 #[tokio::test]

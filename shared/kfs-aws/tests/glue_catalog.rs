@@ -4,10 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kfs_core::catalog::ensure_topic_table;
-use kfs_core::committer::{CommitSettings, commit_table, table_progress, table_watermarks};
-use kfs_core::pipeline::{TopicTable, ingest_segment};
-use kfs_core::source::SourceObject;
+use kfs_core::testing::ensure_topic_table;
+use kfs_core::{CommitSettings, table_progress, table_watermarks};
+use kfs_core::testing::commit_table;
+use kfs_core::testing::{TopicTable, ingest_segment};
+use kfs_core::SourceObject;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::TableNaming;
 use kfs_segment::DecodeLimits;
@@ -76,7 +77,7 @@ async fn glue_tables_take_commits_with_the_offset_map() {
         table_contents(catalog.as_ref(), "kafscale.orders").await,
         (20, 2)
     );
-    let ident = kfs_core::catalog::table_ident(&name);
+    let ident = kfs_core::table_ident(&name);
     let table = catalog
         .load_table(&ident)
         .await

@@ -12,7 +12,7 @@ mod common;
 use std::time::Instant;
 
 use common::{BenchResult, BenchTable, tiny_segment as segment};
-use kfs_core::committer::CommitSettings;
+use kfs_core::CommitSettings;
 
 async fn commit_once(files: usize, coalesce: bool) -> BenchResult<()> {
     let mut bench = BenchTable::new().await?;

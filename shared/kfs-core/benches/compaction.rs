@@ -14,9 +14,9 @@ mod common;
 use std::time::Instant;
 
 use common::{BenchResult, BenchTable};
-use kfs_core::catalog::table_ident;
-use kfs_core::maintenance::compact_table;
-use kfs_core::pipeline::now_ms;
+use kfs_core::compact_table;
+use kfs_core::now_ms;
+use kfs_core::table_ident;
 use kfs_plan::compaction::CompactionPolicy;
 use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
 

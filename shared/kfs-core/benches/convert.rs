@@ -18,11 +18,9 @@ use std::hint::black_box;
 use arrow_array::RecordBatch;
 use common::BenchTable;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kfs_core::convert::{
-    ROWS_PER_BATCH, RecordColumns, SegmentInput, ValueColumns, convert_segment, in_memory,
-    writer_properties,
-};
-use kfs_core::table::arrow_schema;
+use kfs_core::testing::arrow_schema;
+use kfs_core::testing::{ROWS_PER_BATCH, RecordColumns, writer_properties};
+use kfs_core::testing::{SegmentInput, ValueColumns, convert_segment, in_memory};
 use kfs_plan::keys::SegmentKey;
 use kfs_segment::{
     BatchSpec, Compression, DecodeLimits, OwnedRecord, Record, RecordHeader, encode_segment,

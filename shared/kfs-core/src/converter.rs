@@ -10,8 +10,10 @@ use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 use kfs_segment::DecodeLimits;
 
+use crate::clock::now_ms;
+use crate::error::PipelineError;
+use crate::ingest::{TopicTable, ingest_segment};
 use crate::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry};
-use crate::pipeline::{PipelineError, TopicTable, ingest_segment, now_ms};
 use crate::source::SegmentSource;
 
 /// Settings of the converter service.

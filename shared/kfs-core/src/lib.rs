@@ -1,27 +1,58 @@
 //! The kfs-iceberg core: converting segments to Parquet data files, the ledger of what
 //! happened to each segment, and exactly-once commits to Iceberg tables. The Lambda
 //! functions and the CLI both run this code; the source, the ledger and the catalog
-//! sit behind narrow interfaces with in-memory implementations.
+//! sit behind narrow interfaces with in-memory implementations. No cloud SDK is linked
+//! here: the AWS implementations (DynamoDB ledger, Glue and S3 Tables catalogs) live
+//! in `kfs-aws` and plug into the same traits.
+//!
+//! Modules, from the bottom up (each depends only on those above it in this list):
+//! `clock`, `storage` (where bytes live), `failpoint` (fault injection), `source`
+//! (segments in), `ledger`, `catalog` (and pointer swaps), `parquet` (writer settings
+//! and merges), `table` (layout, history, opening), `convert` (one segment to data
+//! files), `commit` (exactly-once appends), `maintenance`, `error`, `ingest` (one
+//! segment into the ledger), `pass` (one pipeline pass), `converter` (the converter
+//! function's core).
 
-pub mod catalog;
-pub mod committer;
-pub mod convert;
-pub mod converter;
-pub mod etcd;
+mod catalog;
+mod clock;
+mod commit;
+mod convert;
+mod converter;
+mod error;
 pub mod failpoint;
-pub mod glue;
-pub mod json_values;
-pub mod ledger;
-pub mod ledger_files;
-pub mod maintenance;
-pub mod memory_catalog;
-pub mod metrics;
-pub mod parquet_merge;
-pub mod pipeline;
-pub mod rest_swap;
-pub mod rest_tables;
-pub mod rewrite;
-pub mod s3tables;
-pub mod source;
-pub mod table;
-pub mod table_commit;
+mod ingest;
+mod ledger;
+mod maintenance;
+mod parquet;
+mod pass;
+mod source;
+mod storage;
+mod table;
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+pub use catalog::{
+    CatalogAccess, CatalogHandle, CatalogKind, LOCAL_CATALOG_NAME, RestCredentials, RestSettings,
+    S3TablesSettings, TableSwap, is_table_bucket_arn, open_catalog_handle, stage_updates,
+    table_handle,
+};
+pub use clock::now_ms;
+pub use commit::{CommitError, CommitOutcome, CommitSettings};
+pub use converter::{ConverterService, ConverterSettings, ObjectOutcome};
+pub use error::PipelineError;
+pub use ledger::{
+    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, MemoryLedger,
+    SqliteLedger, existing_entry, sort_entries,
+};
+pub use maintenance::{
+    CompactionReport, ExpiryReport, MaintenanceError, MaintenancePolicy, MaintenanceSummary,
+    OrphanReport, compact_table, expire_snapshots, maintain_table, remove_orphans,
+    rewrite_manifests,
+};
+pub use parquet::compression;
+pub use pass::{PipelineConfig, Progress, RunReport, run_once};
+pub use source::{
+    MemorySource, OpendalSource, SegmentSource, SegmentStream, SourceError, SourceObject,
+};
+pub use storage::{S3Settings, Warehouse};
+pub use table::{table_ident, table_progress, table_watermarks, target_file_size};

@@ -2,15 +2,21 @@
 //! OpenDAL-backed implementation of [`SegmentSource`]. An in-memory source serves
 //! unit tests and fault injection.
 
+use crate::storage::S3Settings;
+use opendal::{EntryMode, Operator};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Mutex;
 
-use opendal::{EntryMode, Operator};
+/// The bytes of a segment as they arrive.
+pub type SegmentStream = futures::stream::BoxStream<'static, Result<bytes::Bytes, SourceError>>;
 
-use crate::catalog::S3Settings;
-use crate::convert::{SegmentStream, in_memory};
+/// A segment held in memory, as a stream of one chunk.
+pub fn in_memory(bytes: impl Into<bytes::Bytes>) -> SegmentStream {
+    let bytes: bytes::Bytes = bytes.into();
+    Box::pin(futures::stream::once(async move { Ok(bytes) }))
+}
 
 /// One object of a listing, with its key relative to the source prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,11 +5,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kfs_core::catalog::{S3Settings, Warehouse, open_sql_catalog};
-use kfs_core::committer::{CommitSettings, commit_table, table_watermarks};
-use kfs_core::ledger::{InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
-use kfs_core::pipeline::{TopicTable, ingest_segment};
-use kfs_core::source::{MemorySource, SourceObject};
+use kfs_core::testing::commit_table;
+use kfs_core::testing::open_sql_catalog;
+use kfs_core::testing::{TopicTable, ingest_segment};
+use kfs_core::{CommitSettings, table_watermarks};
+use kfs_core::{InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
+use kfs_core::{MemorySource, SourceObject};
+use kfs_core::{S3Settings, Warehouse};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::TableNaming;
 use kfs_plan::offsets::{Gap, GapReason};
@@ -45,10 +47,10 @@ fn key(base: i64) -> SegmentKey {
 
 struct Setup {
     _dir: tempfile::TempDir,
-    catalog: kfs_core::catalog::SqlCatalog,
+    catalog: kfs_core::testing::SqlCatalog,
     ledger_path: std::path::PathBuf,
     source: MemorySource,
-    swap: kfs_core::table_commit::SqlTableSwap,
+    swap: kfs_core::testing::SqlTableSwap,
 }
 
 async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
@@ -60,9 +62,9 @@ async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
         &S3Settings::default(),
     )
     .await?;
-    let swap = kfs_core::table_commit::SqlTableSwap::open(
+    let swap = kfs_core::testing::SqlTableSwap::open(
         &dir.path().join("catalog.db"),
-        kfs_core::catalog::LOCAL_CATALOG_NAME,
+        kfs_core::LOCAL_CATALOG_NAME,
     )
     .await?;
     Ok(Setup {
@@ -77,7 +79,7 @@ async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
 /// Converts the segments at `bases` (each 10 records) into pending ledger entries.
 async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResult {
     let target = TopicTable::open(
-        kfs_core::catalog::CatalogAccess {
+        kfs_core::CatalogAccess {
             catalog: &setup.catalog,
             swap: &setup.swap,
         },
@@ -96,7 +98,7 @@ async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResu
             modified_ms: None,
         };
         ingest_segment(
-            kfs_core::catalog::CatalogAccess {
+            kfs_core::CatalogAccess {
                 catalog: &setup.catalog,
                 swap: &setup.swap,
             },
@@ -121,7 +123,7 @@ async fn committed_records(setup: &Setup) -> Result<(u64, usize), Box<dyn std::e
     let name = TableNaming::default().table_for("orders");
     let table = setup
         .catalog
-        .load_table(&kfs_core::catalog::table_ident(&name))
+        .load_table(&kfs_core::table_ident(&name))
         .await?;
     let mut records = 0;
     let mut paths = BTreeSet::new();
@@ -350,7 +352,7 @@ async fn gaps_wait_for_listed_segments_and_are_recorded_once_none_is_listed() ->
     use iceberg::Catalog;
     let table = setup
         .catalog
-        .load_table(&kfs_core::catalog::table_ident(&name))
+        .load_table(&kfs_core::table_ident(&name))
         .await?;
     assert_eq!(table_watermarks(&table)?, BTreeMap::from([(0, 30)]));
     Ok(())
@@ -360,14 +362,14 @@ async fn gaps_wait_for_listed_segments_and_are_recorded_once_none_is_listed() ->
 /// snapshot staged on the old head must lose, be re-staged on the new head, and carry
 /// the append's offsets forward.
 struct AppendFirst<'a> {
-    inner: kfs_core::table_commit::SqlTableSwap,
+    inner: kfs_core::testing::SqlTableSwap,
     setup: &'a Setup,
     ledger: &'a SqliteLedger,
     fired: AtomicUsize,
 }
 
 #[async_trait::async_trait]
-impl kfs_core::table_commit::TableSwap for AppendFirst<'_> {
+impl kfs_core::TableSwap for AppendFirst<'_> {
     async fn commit(
         &self,
         table: &iceberg::table::Table,
@@ -398,7 +400,7 @@ async fn a_compaction_racing_an_append_restages_and_loses_nothing() -> TestResul
     let setup = setup().await?;
     let ledger = SqliteLedger::open(&setup.ledger_path).await?;
     let name = TableNaming::default().table_for("orders");
-    let ident = kfs_core::catalog::table_ident(&name);
+    let ident = kfs_core::table_ident(&name);
     let first: Vec<i64> = (0..6).map(|i| i * 10).collect();
     convert(&setup, &ledger, &first).await?;
     commit_table(
@@ -414,16 +416,16 @@ async fn a_compaction_racing_an_append_restages_and_loses_nothing() -> TestResul
     assert_eq!(committed_records(&setup).await?, (60, 6));
     convert(&setup, &ledger, &[60, 70]).await?;
     let swap = AppendFirst {
-        inner: kfs_core::table_commit::SqlTableSwap::open(
+        inner: kfs_core::testing::SqlTableSwap::open(
             &setup._dir.path().join("catalog.db"),
-            kfs_core::catalog::LOCAL_CATALOG_NAME,
+            kfs_core::LOCAL_CATALOG_NAME,
         )
         .await?,
         setup: &setup,
         ledger: &ledger,
         fired: AtomicUsize::new(0),
     };
-    let report = kfs_core::maintenance::compact_table(
+    let report = kfs_core::compact_table(
         &setup.catalog,
         &swap,
         &ident,
@@ -446,7 +448,7 @@ async fn a_compaction_racing_an_append_restages_and_loses_nothing() -> TestResul
         iceberg::spec::Operation::Replace
     );
     // Expiry keeps what the table reads and removes what only old snapshots read.
-    let expiry = kfs_core::maintenance::expire_snapshots(
+    let expiry = kfs_core::expire_snapshots(
         &setup.catalog,
         &ident,
         &kfs_plan::compaction::ExpiryRule::older_than(i64::MAX, 1),
@@ -472,7 +474,7 @@ async fn a_retried_insert_that_finds_its_own_entry_keeps_its_files() -> TestResu
     };
     convert(&setup, &ledger, &[0, 10]).await?;
     for entry in ledger.list(Some("pending"), None).await? {
-        for path in kfs_core::pipeline::converted_paths(&entry) {
+        for path in kfs_core::testing::converted_paths(&entry) {
             let local = path.strip_prefix("file://").unwrap_or(&path);
             assert!(std::path::Path::new(local).exists(), "{path} was deleted");
         }

@@ -28,8 +28,8 @@ use std::sync::atomic::Ordering;
 use faults::{
     Faults, MODES, Process, STEPS, Step, check, etcd_caught_up, open_catalog, quiesce, source,
 };
-use kfs_core::ledger::SqliteLedger;
-use kfs_core::maintenance::MaintenancePolicy;
+use kfs_core::MaintenancePolicy;
+use kfs_core::SqliteLedger;
 use kfs_plan::crosscheck::CrossCheckPolicy;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

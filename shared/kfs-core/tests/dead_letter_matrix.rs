@@ -16,7 +16,7 @@ use faults::{
     Faults, MODES, PARTITIONS, Process, RECORDS, SEGMENTS, Step, etcd_caught_up, open_catalog,
     source,
 };
-use kfs_core::ledger::{EntryState, Ledger, SqliteLedger};
+use kfs_core::{EntryState, Ledger, SqliteLedger};
 use kfs_plan::crosscheck::CrossCheckPolicy;
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use local::offsets;

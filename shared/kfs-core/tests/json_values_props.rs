@@ -5,7 +5,7 @@
 //! on); a value that is refused leaves the schema as it was.
 
 use iceberg::spec::Schema;
-use kfs_core::json_values::{EvolvingSchema, conform, fits, parse_value, payload_columns};
+use kfs_core::testing::{EvolvingSchema, conform, fits, parse_value, payload_columns};
 use kfs_plan::naming::ValueFormat;
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -47,12 +47,12 @@ fn object() -> impl Strategy<Value = Map<String, Value>> {
 
 /// The payload part of a JSON table's schema, in Arrow.
 fn payload(schema: &Schema) -> arrow_schema::SchemaRef {
-    let arrow = kfs_core::table::arrow_schema(schema).unwrap_or_else(|e| panic!("{e}"));
+    let arrow = kfs_core::testing::arrow_schema(schema).unwrap_or_else(|e| panic!("{e}"));
     std::sync::Arc::new(arrow_schema::Schema::new(
         arrow
             .fields()
             .iter()
-            .filter(|f| !kfs_core::json_values::METADATA_COLUMNS.contains(&f.name().as_str()))
+            .filter(|f| !kfs_core::testing::METADATA_COLUMNS.contains(&f.name().as_str()))
             .cloned()
             .collect::<Vec<_>>(),
     ))
@@ -63,7 +63,7 @@ proptest! {
 
     #[test]
     fn absorbed_values_fit_and_convert(values in prop::collection::vec(object(), 1..6)) {
-        let base = kfs_core::table::schema_for(ValueFormat::Json, &[])
+        let base = kfs_core::testing::schema_for(ValueFormat::Json, &[])
             .unwrap_or_else(|e| panic!("{e}"));
         let mut evolving = EvolvingSchema::new(&base, base.highest_field_id());
         let mut accepted = Vec::new();
@@ -92,7 +92,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
         if let Ok(value) = parse_value(Some(&bytes)) {
-            let base = kfs_core::table::schema_for(ValueFormat::Json, &[])
+            let base = kfs_core::testing::schema_for(ValueFormat::Json, &[])
                 .unwrap_or_else(|e| panic!("{e}"));
             let _ = EvolvingSchema::new(&base, base.highest_field_id()).absorb(&value);
         }

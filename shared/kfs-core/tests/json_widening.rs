@@ -15,8 +15,8 @@ use std::sync::Arc;
 use arrow_array::Array;
 use futures::TryStreamExt;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-use kfs_core::catalog::{ensure_topic_table, evolve_schema};
-use kfs_core::pipeline::{PipelineConfig, run_once};
+use kfs_core::testing::{ensure_topic_table, evolve_schema};
+use kfs_core::{PipelineConfig, run_once};
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use local::{BoxError, Local};
 
@@ -76,16 +76,15 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
     // A later field, and a file written before it compacted with one written after.
     local.put("metrics", 3, &[r#"{"n": 1, "g": {"h": true}}"#], 1)?;
     run_once(source, catalog, swap, ledger, &config, &|_| {}).await?;
-    let table =
-        iceberg::Catalog::load_table(catalog, &kfs_core::catalog::table_ident(&name)).await?;
+    let table = iceberg::Catalog::load_table(catalog, &kfs_core::table_ident(&name)).await?;
     assert_eq!(table.metadata().schemas_iter().count(), 4);
-    let compacted = kfs_core::maintenance::compact_table(
+    let compacted = kfs_core::compact_table(
         catalog,
         swap,
-        &kfs_core::catalog::table_ident(&name),
+        &kfs_core::table_ident(&name),
         None,
         None,
-        kfs_core::pipeline::now_ms(),
+        kfs_core::now_ms(),
     )
     .await?;
     assert_eq!(
@@ -94,8 +93,7 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
         "{compacted:?}"
     );
 
-    let table =
-        iceberg::Catalog::load_table(catalog, &kfs_core::catalog::table_ident(&name)).await?;
+    let table = iceberg::Catalog::load_table(catalog, &kfs_core::table_ident(&name)).await?;
     let schema = table.metadata().current_schema();
     let field = |name: &str| {
         schema

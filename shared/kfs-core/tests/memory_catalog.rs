@@ -10,9 +10,9 @@ use std::collections::HashMap;
 
 use iceberg::spec::{PrimitiveType, Type};
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
-use kfs_core::catalog::{CatalogKind, S3Settings, Warehouse, open_catalog_handle, table_ident};
-use kfs_core::maintenance::{MaintenancePolicy, maintain_table};
-use kfs_core::pipeline::{PipelineConfig, now_ms, run_once};
+use kfs_core::{CatalogKind, S3Settings, Warehouse, open_catalog_handle, table_ident};
+use kfs_core::{MaintenancePolicy, maintain_table};
+use kfs_core::{PipelineConfig, now_ms, run_once};
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use local::{BoxError, Local, offsets};
 
@@ -112,7 +112,7 @@ async fn the_pipeline_runs_on_the_memory_catalog() -> Result<(), BoxError> {
             .apply(tx)
     };
     let (first, second) = (add("x")?, add("y")?);
-    let pinned = || kfs_core::table_commit::PinnedCatalog::new(catalog, table.clone());
+    let pinned = || kfs_core::testing::PinnedCatalog::new(catalog, table.clone());
     first.commit(&pinned()).await?;
     let refused = second
         .commit(&pinned())

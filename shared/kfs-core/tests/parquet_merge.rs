@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 
 use futures::TryStreamExt;
 use iceberg::spec::DataFile;
-use kfs_core::catalog::{S3Settings, Warehouse, ensure_topic_table, open_sql_catalog};
-use kfs_core::convert::{SegmentInput, ValueColumns, convert_segment, in_memory};
-use kfs_core::parquet_merge::merge_data_files;
+use kfs_core::testing::merge_data_files;
+use kfs_core::testing::{SegmentInput, ValueColumns, convert_segment, in_memory};
+use kfs_core::testing::{ensure_topic_table, open_sql_catalog};
+use kfs_core::{S3Settings, Warehouse};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::TableNaming;
 use kfs_segment::{BatchSpec, Compression, DecodeLimits, OwnedRecord, encode_segment};

@@ -7,10 +7,11 @@
 
 mod local;
 
-use kfs_core::catalog::table_ident;
-use kfs_core::ledger::Ledger;
-use kfs_core::pipeline::{PipelineConfig, TopicTable, ingest_segment, now_ms, run_once};
-use kfs_core::source::SourceObject;
+use kfs_core::Ledger;
+use kfs_core::SourceObject;
+use kfs_core::table_ident;
+use kfs_core::testing::{TopicTable, ingest_segment};
+use kfs_core::{PipelineConfig, now_ms, run_once};
 use kfs_plan::keys::SegmentFile;
 use kfs_plan::layout::parse_partition_spec;
 use kfs_plan::naming::TableNaming;
@@ -65,7 +66,7 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> Result<(
         DecodeLimits::default(),
     )
     .await?;
-    let pending_file = kfs_core::pipeline::converted_paths(
+    let pending_file = kfs_core::testing::converted_paths(
         &ledger.get(&object.key).await?.ok_or("no ledger entry")?,
     );
     assert_eq!(pending_file.len(), 1);
@@ -89,9 +90,9 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> Result<(
     assert_eq!(metadata.default_partition_spec().fields().len(), 1);
     assert!(!std::path::Path::new(pending_file[0].trim_start_matches("file://")).exists());
     exactly_once(&local, &name).await?;
-    let old_spec = kfs_core::rewrite::live_entries_in(&table, Some(0)).await?;
+    let old_spec = kfs_core::testing::live_entries_in(&table, Some(0)).await?;
     let new_spec =
-        kfs_core::rewrite::live_entries_in(&table, Some(metadata.default_partition_spec_id()))
+        kfs_core::testing::live_entries_in(&table, Some(metadata.default_partition_spec_id()))
             .await?;
     assert_eq!(old_spec.len(), 1, "the committed file keeps its layout");
     assert!(
@@ -111,11 +112,10 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> Result<(
         again.tables.values().all(|o| o.snapshot_id.is_none()),
         "{again:?}"
     );
-    kfs_core::maintenance::compact_table(catalog, swap, &table_ident(&name), None, None, now_ms())
-        .await?;
+    kfs_core::compact_table(catalog, swap, &table_ident(&name), None, None, now_ms()).await?;
     let table = iceberg::Catalog::load_table(catalog, &table_ident(&name)).await?;
     assert_eq!(
-        kfs_core::rewrite::live_entries_in(&table, Some(0))
+        kfs_core::testing::live_entries_in(&table, Some(0))
             .await?
             .len(),
         1

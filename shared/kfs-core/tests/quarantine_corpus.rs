@@ -6,11 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-use kfs_core::catalog::{S3Settings, Warehouse, open_sql_catalog, table_ident};
-use kfs_core::committer::table_progress;
-use kfs_core::ledger::{Ledger, SqliteLedger};
-use kfs_core::pipeline::{PipelineConfig, RunReport, now_ms, run_once};
-use kfs_core::source::MemorySource;
+use kfs_core::MemorySource;
+use kfs_core::table_progress;
+use kfs_core::testing::open_sql_catalog;
+use kfs_core::{Ledger, SqliteLedger};
+use kfs_core::{PipelineConfig, RunReport, now_ms, run_once};
+use kfs_core::{S3Settings, Warehouse, table_ident};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 use kfs_plan::offsets::{Gap, GapReason};
@@ -67,9 +68,9 @@ async fn every_corpus_segment_is_quarantined_then_skipped_and_the_rest_lands_onc
         &S3Settings::default(),
     )
     .await?;
-    let swap = kfs_core::table_commit::SqlTableSwap::open(
+    let swap = kfs_core::testing::SqlTableSwap::open(
         &dir.path().join("catalog.db"),
-        kfs_core::catalog::LOCAL_CATALOG_NAME,
+        kfs_core::LOCAL_CATALOG_NAME,
     )
     .await?;
     let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;

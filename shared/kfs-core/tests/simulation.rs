@@ -35,9 +35,9 @@ use faults::{
     quiesce, watermarks,
 };
 use futures::StreamExt;
-use kfs_core::ledger::SqliteLedger;
-use kfs_core::maintenance::MaintenancePolicy;
-use kfs_core::source::MemorySource;
+use kfs_core::MaintenancePolicy;
+use kfs_core::MemorySource;
+use kfs_core::SqliteLedger;
 use kfs_plan::crosscheck::{CrossCheckPolicy, EtcdState, UnreachablePolicy};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 

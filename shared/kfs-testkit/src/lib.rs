@@ -128,13 +128,13 @@ pub struct LocalStack {
     /// The server.
     pub moto: Moto,
     /// The S3 settings pointing at it.
-    pub s3: kfs_core::catalog::S3Settings,
+    pub s3: kfs_core::S3Settings,
     /// Segment bucket.
     pub bucket: String,
     /// Ledger table.
     pub ledger_table: String,
     /// Warehouse.
-    pub warehouse: kfs_core::catalog::Warehouse,
+    pub warehouse: kfs_core::Warehouse,
     /// Holds the catalog's SQLite file.
     state: tempfile::TempDir,
 }
@@ -146,7 +146,7 @@ impl LocalStack {
         moto.tool(&["mb", "kafscale-segments", "lakehouse"]);
         let definition = workspace_root().join("infra/ledger-table.json");
         moto.tool(&["ledger", "kfs-ledger", &definition.to_string_lossy()]);
-        let s3 = kfs_core::catalog::S3Settings {
+        let s3 = kfs_core::S3Settings {
             endpoint: Some(moto.endpoint.clone()),
             region: "us-east-1".into(),
             access_key_id: Some("test".into()),
@@ -158,7 +158,7 @@ impl LocalStack {
             s3,
             bucket: "kafscale-segments".into(),
             ledger_table: "kfs-ledger".into(),
-            warehouse: kfs_core::catalog::Warehouse::S3 {
+            warehouse: kfs_core::Warehouse::S3 {
                 bucket: "lakehouse".into(),
                 prefix: "warehouse".into(),
             },
@@ -200,8 +200,8 @@ impl LocalStack {
     }
 
     /// The segment source at the bucket root.
-    pub fn source(&self) -> kfs_core::source::OpendalSource {
-        kfs_core::source::OpendalSource::s3(&self.bucket, "", &self.s3)
+    pub fn source(&self) -> kfs_core::OpendalSource {
+        kfs_core::OpendalSource::s3(&self.bucket, "", &self.s3)
             .unwrap_or_else(|e| panic!("source: {e}"))
     }
 
@@ -224,20 +224,20 @@ impl LocalStack {
     /// and limits.
     pub fn converter(
         &self,
-        catalog: kfs_core::catalog::CatalogHandle,
+        catalog: kfs_core::CatalogHandle,
         concurrency: usize,
-    ) -> kfs_core::converter::ConverterService<
-        kfs_core::source::OpendalSource,
+    ) -> kfs_core::ConverterService<
+        kfs_core::OpendalSource,
         kfs_aws::dynamo_ledger::DynamoLedger,
     > {
-        kfs_core::converter::ConverterService::new(
+        kfs_core::ConverterService::new(
             self.source(),
             catalog,
             self.ledger(),
-            kfs_core::converter::ConverterSettings {
+            kfs_core::ConverterSettings {
                 bucket: self.bucket.clone(),
                 prefix: String::new(),
-                naming: kfs_core::pipeline::PipelineConfig::default().naming,
+                naming: kfs_core::PipelineConfig::default().naming,
                 limits: kfs_segment::DecodeLimits::default(),
                 concurrency,
             },
@@ -250,23 +250,27 @@ impl LocalStack {
     }
 
     /// The Glue catalog on moto, with its pointer swap.
-    pub async fn glue_catalog_handle(&self) -> kfs_core::catalog::CatalogHandle {
-        let kind = kfs_core::catalog::CatalogKind::Glue {
+    pub async fn glue_catalog_handle(&self) -> kfs_core::CatalogHandle {
+        let kind = kfs_core::CatalogKind::Glue {
             endpoint: Some(self.moto.endpoint.clone()),
         };
-        kfs_core::catalog::open_catalog_handle(&kind, &self.warehouse, &self.s3)
+        kfs_aws::open_catalog_handle(&kind, &self.warehouse, &self.s3)
             .await
             .unwrap_or_else(|e| panic!("glue catalog: {e}"))
     }
 
     /// An S3 Tables table bucket `name` on moto, as the catalog, with its swap.
-    pub async fn s3tables_catalog_handle(&self, name: &str) -> kfs_core::catalog::CatalogHandle {
-        let settings = kfs_core::s3tables::S3TablesSettings {
+    pub async fn s3tables_catalog_handle(&self, name: &str) -> kfs_core::CatalogHandle {
+        let settings = kfs_core::S3TablesSettings {
             table_bucket_arn: self.moto.tool(&["table-bucket", name]),
             endpoint: Some(self.moto.endpoint.clone()),
         };
-        kfs_core::s3tables::open(&settings, &self.s3)
-            .await
+        kfs_aws::open_catalog_handle(
+            &kfs_core::CatalogKind::S3Tables(settings),
+            &self.warehouse,
+            &self.s3,
+        )
+        .await
             .unwrap_or_else(|e| panic!("s3tables catalog: {e}"))
     }
 
@@ -276,11 +280,11 @@ impl LocalStack {
     }
 
     /// The catalog (see the type's docs), with its pointer swap.
-    pub async fn catalog_handle(&self) -> kfs_core::catalog::CatalogHandle {
-        let kind = kfs_core::catalog::CatalogKind::Sql {
+    pub async fn catalog_handle(&self) -> kfs_core::CatalogHandle {
+        let kind = kfs_core::CatalogKind::Sql {
             database: self.state.path().join("catalog.db"),
         };
-        kfs_core::catalog::open_catalog_handle(&kind, &self.warehouse, &self.s3)
+        kfs_core::open_catalog_handle(&kind, &self.warehouse, &self.s3)
             .await
             .unwrap_or_else(|e| panic!("catalog: {e}"))
     }

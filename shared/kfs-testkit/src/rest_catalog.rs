@@ -1116,7 +1116,7 @@ mod tests {
     #[tokio::test]
     async fn expired_tokens_are_renewed_by_the_catalog_adapter() {
         let (_dir, _root, server) = start(vec![]).await;
-        let catalog = kfs_core::rest_tables::RestTables::new(
+        let catalog = kfs_core::testing::RestTables::new(
             client(&server, "lake", &[("credential", "id:secret")]).await,
         );
         let ns = NamespaceIdent::new("db".to_string());
@@ -1139,7 +1139,7 @@ mod tests {
             .update_table_properties()
             .set("k".to_string(), "v1".to_string())
             .apply(tx));
-        let pinned = kfs_core::table_commit::PinnedCatalog::new(&catalog, table.clone());
+        let pinned = kfs_core::testing::PinnedCatalog::new(&catalog, table.clone());
         let refused = fails(tx.commit(&pinned).await);
         assert!(refused.retryable(), "{refused}");
         assert_eq!(server.commits_applied(), 0);

@@ -7,14 +7,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kfs_core::catalog::{
-    LOCAL_CATALOG_NAME, S3Settings, SqlCatalog, Warehouse, ensure_topic_table, open_sql_catalog,
-};
-use kfs_core::committer::{CommitOutcome, CommitSettings, commit_table, table_progress};
-use kfs_core::ledger::{LedgerEntry, MemoryLedger};
-use kfs_core::pipeline::{TopicTable, ingest_segment, now_ms};
-use kfs_core::source::{MemorySource, SegmentSource};
-use kfs_core::table_commit::SqlTableSwap;
+use kfs_core::now_ms;
+use kfs_core::testing::SqlTableSwap;
+use kfs_core::testing::commit_table;
+use kfs_core::testing::{SqlCatalog, ensure_topic_table, open_sql_catalog};
+use kfs_core::testing::{TopicTable, ingest_segment};
+use kfs_core::{CommitOutcome, CommitSettings, table_progress};
+use kfs_core::{LOCAL_CATALOG_NAME, S3Settings, Warehouse};
+use kfs_core::{LedgerEntry, MemoryLedger};
+use kfs_core::{MemorySource, SegmentSource};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::{TableName, TableNaming};
 use kfs_segment::DecodeLimits;
@@ -101,7 +102,7 @@ impl BenchTable {
             progress: table_progress(&self.table)?,
         };
         let entry = ingest_segment(
-            kfs_core::catalog::CatalogAccess {
+            kfs_core::CatalogAccess {
                 catalog: &self.catalog,
                 swap: &self.swap,
             },

@@ -17,18 +17,18 @@ use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent,
 };
-use kfs_core::catalog::{
-    CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, Warehouse, open_sql_catalog, table_ident,
-};
-use kfs_core::committer::{table_progress, table_watermarks};
-use kfs_core::convert::SegmentStream;
-use kfs_core::converter::{ConverterService, ConverterSettings};
+use kfs_core::SegmentStream;
+use kfs_core::TableSwap;
 use kfs_core::failpoint::{self, Failpoint, FailpointHook, Injection};
-use kfs_core::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
-use kfs_core::maintenance::{MaintenancePolicy, maintain_table};
-use kfs_core::pipeline::{PipelineConfig, now_ms, run_once};
-use kfs_core::source::{MemorySource, SegmentSource, SourceError, SourceObject};
-use kfs_core::table_commit::{SqlTableSwap, TableSwap};
+use kfs_core::testing::SqlTableSwap;
+use kfs_core::testing::open_sql_catalog;
+use kfs_core::{CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, Warehouse, table_ident};
+use kfs_core::{ConverterService, ConverterSettings};
+use kfs_core::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
+use kfs_core::{MaintenancePolicy, maintain_table};
+use kfs_core::{MemorySource, SegmentSource, SourceError, SourceObject};
+use kfs_core::{PipelineConfig, now_ms, run_once};
+use kfs_core::{table_progress, table_watermarks};
 use kfs_plan::crosscheck::{CrossCheckPolicy, EtcdState};
 use kfs_plan::events::ObjectCreated;
 use kfs_plan::keys::{SegmentFile, SegmentKey};
@@ -434,7 +434,7 @@ pub struct Process<'a> {
 }
 
 /// The catalog of the deployment in `dir`.
-pub async fn open_catalog(dir: &Path) -> Result<kfs_core::catalog::SqlCatalog, String> {
+pub async fn open_catalog(dir: &Path) -> Result<kfs_core::testing::SqlCatalog, String> {
     open_sql_catalog(
         &dir.join("catalog.db"),
         &Warehouse::Local(dir.join("wh")),

@@ -8,13 +8,11 @@ use std::collections::BTreeMap;
 
 use futures::TryStreamExt;
 use iceberg::Catalog;
-use kfs_core::catalog::{
-    CatalogAccess, LOCAL_CATALOG_NAME, S3Settings, SqlCatalog, Warehouse, open_sql_catalog,
-    table_ident,
-};
-use kfs_core::ledger::SqliteLedger;
-use kfs_core::source::MemorySource;
-use kfs_core::table_commit::SqlTableSwap;
+use kfs_core::MemorySource;
+use kfs_core::SqliteLedger;
+use kfs_core::testing::SqlTableSwap;
+use kfs_core::testing::{SqlCatalog, open_sql_catalog};
+use kfs_core::{CatalogAccess, LOCAL_CATALOG_NAME, S3Settings, Warehouse, table_ident};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableName;
 use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};

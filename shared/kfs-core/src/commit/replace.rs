@@ -10,8 +10,7 @@
 //! offset map forward. The commit requires `main` to still be at the snapshot the
 //! snapshot was built on; on a conflict the caller rebuilds on the new head.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-
+use crate::table::{MAINTENANCE_ID_KEY, ancestry};
 use iceberg::spec::{
     DataFile, MAIN_BRANCH, ManifestContentType, ManifestEntry, ManifestFile, ManifestListWriter,
     ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
@@ -20,44 +19,7 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 use kfs_plan::offsets::{GAP_HISTORY_KEY, MAX_TIMESTAMP_KEY, OFFSETS_KEY, STARTS_KEY, TOPIC_KEY};
-
-use crate::committer::ancestry;
-
-/// Summary key of a maintenance snapshot: what made it (`compaction`,
-/// `manifest-rewrite`) and an id derived from its inputs, to recognise it after an
-/// unknown commit outcome.
-pub const MAINTENANCE_ID_KEY: &str = "kfs.maintenance-id";
-
-/// The live data files of the current snapshot, with their manifest entries.
-pub async fn live_entries(table: &Table) -> Result<Vec<ManifestEntry>> {
-    live_entries_in(table, None).await
-}
-
-/// The live data files of the current snapshot written in the partition spec
-/// `spec_id` (all of them for `None`), with their manifest entries.
-pub async fn live_entries_in(table: &Table, spec_id: Option<i32>) -> Result<Vec<ManifestEntry>> {
-    let Some(snapshot) = table.metadata().current_snapshot() else {
-        return Ok(Vec::new());
-    };
-    let list = table.manifest_list_reader(snapshot).load().await?;
-    let mut live = Vec::new();
-    for manifest in list.entries() {
-        if manifest.content != ManifestContentType::Data
-            || spec_id.is_some_and(|id| manifest.partition_spec_id != id)
-        {
-            continue;
-        }
-        let loaded = manifest.load_manifest(table.file_io()).await?;
-        live.extend(
-            loaded
-                .entries()
-                .iter()
-                .filter(|e| e.is_alive())
-                .map(|e| e.as_ref().clone()),
-        );
-    }
-    Ok(live)
-}
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A change of the live file set, as a replace snapshot.
 #[derive(Debug, Clone, Default)]
@@ -293,17 +255,4 @@ fn new_snapshot_id(table: &Table) -> i64 {
             return id;
         }
     }
-}
-
-/// Whether a snapshot with this maintenance id is in the current ancestry.
-pub fn find_maintenance(table: &Table, maintenance_id: &str) -> Option<i64> {
-    ancestry(table)
-        .find(|s| {
-            s.summary()
-                .additional_properties
-                .get(MAINTENANCE_ID_KEY)
-                .map(String::as_str)
-                == Some(maintenance_id)
-        })
-        .map(|s| s.snapshot_id())
 }

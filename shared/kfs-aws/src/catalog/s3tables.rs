@@ -16,17 +16,7 @@ use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, Runtime, TableIdent, TableRequirement, TableUpdate};
 
-use crate::table_commit::{TableSwap, stage_updates, table_handle};
-
-/// Where the tables are: a table bucket, and the service's endpoint when it is not
-/// AWS's (a local stand-in).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct S3TablesSettings {
-    /// The table bucket's ARN (`arn:aws:s3tables:<region>:<account>:bucket/<name>`).
-    pub table_bucket_arn: String,
-    /// A custom endpoint (`AWS_ENDPOINT_URL_S3TABLES` or `AWS_ENDPOINT_URL`).
-    pub endpoint: Option<String>,
-}
+use kfs_core::{CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, S3TablesSettings, TableSwap, stage_updates, table_handle};
 
 /// The pointer swap of S3 Tables.
 #[derive(Debug, Clone)]
@@ -126,13 +116,13 @@ impl TableSwap for S3TablesSwap {
 /// region of `s3`.
 pub async fn open(
     settings: &S3TablesSettings,
-    s3: &crate::catalog::S3Settings,
-) -> Result<crate::catalog::CatalogHandle> {
+    s3: &S3Settings,
+) -> Result<CatalogHandle> {
     use iceberg::CatalogBuilder;
     use iceberg_catalog_s3tables::{
         S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN, S3TablesCatalogBuilder,
     };
-    let client = aws_sdk_s3tables::Client::new(&s3.aws_config(settings.endpoint.as_deref()).await);
+    let client = aws_sdk_s3tables::Client::new(&super::aws_config(s3, settings.endpoint.as_deref()).await);
     let mut props: HashMap<String, String> = s3.file_io_properties();
     props.insert(
         S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN.to_owned(),
@@ -140,40 +130,11 @@ pub async fn open(
     );
     let catalog = S3TablesCatalogBuilder::default()
         .with_client(client.clone())
-        .load(crate::catalog::LOCAL_CATALOG_NAME, props)
+        .load(LOCAL_CATALOG_NAME, props)
         .await?;
     let swap = S3TablesSwap::new(client, settings.table_bucket_arn.clone(), s3.file_io())?;
-    Ok(crate::catalog::CatalogHandle {
+    Ok(CatalogHandle {
         catalog: std::sync::Arc::new(catalog),
         swap: std::sync::Arc::new(swap),
     })
-}
-
-/// True for a table bucket ARN (`arn:aws:s3tables:<region>:<account>:bucket/<name>`).
-pub fn is_table_bucket_arn(text: &str) -> bool {
-    let mut parts = text.splitn(6, ':');
-    matches!(
-        (parts.next(), parts.next(), parts.next(), parts.nth(2)),
-        (Some("arn"), Some(_), Some("s3tables"), Some(resource)) if resource.starts_with("bucket/") && resource.len() > 7
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_bucket_arns_are_recognised() {
-        assert!(is_table_bucket_arn(
-            "arn:aws:s3tables:us-east-1:123456789012:bucket/lake"
-        ));
-        for bad in [
-            "lake",
-            "arn:aws:s3:::lake",
-            "arn:aws:s3tables:us-east-1:123456789012:bucket/",
-            "arn:aws:s3tables:us-east-1:123456789012:table/x",
-        ] {
-            assert!(!is_table_bucket_arn(bad), "{bad}");
-        }
-    }
 }

@@ -26,7 +26,11 @@ use iceberg::{
 };
 use iceberg_catalog_glue::GlueCatalog;
 
-use crate::table_commit::table_handle;
+use std::sync::Arc;
+
+use kfs_core::{
+    CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, TableSwap, Warehouse, stage_updates, table_handle,
+};
 
 /// The Glue catalog with timestamptz support (see the module docs).
 #[derive(Debug)]
@@ -328,7 +332,7 @@ impl Catalog for GlueTables {
 }
 
 #[async_trait]
-impl crate::table_commit::TableSwap for GlueTables {
+impl TableSwap for GlueTables {
     async fn commit(
         &self,
         table: &Table,
@@ -340,7 +344,7 @@ impl crate::table_commit::TableSwap for GlueTables {
         // decide whether the change still applies.
         let (current, version) = self.load_versioned(&ident).await?;
         let current_location = current.metadata_location_result()?.to_owned();
-        let (staged, location) = crate::table_commit::stage_updates(
+        let (staged, location) = stage_updates(
             current.metadata(),
             &current_location,
             &requirements,
@@ -398,4 +402,43 @@ impl GlueTables {
             staged,
         )
     }
+}
+
+/// Opens the Glue catalog over `warehouse` (at `endpoint` when it is not AWS's), with
+/// the credentials and region of `s3`, as a handle whose swap is the catalog itself.
+pub(super) async fn open(
+    endpoint: Option<&str>,
+    warehouse: &Warehouse,
+    s3: &S3Settings,
+) -> Result<CatalogHandle> {
+    use iceberg::CatalogBuilder;
+    use iceberg_catalog_glue::{
+        GLUE_CATALOG_PROP_URI, GLUE_CATALOG_PROP_WAREHOUSE, GlueCatalogBuilder,
+    };
+    use iceberg_storage_opendal::OpenDalStorageFactory;
+    let mut props = s3.file_io_properties();
+    props.insert(GLUE_CATALOG_PROP_WAREHOUSE.to_owned(), warehouse.location());
+    props.insert("region_name".to_owned(), s3.region.clone());
+    if let Some(endpoint) = endpoint {
+        props.insert(GLUE_CATALOG_PROP_URI.to_owned(), endpoint.to_owned());
+    }
+    if let (Some(key), Some(secret)) = (&s3.access_key_id, &s3.secret_access_key) {
+        props.insert("aws_access_key_id".to_owned(), key.clone());
+        props.insert("aws_secret_access_key".to_owned(), secret.clone());
+        if let Some(token) = &s3.session_token {
+            props.insert("aws_session_token".to_owned(), token.clone());
+        }
+    }
+    let inner = GlueCatalogBuilder::default()
+        .with_storage_factory(Arc::new(OpenDalStorageFactory::S3 {
+            customized_credential_load: None,
+        }))
+        .load(LOCAL_CATALOG_NAME, props)
+        .await?;
+    let glue = aws_sdk_glue::Client::new(&super::aws_config(s3, endpoint).await);
+    let catalog = Arc::new(GlueTables::new(inner, glue, warehouse.location())?);
+    Ok(CatalogHandle {
+        catalog: catalog.clone(),
+        swap: catalog,
+    })
 }

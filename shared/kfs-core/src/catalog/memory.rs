@@ -18,7 +18,7 @@ use iceberg::{
     TableCommit, TableCreation, TableIdent, TableRequirement, TableUpdate,
 };
 
-use crate::table_commit::{TableSwap, stage_updates, table_handle};
+use crate::catalog::{TableSwap, stage_updates, table_handle};
 
 #[derive(Debug, Default)]
 struct State {

@@ -9,11 +9,7 @@
 //! range from the table's FileIO and streaming its output through a bounded channel to
 //! an upload task, so memory stays bounded by one row group, not by the file.
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::ops::Range;
-use std::sync::Arc;
-
+use super::conform_batch;
 use arrow_array::RecordBatch;
 use bytes::Bytes;
 use iceberg::io::FileRead;
@@ -31,6 +27,10 @@ use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataR
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::writer::SerializedFileWriter;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::ops::Range;
+use std::sync::Arc;
 use tokio::runtime::Handle;
 
 /// Rows re-encoded into one row group before it is written.
@@ -146,7 +146,7 @@ fn merge_blocking(
     copy_min_bytes: u64,
     out: ChannelWrite,
 ) -> Result<(ParquetMetaData, u64, MergeStats)> {
-    let mut properties = crate::convert::writer_properties(&table_properties)?;
+    let mut properties = crate::parquet::writer_properties(&table_properties)?;
     add_encoded_arrow_schema_to_metadata(&arrow_schema, &mut properties);
     let properties = Arc::new(properties);
     let schema = ArrowSchemaConverter::new()
@@ -278,104 +278,6 @@ fn flush(
     row_group.close().map_err(parquet_error("merged file"))?;
     *row_groups += 1;
     Ok(())
-}
-
-/// `batch` (read from a data file) with the columns of `target` (the table's current
-/// schema): columns matched by field id (else by name), those the file predates null,
-/// widened ones cast (int → long, float → double), nested structs and lists alike.
-pub(crate) fn conform_batch(
-    batch: &RecordBatch,
-    target: &arrow_schema::SchemaRef,
-) -> std::result::Result<RecordBatch, arrow_schema::ArrowError> {
-    if batch.schema().fields() == target.fields() {
-        return RecordBatch::try_new(target.clone(), batch.columns().to_vec());
-    }
-    let columns = conform_children(
-        batch.schema().fields(),
-        batch.columns(),
-        target.fields(),
-        batch.num_rows(),
-    )?;
-    RecordBatch::try_new_with_options(
-        target.clone(),
-        columns,
-        &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
-    )
-}
-
-/// The columns `target` asks for, from `columns` (described by `fields`).
-fn conform_children(
-    fields: &arrow_schema::Fields,
-    columns: &[arrow_array::ArrayRef],
-    target: &arrow_schema::Fields,
-    rows: usize,
-) -> std::result::Result<Vec<arrow_array::ArrayRef>, arrow_schema::ArrowError> {
-    let id = |field: &arrow_schema::Field| {
-        field
-            .metadata()
-            .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
-            .cloned()
-    };
-    target
-        .iter()
-        .map(|wanted| {
-            let found = fields
-                .iter()
-                .position(|field| match (id(field), id(wanted)) {
-                    (Some(a), Some(b)) => a == b,
-                    _ => field.name() == wanted.name(),
-                });
-            match found {
-                Some(index) => conform_array(&columns[index], wanted.data_type()),
-                None => Ok(arrow_array::new_null_array(wanted.data_type(), rows)),
-            }
-        })
-        .collect()
-}
-
-/// `array` as `target`'s type.
-fn conform_array(
-    array: &arrow_array::ArrayRef,
-    target: &arrow_schema::DataType,
-) -> std::result::Result<arrow_array::ArrayRef, arrow_schema::ArrowError> {
-    use arrow_array::Array;
-    use arrow_schema::DataType;
-    if array.data_type() == target {
-        return Ok(array.clone());
-    }
-    match (array.data_type(), target) {
-        (DataType::Struct(fields), DataType::Struct(wanted)) => {
-            let Some(input) = array.as_any().downcast_ref::<arrow_array::StructArray>() else {
-                return Err(arrow_schema::ArrowError::CastError(format!(
-                    "not a struct array: {}",
-                    array.data_type()
-                )));
-            };
-            let children = conform_children(fields, input.columns(), wanted, input.len())?;
-            Ok(Arc::new(arrow_array::StructArray::try_new_with_length(
-                wanted.clone(),
-                children,
-                input.nulls().cloned(),
-                input.len(),
-            )?))
-        }
-        (DataType::List(_), DataType::List(element)) => {
-            let Some(input) = array.as_any().downcast_ref::<arrow_array::ListArray>() else {
-                return Err(arrow_schema::ArrowError::CastError(format!(
-                    "not a list array: {}",
-                    array.data_type()
-                )));
-            };
-            let values = conform_array(input.values(), element.data_type())?;
-            Ok(Arc::new(arrow_array::ListArray::try_new(
-                element.clone(),
-                input.offsets().clone(),
-                values,
-                input.nulls().cloned(),
-            )?))
-        }
-        _ => arrow_cast::cast(array, target),
-    }
 }
 
 /// The merged file's Iceberg entry: counts summed and bounds widened over the inputs,

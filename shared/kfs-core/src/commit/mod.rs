@@ -8,30 +8,27 @@
 //! unknown outcome is resolved by looking for the commit's id in the table's history,
 //! never by deleting files.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+mod coalesce;
+mod dead_letters;
+pub(crate) mod replace;
 
-use iceberg::spec::Snapshot;
+use crate::ledger::{Ledger, LedgerEntry, LedgerError};
+use crate::table::history::newest_in_files;
+use crate::table::table_ident;
+use crate::table::{ancestry, find_commit, newest_record_ms, table_progress, table_watermarks};
+use coalesce::{coalesce, relayout};
+use dead_letters::commit_dead_letters;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind};
-use kfs_plan::commit::{
-    CommitPlan, Hold, PendingSegment, PlanInput, plan_commit, plan_dead_letters,
-};
+use kfs_plan::commit::{CommitPlan, Hold, PendingSegment, PlanInput, plan_commit};
 use kfs_plan::crosscheck::{AgedSegment, CrossCheck, CrossCheckPolicy, EtcdView, cross_check};
 use kfs_plan::naming::TableName;
 use kfs_plan::offsets::{
-    COMMIT_ID_KEY, Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, gap_history_from_summary,
-    gaps_from_summary, offsets_from_summary, ranges_from_summary, starts_from_summary,
+    Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, gaps_from_summary, ranges_from_summary,
 };
 use kfs_plan::sweep::TableProgress;
-
-use crate::catalog::table_ident;
-use crate::ledger::{Ledger, LedgerEntry, LedgerError};
-use crate::table::TIMESTAMP_MS_FIELD_ID;
-
-/// How far back in a table's history the committer looks for its own commits and
-/// for the last offset map.
-const HISTORY_LIMIT: usize = 10_000;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Settings of the committer.
 #[derive(Debug, Clone)]
@@ -160,96 +157,6 @@ impl CommitError {
     }
 }
 
-/// The snapshots from the current one back through its parents, newest first.
-pub fn ancestry(table: &Table) -> impl Iterator<Item = &Snapshot> {
-    let metadata = table.metadata();
-    let mut next = metadata.current_snapshot().map(|s| s.as_ref());
-    std::iter::from_fn(move || {
-        let snapshot = next?;
-        next = snapshot
-            .parent_snapshot_id()
-            .and_then(|id| metadata.snapshot_by_id(id))
-            .map(|s| s.as_ref());
-        Some(snapshot)
-    })
-    .take(HISTORY_LIMIT)
-}
-
-/// The table's watermarks: the offset map of the newest snapshot that carries one.
-pub fn table_watermarks(table: &Table) -> Result<OffsetMap, SummaryError> {
-    Ok(table_offsets(table)?.0)
-}
-
-/// The offset map of the newest snapshot that carries one, and the partitions' starts
-/// it records (empty for snapshots written before starts were recorded).
-fn table_offsets(table: &Table) -> Result<(OffsetMap, OffsetMap), SummaryError> {
-    for snapshot in ancestry(table) {
-        let summary = &snapshot.summary().additional_properties;
-        if let Some(offsets) = offsets_from_summary(summary)? {
-            return Ok((offsets, starts_from_summary(summary)?.unwrap_or_default()));
-        }
-    }
-    Ok(Default::default())
-}
-
-/// The table's watermarks, its partitions' starts, and every gap it has recorded: the
-/// gap history of the newest snapshot that carries one, plus the gaps of newer
-/// snapshots (and, for tables written before the history was carried, of every
-/// snapshot still in the table).
-pub fn table_progress(table: &Table) -> Result<TableProgress, SummaryError> {
-    let mut gaps = BTreeSet::new();
-    for snapshot in ancestry(table) {
-        let summary = &snapshot.summary().additional_properties;
-        gaps.extend(gaps_from_summary(summary)?);
-        if let Some(history) = gap_history_from_summary(summary)? {
-            gaps.extend(history);
-            break;
-        }
-    }
-    let gaps = gaps.into_iter().collect();
-    let (watermarks, starts) = table_offsets(table)?;
-    Ok(TableProgress {
-        watermarks,
-        starts,
-        gaps,
-    })
-}
-
-/// The newest record timestamp (Unix ms) the table's snapshots have recorded, if any.
-pub fn newest_record_ms(table: &Table) -> Option<i64> {
-    ancestry(table).find_map(|s| {
-        s.summary()
-            .additional_properties
-            .get(MAX_TIMESTAMP_KEY)
-            .and_then(|v| v.parse().ok())
-    })
-}
-
-/// The newest record timestamp among data files, from their `timestamp_ms` upper bounds.
-fn newest_in_files(files: &[iceberg::spec::DataFile]) -> Option<i64> {
-    files
-        .iter()
-        .filter_map(|f| f.upper_bounds().get(&TIMESTAMP_MS_FIELD_ID))
-        .filter_map(|bound| match bound.literal() {
-            iceberg::spec::PrimitiveLiteral::Long(ms) => Some(*ms),
-            _ => None,
-        })
-        .max()
-}
-
-/// The snapshot in the current ancestry that carries `commit_id`, if any.
-fn find_commit(table: &Table, commit_id: &str) -> Option<i64> {
-    ancestry(table)
-        .find(|s| {
-            s.summary()
-                .additional_properties
-                .get(COMMIT_ID_KEY)
-                .map(String::as_str)
-                == Some(commit_id)
-        })
-        .map(Snapshot::snapshot_id)
-}
-
 /// The snapshot whose added ranges hold `[base, last]` of `partition`, if any.
 fn find_range(
     table: &Table,
@@ -272,7 +179,7 @@ fn find_range(
     Ok(None)
 }
 
-fn pending_segment(entry: &LedgerEntry) -> PendingSegment {
+pub(crate) fn pending_segment(entry: &LedgerEntry) -> PendingSegment {
     PendingSegment {
         id: entry.segment.clone(),
         partition: entry.partition,
@@ -396,7 +303,7 @@ pub async fn commit_table(
             .await
             .map_err(catalog_error)?;
         let (data_files, mut merged_away) = if settings.coalesce && data_files.len() > 1 {
-            let target = crate::maintenance::target_file_size(&table);
+            let target = crate::table::target_file_size(&table);
             coalesce(&table, data_files, target, &commit_id)
                 .await
                 .map_err(catalog_error)?
@@ -453,7 +360,7 @@ pub async fn commit_table(
 /// Appends `files` with the summary `properties` on the snapshot `table` is at, or
 /// not at all; returns the catalog's answer, which the caller checks against the
 /// table (an error may hide a commit that landed, and a success a swap that did not).
-async fn pinned_append(
+pub(crate) async fn pinned_append(
     catalog: &dyn Catalog,
     table: &Table,
     files: Vec<iceberg::spec::DataFile>,
@@ -471,171 +378,17 @@ async fn pinned_append(
         .set_snapshot_properties(properties)
         .apply(tx)?;
     Ok(tx
-        .commit(&crate::table_commit::PinnedCatalog::new(
-            catalog,
-            table.clone(),
-        ))
+        .commit(&crate::catalog::PinnedCatalog::new(catalog, table.clone()))
         .await
         .err())
 }
 
 /// Whether a commit that did not land may be planned again and retried: a conflict,
 /// a failed requirement, or a retryable failure.
-fn replannable(error: &iceberg::Error) -> bool {
+pub(crate) fn replannable(error: &iceberg::Error) -> bool {
     error.kind() == ErrorKind::CatalogCommitConflicts
         || error.kind() == ErrorKind::DataInvalid
         || error.retryable()
-}
-
-/// Commits the dead letters of the segments `plan` takes to the table's dead-letter
-/// table ([`plan_dead_letters`]), unless they are there already; a no-op when none
-/// has any. The snapshot carries the offset map and `commit_id` like the table's.
-/// Returns the dead letters committed.
-async fn commit_dead_letters(
-    catalog: &dyn Catalog,
-    name: &TableName,
-    topic: &str,
-    plan: &CommitPlan,
-    entries: &HashMap<&str, &LedgerEntry>,
-    settings: &CommitSettings,
-    commit_id: &str,
-) -> Result<u64, CommitError> {
-    let taken: Vec<PendingSegment> = plan
-        .take
-        .iter()
-        .filter_map(|segment| entries.get(segment.id.as_str()))
-        .map(|entry| PendingSegment {
-            records: entry.dead_letters.records,
-            ..pending_segment(entry)
-        })
-        .collect();
-    if taken.iter().all(|segment| segment.records == 0) {
-        return Ok(0);
-    }
-    let dead_letter_name = name.dead_letters();
-    let table_name = dead_letter_name.to_string();
-    let catalog_error = |source: iceberg::Error| CommitError::Catalog {
-        table: table_name.clone(),
-        source: Box::new(source),
-    };
-    let ident = table_ident(&dead_letter_name);
-    let mut table = catalog.load_table(&ident).await.map_err(catalog_error)?;
-    for _ in 0..settings.max_attempts {
-        let watermarks = table_watermarks(&table).map_err(|source| CommitError::Summary {
-            table: table_name.clone(),
-            source,
-        })?;
-        let dead_letters = plan_dead_letters(&watermarks, &taken);
-        if dead_letters.take.is_empty() {
-            return Ok(0);
-        }
-        let metadata = table.metadata();
-        let mut files = Vec::new();
-        for segment in &dead_letters.take {
-            let Some(entry) = entries.get(segment.id.as_str()) else {
-                continue;
-            };
-            for json in &entry.dead_letters.files {
-                files.push(
-                    crate::ledger_files::from_ledger(json, metadata)
-                        .map(|(file, _)| file)
-                        .map_err(|source| CommitError::DataFile {
-                            table: table_name.clone(),
-                            segment: segment.id.clone(),
-                            source: Box::new(source),
-                        })?,
-                );
-            }
-        }
-        let mut summary = dead_letters.summary(topic, &[]);
-        summary.commit_id = commit_id.to_owned();
-        let answer_error = pinned_append(catalog, &table, files, summary.properties())
-            .await
-            .map_err(catalog_error)?;
-        table = catalog.load_table(&ident).await.map_err(catalog_error)?;
-        if find_commit(&table, commit_id).is_some() {
-            return Ok(dead_letters.records());
-        }
-        match answer_error {
-            Some(e) if !replannable(&e) => return Err(catalog_error(e)),
-            _ => {}
-        }
-    }
-    Err(CommitError::Contended {
-        table: table_name,
-        attempts: settings.max_attempts,
-    })
-}
-
-/// Writes the files of an older partition spec again in the table's default spec
-/// (named after the commit, unique to this attempt). Returns the files to commit and
-/// the paths written again.
-async fn relayout(
-    table: &Table,
-    files: Vec<(iceberg::spec::DataFile, i32)>,
-    commit_id: &str,
-) -> Result<(Vec<iceberg::spec::DataFile>, Vec<String>), iceberg::Error> {
-    let default_spec = table.metadata().default_partition_spec_id();
-    let (mut current, mut relaid) = (Vec::new(), Vec::new());
-    for (index, (file, spec_id)) in files.into_iter().enumerate() {
-        if spec_id == default_spec {
-            current.push(file);
-            continue;
-        }
-        let stem = format!(
-            "relaid-{commit_id}-{index}-{}",
-            crate::convert::write_token()
-        );
-        current.extend(crate::convert::rewrite_in_default_spec(table, &file, stem).await?);
-        relaid.push(file.file_path().to_owned());
-    }
-    Ok((current, relaid))
-}
-
-/// Merges small files, per partition value and in offset order, into files of about
-/// `target` bytes named after the commit (and unique to this attempt). Returns the
-/// files to commit and the paths merged away.
-async fn coalesce(
-    table: &Table,
-    files: Vec<iceberg::spec::DataFile>,
-    target: u64,
-    commit_id: &str,
-) -> Result<(Vec<iceberg::spec::DataFile>, Vec<String>), iceberg::Error> {
-    use kfs_plan::compaction::{CompactionPolicy, plan_compaction};
-    let stats: Vec<_> = files.iter().map(crate::maintenance::file_stat).collect();
-    let policy = CompactionPolicy::for_target(target);
-    let groups = plan_compaction(&stats, &policy);
-    let by_path: HashMap<&str, &iceberg::spec::DataFile> =
-        files.iter().map(|f| (f.file_path(), f)).collect();
-    let mut merged_away = Vec::new();
-    let mut out = Vec::new();
-    for (n, group) in groups.iter().enumerate() {
-        let inputs: Vec<&iceberg::spec::DataFile> = group
-            .files
-            .iter()
-            .filter_map(|f| by_path.get(f.path.as_str()).copied())
-            .collect();
-        let (merged, _) = crate::parquet_merge::merge_data_files(
-            table,
-            &inputs,
-            &format!(
-                "coalesced-{commit_id}-{n}-{}",
-                crate::convert::write_token()
-            ),
-            policy.copy_row_group_min_bytes,
-        )
-        .await?;
-        out.push(merged);
-        merged_away.extend(group.files.iter().map(|f| f.path.clone()));
-    }
-    let gone: BTreeSet<&str> = merged_away.iter().map(String::as_str).collect();
-    out.extend(
-        files
-            .iter()
-            .filter(|f| !gone.contains(f.file_path()))
-            .cloned(),
-    );
-    Ok((out, merged_away))
 }
 
 enum Recover {
@@ -701,7 +454,7 @@ fn data_files_of(
             continue;
         };
         for json in &entry.data_files {
-            let file = crate::ledger_files::from_ledger(json, metadata).map_err(|source| {
+            let file = crate::ledger::from_ledger(json, metadata).map_err(|source| {
                 CommitError::DataFile {
                     table: table_name.to_owned(),
                     segment: segment.id.clone(),

@@ -16,7 +16,7 @@ use reqwest::{RequestBuilder, Response, StatusCode, Url};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::table_commit::TableSwap;
+use crate::catalog::TableSwap;
 
 /// What `/v1/config` and the token endpoint said: where to send commits, and how.
 #[derive(Clone)]
@@ -250,7 +250,7 @@ impl TableSwap for RestTableSwap {
                 .map_err(|e| unknown_state(ident, &describe(e)))?;
             let committed: CommitResponse = serde_json::from_slice(&bytes)
                 .map_err(|e| unknown_state(ident, &format!("unreadable commit response: {e}")))?;
-            return crate::table_commit::table_handle(
+            return crate::catalog::table_handle(
                 table.file_io(),
                 Runtime::try_current()?,
                 ident.clone(),

@@ -97,11 +97,7 @@ pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Res
                         ColumnType::Double => PrimitiveType::Double,
                         ColumnType::String => PrimitiveType::String,
                     };
-                    (
-                        crate::json_values::column_name(&column.name),
-                        false,
-                        Type::Primitive(primitive),
-                    )
+                    (column_name(&column.name), false, Type::Primitive(primitive))
                 })
                 .collect();
             record_schema(false, &columns)
@@ -251,4 +247,41 @@ pub const COMMIT_RETRIES_PROPERTY: &str = "commit.retry.num-retries";
 /// The Arrow schema (with Parquet field ids) data files of `schema` are written with.
 pub fn arrow_schema(schema: &Schema) -> iceberg::Result<arrow_schema::SchemaRef> {
     Ok(Arc::new(iceberg::arrow::schema_to_arrow_schema(schema)?))
+}
+
+/// The Kafka metadata columns of a JSON table (and `value`, the raw table's); a payload
+/// field of one of these names is stored as `value_<name>`.
+pub const METADATA_COLUMNS: [&str; 9] = [
+    "record_id",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp_ms",
+    "key",
+    "headers",
+    "timestamp",
+];
+
+/// The column a top-level payload field is stored in.
+pub fn column_name(field: &str) -> String {
+    if METADATA_COLUMNS.contains(&field) || field.starts_with("value_") && is_renamed(field) {
+        format!("value_{field}")
+    } else {
+        field.to_owned()
+    }
+}
+
+/// True for `value_<metadata column>` (and `value_value_...` chains), names the renaming
+/// itself produces, so that a payload field literally named `value_offset` cannot
+/// collide with a renamed `offset`.
+fn is_renamed(field: &str) -> bool {
+    let mut rest = field;
+    while let Some(inner) = rest.strip_prefix("value_") {
+        if METADATA_COLUMNS.contains(&inner) {
+            return true;
+        }
+        rest = inner;
+    }
+    false
 }

@@ -1,0 +1,165 @@
+//! Arrow columns of the topic table's record columns (id, topic, partition, offset,
+//! timestamps, key, value, headers), built from decoded records.
+
+use super::ROWS_PER_BATCH;
+use arrow_array::builder::{
+    Int32Builder, Int64Builder, LargeBinaryBuilder, OffsetBufferBuilder, StringBuilder,
+};
+use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, SchemaRef};
+use kfs_segment::Record;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// Builds Arrow batches of the topic table from decoded records.
+pub struct RecordColumns {
+    schema: SchemaRef,
+    header_field: Arc<arrow_schema::Field>,
+    header_entry_fields: arrow_schema::Fields,
+    record_id: StringBuilder,
+    topic: StringBuilder,
+    partition: Int32Builder,
+    offset: Int64Builder,
+    timestamp_ms: Int64Builder,
+    key: LargeBinaryBuilder,
+    value: LargeBinaryBuilder,
+    header_offsets: OffsetBufferBuilder<i32>,
+    header_keys: StringBuilder,
+    header_values: LargeBinaryBuilder,
+    timestamp_us: Vec<i64>,
+    has_value: bool,
+    rows: usize,
+}
+
+impl RecordColumns {
+    /// Builders for `schema` (the Arrow form of the topic table's schema).
+    pub fn new(schema: SchemaRef) -> iceberg::Result<Self> {
+        let unexpected = || {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                "table schema has no headers list of structs",
+            )
+        };
+        let headers = schema
+            .field_with_name("headers")
+            .map_err(|_| unexpected())?;
+        let DataType::List(header_field) = headers.data_type() else {
+            return Err(unexpected());
+        };
+        let DataType::Struct(header_entry_fields) = header_field.data_type() else {
+            return Err(unexpected());
+        };
+        let has_value = schema.field_with_name("value").is_ok();
+        Ok(Self {
+            has_value,
+            header_field: header_field.clone(),
+            header_entry_fields: header_entry_fields.clone(),
+            schema,
+            record_id: StringBuilder::new(),
+            topic: StringBuilder::new(),
+            partition: Int32Builder::new(),
+            offset: Int64Builder::new(),
+            timestamp_ms: Int64Builder::new(),
+            key: LargeBinaryBuilder::new(),
+            value: LargeBinaryBuilder::new(),
+            header_offsets: OffsetBufferBuilder::new(ROWS_PER_BATCH),
+            header_keys: StringBuilder::new(),
+            header_values: LargeBinaryBuilder::new(),
+            timestamp_us: Vec::with_capacity(ROWS_PER_BATCH),
+            rows: 0,
+        })
+    }
+
+    /// Rows pushed since the last [`Self::finish`].
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Appends one record; fails (with the reason) when it cannot be represented.
+    pub fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
+        let micros = record.timestamp_ms.checked_mul(1000).ok_or_else(|| {
+            format!(
+                "timestamp {} ms does not fit microseconds",
+                record.timestamp_ms
+            )
+        })?;
+        // Written straight into the builder's buffer: no string per record.
+        let _ = write!(self.record_id, "{topic}:{partition}:{}", record.offset);
+        self.record_id.append_value("");
+        self.topic.append_value(topic);
+        self.partition.append_value(partition);
+        self.offset.append_value(record.offset);
+        self.timestamp_ms.append_value(record.timestamp_ms);
+        self.key.append_option(record.key);
+        if self.has_value {
+            self.value.append_option(record.value);
+        }
+        for header in &record.headers {
+            self.header_keys.append_value(header.key);
+            self.header_values.append_option(header.value);
+        }
+        self.header_offsets.push_length(record.headers.len());
+        self.timestamp_us.push(micros);
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// The rows pushed so far as one batch; the builders start over.
+    pub fn finish(&mut self) -> iceberg::Result<RecordBatch> {
+        self.finish_with(Vec::new())
+    }
+
+    /// The rows pushed so far as one batch, the schema's columns that are not record
+    /// columns (a JSON table's payload, a dead-letter table's reason) taken from
+    /// `other`, in schema order; the builders start over.
+    pub fn finish_with(&mut self, other: Vec<ArrayRef>) -> iceberg::Result<RecordBatch> {
+        let entries = StructArray::try_new(
+            self.header_entry_fields.clone(),
+            vec![
+                Arc::new(self.header_keys.finish()) as ArrayRef,
+                Arc::new(self.header_values.finish()),
+            ],
+            None,
+        )?;
+        let offsets = std::mem::replace(
+            &mut self.header_offsets,
+            OffsetBufferBuilder::new(ROWS_PER_BATCH),
+        )
+        .finish();
+        let headers =
+            ListArray::try_new(self.header_field.clone(), offsets, Arc::new(entries), None)?;
+        let timestamps = TimestampMicrosecondArray::from(std::mem::take(&mut self.timestamp_us))
+            .with_timezone(iceberg::arrow::UTC_TIME_ZONE);
+        self.rows = 0;
+        let mut record_columns: HashMap<&str, ArrayRef> = HashMap::from([
+            ("record_id", Arc::new(self.record_id.finish()) as ArrayRef),
+            ("topic", Arc::new(self.topic.finish())),
+            ("partition", Arc::new(self.partition.finish())),
+            ("offset", Arc::new(self.offset.finish())),
+            ("timestamp_ms", Arc::new(self.timestamp_ms.finish())),
+            ("key", Arc::new(self.key.finish())),
+            ("value", Arc::new(self.value.finish())),
+            ("headers", Arc::new(headers)),
+            ("timestamp", Arc::new(timestamps)),
+        ]);
+        if !self.has_value {
+            record_columns.remove("value");
+        }
+        let mut other = other.into_iter();
+        let mut columns = Vec::with_capacity(self.schema.fields().len());
+        for field in self.schema.fields() {
+            let column = record_columns
+                .remove(field.name().as_str())
+                .or_else(|| other.next())
+                .ok_or_else(|| {
+                    iceberg::Error::new(
+                        iceberg::ErrorKind::DataInvalid,
+                        format!("no data for column {:?}", field.name()),
+                    )
+                })?;
+            columns.push(column);
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+}

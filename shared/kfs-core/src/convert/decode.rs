@@ -1,0 +1,192 @@
+//! The decode loop: a segment read from its byte stream on a blocking thread, its
+//! records routed into Arrow batches for the writers; and the JSON pre-scan that finds
+//! the columns a segment's values need.
+
+use super::route::{DecodedBatch, RecordRouter};
+use super::{ConvertError, JsonScan, ROWS_PER_BATCH};
+use crate::source::SegmentStream;
+use kfs_plan::keys::SegmentKey;
+use kfs_segment::{DecodeError, DecodeLimits, Record, SegmentDecoder};
+
+/// What the decoding thread found once the segment ended.
+pub(crate) struct Decoded {
+    pub(crate) records: u64,
+    pub(crate) dead_letters: u64,
+    pub(crate) last_offset: i64,
+}
+
+/// A blocking `Read` over a segment stream (used on a blocking thread only).
+pub(crate) struct StreamReader {
+    stream: SegmentStream,
+    chunk: bytes::Bytes,
+    runtime: tokio::runtime::Handle,
+}
+
+impl StreamReader {
+    /// A reader of `stream`, to be read on a blocking thread of the current runtime.
+    pub(crate) fn new(stream: SegmentStream) -> Self {
+        Self {
+            stream,
+            chunk: bytes::Bytes::new(),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+impl std::io::Read for StreamReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use futures::StreamExt;
+        while self.chunk.is_empty() {
+            match self.runtime.block_on(self.stream.next()) {
+                None => return Ok(0),
+                Some(Ok(chunk)) => self.chunk = chunk,
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk[..n]);
+        bytes::Buf::advance(&mut self.chunk, n);
+        Ok(n)
+    }
+}
+
+/// What decoding a segment's records found: records and the last offset.
+struct RecordScan {
+    records: u64,
+    last_offset: i64,
+}
+
+/// Decodes a segment from `reader`, handing each batch's records to `each` (which
+/// returns `false` to stop early); checks the header against the key.
+fn decode_records(
+    reader: impl std::io::Read,
+    key: &SegmentKey,
+    limits: DecodeLimits,
+    mut each: impl FnMut(&[Record<'_>]) -> Result<bool, ConvertError>,
+) -> Result<RecordScan, ConvertError> {
+    let malformed = |source: DecodeError| ConvertError::Malformed {
+        segment: key.to_string(),
+        source,
+    };
+    // No BufReader: the stream's chunks already are the buffer.
+    let mut decoder = SegmentDecoder::from_reader(reader, limits).map_err(malformed)?;
+    if decoder.header().base_offset != key.base_offset {
+        return Err(malformed(DecodeError::at(
+            8,
+            kfs_segment::DecodeErrorKind::HeaderMismatch {
+                header: format!("base offset {}", decoder.header().base_offset),
+                found: format!("the object key's base offset {}", key.base_offset),
+            },
+        )));
+    }
+    let mut records = 0u64;
+    loop {
+        let Some(batch) = decoder.next_batch().map_err(malformed)? else {
+            break;
+        };
+        records += batch.records.len() as u64;
+        if !each(&batch.records)? {
+            return Ok(RecordScan {
+                records,
+                last_offset: key.base_offset,
+            });
+        }
+    }
+    let last_offset = decoder
+        .summary()
+        .map_or(key.base_offset, |s| s.last_offset);
+    Ok(RecordScan {
+        records,
+        last_offset,
+    })
+}
+
+/// Decodes a segment from `reader` into Arrow batches sent to `batches`; runs on a
+/// blocking thread. Stops early (returning `Ok`) when the writer hung up.
+pub(crate) fn decode_segment(
+    reader: impl std::io::Read,
+    key: &SegmentKey,
+    mut router: Box<dyn RecordRouter>,
+    limits: DecodeLimits,
+    batches: &tokio::sync::mpsc::Sender<DecodedBatch>,
+) -> Result<Decoded, ConvertError> {
+    let segment = key.to_string();
+    let write_error = |source: iceberg::Error| ConvertError::Write {
+        segment: segment.clone(),
+        source: Box::new(source),
+    };
+    let mut hung_up = false;
+    let scan = decode_records(reader, key, limits, |records| {
+        for record in records {
+            router
+                .push(&key.topic, key.partition, record)
+                .map_err(|reason| ConvertError::Unrepresentable {
+                    segment: segment.clone(),
+                    offset: record.offset,
+                    reason,
+                })?;
+        }
+        if router.rows() >= ROWS_PER_BATCH {
+            for routed in router.flush().map_err(write_error)? {
+                if batches.blocking_send(Ok(routed)).is_err() {
+                    hung_up = true;
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    })?;
+    if !hung_up {
+        for routed in router.flush().map_err(write_error)? {
+            // A hung-up writer has its own error to report.
+            let _ = batches.blocking_send(Ok(routed));
+        }
+    }
+    Ok(Decoded {
+        records: scan.records,
+        dead_letters: router.dead_letters(),
+        last_offset: scan.last_offset,
+    })
+}
+
+/// Scans a segment's JSON values (held in memory) against `schema`: the fields to add
+/// and the types to widen, in offset order (the first record to give a field a type
+/// decides it), and how many records no schema change could take. Blocking work: run
+/// it on a blocking thread.
+pub fn scan_json_segment(
+    segment: &[u8],
+    key: &SegmentKey,
+    limits: DecodeLimits,
+    schema: &iceberg::spec::Schema,
+    last_column_id: i32,
+    declared: bool,
+) -> Result<JsonScan, ConvertError> {
+    let mut evolving = crate::convert::json::EvolvingSchema::new(schema, last_column_id);
+    if declared {
+        evolving = evolving.declared();
+    }
+    let mut rejected = 0u64;
+    decode_records(segment, key, limits, |records| {
+        for record in records {
+            let absorbed = crate::convert::json::parse_value(record.value)
+                .and_then(|value| evolving.absorb(&value));
+            if absorbed.is_err() {
+                rejected += 1;
+            }
+        }
+        Ok(true)
+    })?;
+    let evolved = if evolving.changed() {
+        Some(
+            evolving
+                .schema(schema.schema_id() + 1)
+                .map_err(|source| ConvertError::Write {
+                    segment: key.to_string(),
+                    source: Box::new(source),
+                })?,
+        )
+    } else {
+        None
+    };
+    Ok(JsonScan { evolved, rejected })
+}

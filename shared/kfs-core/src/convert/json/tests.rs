@@ -1,0 +1,181 @@
+//! Tests of JSON values against table schemas.
+
+use super::*;
+
+fn object(text: &str) -> Map<String, Value> {
+    parse_value(Some(text.as_bytes())).unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+fn base() -> Schema {
+    Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "offset", Type::Primitive(PrimitiveType::Long)).into(),
+        ])
+        .build()
+        .unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+fn grown(values: &[&str]) -> (Schema, Vec<Result<(), Rejection>>) {
+    let mut evolving = EvolvingSchema::new(&base(), 1);
+    let results = values.iter().map(|v| evolving.absorb(&object(v))).collect();
+    (
+        evolving.schema(1).unwrap_or_else(|e| unreachable!("{e}")),
+        results,
+    )
+}
+
+fn column_type(schema: &Schema, name: &str) -> String {
+    schema
+        .field_by_name(name)
+        .map(|f| f.field_type.to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn infers_types_adds_fields_and_widens() {
+    let (schema, results) = grown(&[
+        r#"{"id": 1, "name": "a", "price": 2.5, "ok": true, "tags": ["x"], "addr": {"zip": 7}}"#,
+        r#"{"id": 5000000000, "extra": "later", "addr": {"city": "Oslo"}}"#,
+        r#"{"id": "not a number"}"#,
+        r#"{"price": 3}"#,
+        r#"{"empty": [], "nothing": null, "hollow": {}}"#,
+    ]);
+    assert!(results[0].is_ok() && results[1].is_ok() && results[3].is_ok());
+    assert!(results[2].is_err(), "{results:?}");
+    assert_eq!(column_type(&schema, "id"), "long");
+    assert_eq!(column_type(&schema, "name"), "string");
+    assert_eq!(column_type(&schema, "price"), "double");
+    assert_eq!(column_type(&schema, "ok"), "boolean");
+    assert_eq!(column_type(&schema, "extra"), "string");
+    assert!(column_type(&schema, "tags").starts_with("list"));
+    assert!(schema.field_by_name("addr.zip").is_some());
+    assert!(schema.field_by_name("addr.city").is_some());
+    for absent in ["empty", "nothing", "hollow"] {
+        assert!(schema.field_by_name(absent).is_none(), "{absent}");
+    }
+    // Ids are unique and new ones lie above the table's.
+    let mut ids: Vec<i32> = (1..=schema.highest_field_id())
+        .filter(|id| schema.field_by_id(*id).is_some())
+        .collect();
+    let count = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), count);
+}
+
+#[test]
+fn rejects_what_cannot_be_reconciled() {
+    let reason = |schema_values: &[&str], value: &str| {
+        let mut evolving = EvolvingSchema::new(&base(), 1);
+        for v in schema_values {
+            let _ = evolving.absorb(&object(v));
+        }
+        match parse_value(Some(value.as_bytes())) {
+            Err(e) => e.0,
+            Ok(v) => evolving.absorb(&v).err().map(|e| e.0).unwrap_or_default(),
+        }
+    };
+    assert!(reason(&[], "not json").contains("not JSON"));
+    assert!(reason(&[], "{\"a\": 1,}").contains("at byte 8"));
+    assert!(reason(&[], "[1, 2]").contains("array, not an object"));
+    assert!(reason(&[r#"{"n": 1}"#], r#"{"n": 1.5}"#).contains("not an integer"));
+    assert!(reason(&[r#"{"s": "x"}"#], r#"{"s": 1}"#).contains("does not fit"));
+    assert!(reason(&[], r#"{"big": 18446744073709551615}"#).contains("beyond"));
+    assert!(reason(&[r#"{"l": [1]}"#], r#"{"l": ["x"]}"#).contains("l[]"));
+    assert_eq!(reason(&[r#"{"n": 1}"#], r#"{"n": 2}"#), "");
+}
+
+#[test]
+fn declared_narrow_columns_widen() {
+    let declared = Schema::builder()
+        .with_fields(vec![
+            NestedField::optional(1, "n", Type::Primitive(PrimitiveType::Int)).into(),
+            NestedField::optional(2, "f", Type::Primitive(PrimitiveType::Float)).into(),
+        ])
+        .build()
+        .unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(fits(&declared, &object(r#"{"n": 7, "f": 2.5}"#)), Ok(()));
+    let value = object(r#"{"n": 3000000000, "f": 1e300, "s": {"x": [1]}}"#);
+    assert!(fits(&declared, &value).is_err());
+    let mut evolving = EvolvingSchema::new(&declared, 2);
+    assert_eq!(evolving.absorb(&value), Ok(()));
+    let evolved = evolving.schema(1).unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(column_type(&evolved, "n"), "long");
+    assert_eq!(column_type(&evolved, "f"), "double");
+    // Field ids stay: old files' columns are read as the wider type.
+    assert_eq!(evolved.field_by_name("n").map(|f| f.id), Some(1));
+    assert_eq!(fits(&evolved, &value), Ok(()));
+    assert!(evolved.field_by_name("s.x").is_some());
+}
+
+#[test]
+fn declared_columns_keep_their_fields_only() {
+    let declared = Schema::builder()
+        .with_fields(vec![
+            NestedField::optional(1, "n", Type::Primitive(PrimitiveType::Int)).into(),
+        ])
+        .build()
+        .unwrap_or_else(|e| unreachable!("{e}"));
+    let mut evolving = EvolvingSchema::new(&declared, 1).declared();
+    assert_eq!(
+        evolving.absorb(&object(r#"{"n": 5000000000, "extra": "x"}"#)),
+        Ok(())
+    );
+    let schema = evolving.schema(1).unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(column_type(&schema, "n"), "long");
+    assert!(schema.field_by_name("extra").is_none());
+    assert!(
+        evolving
+            .absorb(&object(r#"{"n": "text", "extra": 1}"#))
+            .is_err()
+    );
+    let kept = project(
+        &object(r#"{"n": 1, "extra": 2}"#),
+        schema.as_struct().fields(),
+    );
+    assert_eq!(kept.keys().collect::<Vec<_>>(), vec!["n"]);
+}
+
+#[test]
+fn metadata_names_are_renamed() {
+    let value = object(r#"{"offset": 1, "value_offset": 2, "name": "x"}"#);
+    let names: Vec<&str> = value.keys().map(String::as_str).collect();
+    assert!(names.contains(&"value_offset") && names.contains(&"value_value_offset"));
+    assert!(names.contains(&"name"));
+    let (schema, results) = grown(&[r#"{"offset": 1, "timestamp": "t"}"#]);
+    assert!(results[0].is_ok());
+    assert_eq!(column_type(&schema, "value_offset"), "long");
+    assert_eq!(column_type(&schema, "offset"), "long");
+}
+
+#[test]
+fn fitting_values_become_arrow_columns() {
+    let (schema, _) = grown(&[r#"{"id": 1, "tags": ["a"], "addr": {"zip": 7}}"#]);
+    let payload = Schema::builder()
+        .with_fields(
+            schema
+                .as_struct()
+                .fields()
+                .iter()
+                .filter(|f| f.name != "offset")
+                .cloned()
+                .collect::<Vec<_>>(),
+        )
+        .build()
+        .unwrap_or_else(|e| unreachable!("{e}"));
+    let arrow = crate::table::arrow_schema(&payload).unwrap_or_else(|e| unreachable!("{e}"));
+    let values = vec![
+        object(r#"{"id": 2, "tags": ["b", null], "addr": {"zip": 9}}"#),
+        object(r#"{"unknown": null, "hollow": []}"#),
+    ];
+    for value in &values {
+        assert_eq!(fits(&schema, value), Ok(()));
+    }
+    assert!(fits(&schema, &object(r#"{"id": "text"}"#)).is_err());
+    assert!(fits(&schema, &object(r#"{"new": 1}"#)).is_err());
+    let columns = payload_columns(&arrow, &values).unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(columns.len(), 3);
+    assert_eq!(columns[0].len(), 2);
+    for column in &columns {
+        assert!(column.is_null(1), "{column:?}");
+    }
+}

@@ -1,0 +1,233 @@
+//! The converter core: one segment → verified records → Arrow → Parquet data file(s)
+//! written through iceberg-rust's writer stack, named after the segment's identity.
+//!
+//! The data file name derives from the segment key, its ETag (or content hash) and a
+//! token unique to the write ([`write_token`]): two conversions of one segment never
+//! write the same path, and the ledger's conditional insert decides whose files count.
+//! A partitioned table gets one file per partition value.
+//!
+//! Conversion streams: the segment arrives as a stream of chunks, a blocking thread
+//! decodes it batch by batch into Arrow batches of [`ROWS_PER_BATCH`] rows, and the
+//! async side hands them to the Parquet writer. Memory is bounded by a frame, a few
+//! Arrow batches and the Parquet row group being built, never by the segment's size.
+
+mod columns;
+mod decode;
+pub(crate) mod json;
+mod route;
+mod writer;
+
+pub use columns::RecordColumns;
+pub use decode::scan_json_segment;
+pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
+
+use crate::failpoint::Failpoint;
+use crate::source::SegmentStream;
+use crate::table::arrow_schema;
+use decode::{StreamReader, decode_segment};
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use kfs_plan::keys::SegmentKey;
+use kfs_segment::{DecodeError, DecodeLimits};
+use route::{DecodedBatch, JsonRouter, RawRouter, RecordRouter, Routed};
+use writer::{SegmentWriter, discard};
+
+/// Rows per Arrow batch handed to the Parquet writer.
+pub const ROWS_PER_BATCH: usize = 8192;
+
+/// Decoded Arrow batches in flight between the decoding thread and the writer.
+const BATCHES_IN_FLIGHT: usize = 2;
+
+/// A segment to convert: its key and its version identity.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentInput<'a> {
+    /// The parsed key.
+    pub key: &'a SegmentKey,
+    /// ETag or content hash of this version.
+    pub etag: &'a str,
+}
+
+/// What converting a segment produced.
+#[derive(Debug, Clone)]
+pub struct ConvertedSegment {
+    /// Data files written (none when the segment holds no data record).
+    pub data_files: Vec<DataFile>,
+    /// Files written for the dead-letter table (JSON values that could not be written).
+    pub dead_letter_files: Vec<DataFile>,
+    /// Data records written to the table.
+    pub records: u64,
+    /// Data records written to the dead-letter table.
+    pub dead_letters: u64,
+    /// Last offset of the segment.
+    pub last_offset: i64,
+    /// Bytes of the data files (the dead-letter files included).
+    pub file_bytes: u64,
+}
+
+/// Converting a segment failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    /// The segment is malformed: permanent, the segment goes to quarantine.
+    #[error("segment {segment} is malformed: {source}")]
+    Malformed {
+        /// The segment key.
+        segment: String,
+        /// Where and why.
+        source: DecodeError,
+    },
+    /// A record cannot be represented in the table (e.g. a timestamp out of range).
+    #[error("segment {segment}: record at offset {offset} cannot be stored: {reason}")]
+    Unrepresentable {
+        /// The segment key.
+        segment: String,
+        /// The record's offset.
+        offset: i64,
+        /// Why.
+        reason: String,
+    },
+    /// Writing the data file failed.
+    #[error("segment {segment}: writing its data file failed: {source}")]
+    Write {
+        /// The segment key.
+        segment: String,
+        /// The writer's error.
+        source: Box<iceberg::Error>,
+    },
+}
+
+impl ConvertError {
+    /// Permanent failures quarantine the segment; the others may succeed on retry.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::Malformed { source, .. } => !source.is_retryable(),
+            Self::Unrepresentable { .. } => true,
+            Self::Write { source, .. } => !source.retryable(),
+        }
+    }
+}
+
+/// How a segment's record values are written.
+#[derive(Clone, Copy)]
+pub enum ValueColumns<'a> {
+    /// As bytes, in the `value` column.
+    Raw,
+    /// As the table's payload columns (its schema already holds every field the
+    /// segment's values need, see [`scan_json_segment`]); values that do not fit go to
+    /// `dead_letters`.
+    Json {
+        /// The dead-letter table, when the segment has records for it.
+        dead_letters: Option<&'a Table>,
+    },
+}
+
+/// What scanning a segment's JSON values against a schema found.
+#[derive(Debug, Clone)]
+pub struct JsonScan {
+    /// The schema grown by the values' new fields and widened types, if they needed
+    /// any change.
+    pub evolved: Option<iceberg::spec::Schema>,
+    /// Records whose values cannot be written (for the dead-letter table).
+    pub rejected: u64,
+}
+
+/// Converts one segment, read from `body` as it arrives, into data files for `table`
+/// (and, for JSON values that do not fit, for its dead-letter table).
+pub async fn convert_segment(
+    table: &Table,
+    input: SegmentInput<'_>,
+    body: SegmentStream,
+    limits: DecodeLimits,
+    values: ValueColumns<'_>,
+) -> Result<ConvertedSegment, ConvertError> {
+    let segment = input.key.to_string();
+    let write_error = |source: iceberg::Error| ConvertError::Write {
+        segment: segment.clone(),
+        source: Box::new(source),
+    };
+    let stem = data_file_stem(input.key, input.etag);
+    let (router, dead_letter_table): (Box<dyn RecordRouter>, Option<&Table>) = match values {
+        ValueColumns::Raw => {
+            let schema = arrow_schema(table.metadata().current_schema()).map_err(write_error)?;
+            (
+                Box::new(RawRouter(RecordColumns::new(schema).map_err(write_error)?)),
+                None,
+            )
+        }
+        ValueColumns::Json { dead_letters } => (
+            Box::new(JsonRouter::new(table, dead_letters, segment.clone()).map_err(write_error)?),
+            dead_letters,
+        ),
+    };
+    let mut writer = SegmentWriter::new(table, stem.clone())
+        .await
+        .map_err(write_error)?;
+    let mut dead_writer = match dead_letter_table {
+        Some(dlq) => Some(SegmentWriter::new(dlq, stem).await.map_err(write_error)?),
+        None => None,
+    };
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<DecodedBatch>(BATCHES_IN_FLIGHT);
+    let key = input.key.clone();
+    let reader = StreamReader::new(body);
+    let decoding =
+        tokio::task::spawn_blocking(move || decode_segment(reader, &key, router, limits, &sender));
+    let mut written: Result<(), ConvertError> = Ok(());
+    while let Some(batch) = receiver.recv().await {
+        let written_batch = match batch {
+            Ok(Routed::Table(arrow)) => writer.write(arrow).await.map_err(write_error),
+            Ok(Routed::DeadLetters(arrow)) => match &mut dead_writer {
+                Some(dead) => dead.write(arrow).await.map_err(write_error),
+                None => Err(write_error(iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    "dead letters without a dead-letter table",
+                ))),
+            },
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written_batch {
+            written = Err(e);
+            break;
+        }
+    }
+    // Hang up first, so a decoder blocked on a full channel ends.
+    drop(receiver);
+    let decoded = match decoding.await {
+        Ok(decoded) => decoded,
+        Err(join) => Err(write_error(iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("the decoding thread failed: {join}"),
+        ))),
+    };
+    let decoded = match (written, decoded) {
+        (Ok(()), Ok(decoded)) => decoded,
+        (Err(e), _) | (Ok(()), Err(e)) => {
+            // Best effort: files named for this write alone, referenced by nothing;
+            // orphan cleanup removes what is left.
+            discard(table, writer).await;
+            if let (Some(dlq), Some(dead)) = (dead_letter_table, dead_writer) {
+                discard(dlq, dead).await;
+            }
+            return Err(e);
+        }
+    };
+    let data_files = crate::failpoint::around(Failpoint::DataFileWrite, writer.close())
+        .await
+        .map_err(write_error)?;
+    let dead_letter_files = match dead_writer {
+        Some(dead) => crate::failpoint::around(Failpoint::DataFileWrite, dead.close())
+            .await
+            .map_err(write_error)?,
+        None => Vec::new(),
+    };
+    Ok(ConvertedSegment {
+        file_bytes: data_files
+            .iter()
+            .chain(&dead_letter_files)
+            .map(|f| f.file_size_in_bytes())
+            .sum(),
+        data_files,
+        dead_letter_files,
+        records: decoded.records - decoded.dead_letters,
+        dead_letters: decoded.dead_letters,
+        last_offset: decoded.last_offset,
+    })
+}

@@ -1,0 +1,176 @@
+//! Writing a segment's rows as Parquet data files through iceberg-rust's writer stack:
+//! one file per write (per partition value), named after the segment's identity and a
+//! token unique to the write.
+
+use super::ROWS_PER_BATCH;
+use crate::failpoint::Failpoint;
+use crate::parquet::writer_properties;
+use crate::table::arrow_schema;
+use arrow_array::RecordBatch;
+use iceberg::arrow::RecordBatchPartitionSplitter;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultLocationGenerator, FileNameGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use kfs_plan::keys::SegmentKey;
+use kfs_plan::naming::sanitize;
+
+/// The data file name of a segment version: topic, partition, base offset, a hash of
+/// the ETag, and a token unique to this write ([`write_token`]).
+pub fn data_file_stem(key: &SegmentKey, etag: &str) -> String {
+    format!(
+        "{}-p{}-{:020}-{:016x}-{}",
+        sanitize(&key.topic),
+        key.partition,
+        key.base_offset,
+        kfs_plan::hash::fnv1a(etag.as_bytes()),
+        write_token()
+    )
+}
+
+/// A token unique to one data file write. Every written file gets a name of its own:
+/// two processes converting (or merging) the same input at once must never write the
+/// same path, since on storage without atomic writes (a local folder) the loser's
+/// half-written file would replace the winner's committed one. The loser's file is
+/// deleted when its ledger insert finds the winner's, or else left to orphan cleanup.
+pub fn write_token() -> String {
+    let mut token = uuid::Uuid::new_v4().simple().to_string();
+    token.truncate(16);
+    token
+}
+
+/// The name given: one file per write (per partition value, each in its own
+/// directory).
+#[derive(Debug, Clone)]
+pub(crate) struct FixedFileName(String);
+
+impl FileNameGenerator for FixedFileName {
+    fn generate_file_name(&self) -> String {
+        format!("{}.parquet", self.0)
+    }
+}
+
+/// The builder of one data file, through iceberg-rust's writer stack.
+type FileBuilder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, FixedFileName>;
+
+/// Where a segment's batches go: one Parquet file named `{stem}.parquet` in the table's
+/// data directory, or, for a partitioned table, one such file per partition value in
+/// that value's directory (`data/timestamp_day=2026-11-30/…`).
+pub(crate) enum SegmentWriter {
+    /// The table is unpartitioned.
+    Single(Box<<FileBuilder as IcebergWriterBuilder>::R>),
+    /// The table's default spec partitions it.
+    Fanout {
+        splitter: Box<RecordBatchPartitionSplitter>,
+        writer: Box<FanoutWriter<FileBuilder>>,
+    },
+}
+
+impl SegmentWriter {
+    /// The writer for `table` (by its default partition spec), with every file named
+    /// `{stem}.parquet`.
+    pub(crate) async fn new(table: &Table, stem: String) -> iceberg::Result<Self> {
+        let metadata = table.metadata();
+        let location = DefaultLocationGenerator::new(metadata)?;
+        let parquet = ParquetWriterBuilder::new(
+            writer_properties(metadata.properties())?,
+            metadata.current_schema().clone(),
+        );
+        let rolling = RollingFileWriterBuilder::new(
+            parquet,
+            usize::MAX,
+            table.file_io().clone(),
+            location,
+            FixedFileName(stem),
+        );
+        let builder = DataFileWriterBuilder::new(rolling);
+        let spec = metadata.default_partition_spec();
+        if spec.is_unpartitioned() {
+            return Ok(Self::Single(Box::new(builder.build(None).await?)));
+        }
+        Ok(Self::Fanout {
+            splitter: Box::new(RecordBatchPartitionSplitter::try_new_with_computed_values(
+                metadata.current_schema().clone(),
+                spec.clone(),
+            )?),
+            writer: Box::new(FanoutWriter::new(builder)),
+        })
+    }
+
+    pub(crate) async fn write(&mut self, batch: RecordBatch) -> iceberg::Result<()> {
+        match self {
+            Self::Single(writer) => writer.write(batch).await,
+            Self::Fanout { splitter, writer } => {
+                for (key, part) in splitter.split(&batch)? {
+                    writer.write(key, part).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) async fn close(self) -> iceberg::Result<Vec<DataFile>> {
+        match self {
+            Self::Single(mut writer) => writer.close().await,
+            Self::Fanout { writer, .. } => writer.close().await,
+        }
+    }
+}
+
+/// Writes a data file of `table` written in an older partition spec (or schema) again
+/// in the table's default spec: its rows, with the table's current columns, in one
+/// file per partition value named `{stem}.parquet` (a data file write, through its
+/// failpoint).
+pub async fn rewrite_in_default_spec(
+    table: &Table,
+    file: &DataFile,
+    stem: String,
+) -> iceberg::Result<Vec<DataFile>> {
+    let parquet_error = |e: parquet::errors::ParquetError| {
+        iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            format!("{}: {e}", file.file_path()),
+        )
+    };
+    let bytes = table.file_io().new_input(file.file_path())?.read().await?;
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .map_err(parquet_error)?
+        .with_batch_size(ROWS_PER_BATCH)
+        .build()
+        .map_err(parquet_error)?;
+    let target = arrow_schema(table.metadata().current_schema())?;
+    let mut writer = SegmentWriter::new(table, stem).await?;
+    for batch in reader {
+        let batch = batch.map_err(|e| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("{}: {e}", file.file_path()),
+            )
+        })?;
+        let batch = crate::parquet::conform_batch(&batch, &target).map_err(|e| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("{} does not match the table schema: {e}", file.file_path()),
+            )
+        })?;
+        writer.write(batch).await?;
+    }
+    crate::failpoint::around(Failpoint::DataFileWrite, writer.close()).await
+}
+
+/// Closes a writer whose conversion failed and deletes what it wrote.
+pub(crate) async fn discard(table: &Table, writer: SegmentWriter) {
+    if let Ok(files) = writer.close().await {
+        for file in files {
+            let _ = crate::failpoint::delete_file(table.file_io(), file.file_path()).await;
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The error of a pipeline pass and of one segment's ingestion.
+
+use crate::commit::CommitError;
+use crate::convert::ConvertError;
+use crate::ledger::LedgerError;
+use crate::source::SourceError;
+use kfs_plan::offsets::SummaryError;
+
+/// A pass failed; what it did before the failure stands (the ledger is durable).
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// Listing or reading the source failed.
+    #[error("source: {0}")]
+    Source(#[from] SourceError),
+    /// The ledger failed.
+    #[error("ledger: {0}")]
+    Ledger(#[from] LedgerError),
+    /// The catalog failed.
+    #[error("table {table}: {source}")]
+    Catalog {
+        /// Table.
+        table: String,
+        /// Catalog error.
+        source: Box<iceberg::Error>,
+    },
+    /// A segment failed to convert for a reason that may pass.
+    #[error("{0}")]
+    Convert(#[from] ConvertError),
+    /// A commit cycle failed.
+    #[error("{0}")]
+    Commit(#[from] CommitError),
+    /// A table's snapshot summary is unreadable.
+    #[error("table {table}: {source}")]
+    Summary {
+        /// Table.
+        table: String,
+        /// What is wrong.
+        source: SummaryError,
+    },
+}
+
+impl PipelineError {
+    /// Whether running the pass again may succeed without anyone acting.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Source(e) => e.retryable,
+            Self::Ledger(e) => e.is_retryable(),
+            Self::Catalog { source, .. } => source.retryable(),
+            Self::Convert(e) => !e.is_permanent(),
+            Self::Commit(e) => e.is_retryable(),
+            Self::Summary { .. } => false,
+        }
+    }
+}

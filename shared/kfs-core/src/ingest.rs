@@ -1,0 +1,338 @@
+//! Ingesting one segment: its version identity, its table opened (and evolved), the
+//! conversion (JSON values scanned first, the schema grown through the catalog's swap),
+//! and the result recorded in the ledger: pending with its files, or quarantined.
+
+use crate::catalog::CatalogAccess;
+use crate::clock::now_ms;
+use crate::convert::{
+    ConvertError, ConvertedSegment, SegmentInput, ValueColumns, convert_segment, scan_json_segment,
+};
+use crate::error::PipelineError;
+use crate::ledger::converted_paths;
+use crate::ledger::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry};
+use crate::source::{SegmentSource, SourceObject};
+use crate::table::table_progress;
+use crate::table::{ensure_topic_table, evolve_partition_spec};
+use futures::TryStreamExt;
+use iceberg::table::Table;
+use kfs_plan::keys::SegmentKey;
+use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
+use kfs_plan::sweep::{ListedSegment, TableProgress};
+use kfs_segment::DecodeLimits;
+use std::collections::HashSet;
+
+/// Bytes at the end of a segment that identify its content: the footer, which holds
+/// the CRC-32C of the whole body (checked when the segment is decoded).
+const FOOTER_TAG_BYTES: u64 = kfs_segment::SEGMENT_FOOTER_LEN as u64;
+
+/// The identity of a segment version: the store's ETag, or (where the store has none,
+/// as in a local directory) its size and footer, which carries the body's CRC-32C.
+pub fn version_tag(object: &SourceObject, tail: &[u8]) -> String {
+    match &object.etag {
+        Some(etag) => etag.clone(),
+        None => {
+            let footer: String = tail.iter().map(|b| format!("{b:02x}")).collect();
+            format!("footer-{footer}-{}", object.size)
+        }
+    }
+}
+
+/// A topic's table, opened (created on first sight), with its progress at opening.
+#[derive(Debug, Clone)]
+pub struct TopicTable {
+    /// The table's name.
+    pub name: TableName,
+    /// The table.
+    pub table: Table,
+    /// Its watermarks and recorded gaps.
+    pub progress: TableProgress,
+}
+
+impl TopicTable {
+    /// Opens the table of `topic`, creating it on first sight; an existing table whose
+    /// partition spec differs from the one configured evolves to it.
+    pub async fn open(
+        catalog: CatalogAccess<'_>,
+        naming: &TableNaming,
+        topic: &str,
+    ) -> Result<Self, PipelineError> {
+        let name = naming.table_for(topic);
+        let catalog_error = |source: iceberg::Error| PipelineError::Catalog {
+            table: name.to_string(),
+            source: Box::new(source),
+        };
+        let mut table = ensure_topic_table(catalog.catalog, &name, topic, naming)
+            .await
+            .map_err(catalog_error)?;
+        if let Some(fields) = naming.configured_partition(topic) {
+            table = match evolve_partition_spec(catalog.swap, &table, fields).await {
+                Ok(table) => table,
+                // Another process evolved it first: its spec is the configured one, or
+                // the next pass tries again.
+                Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => catalog
+                    .catalog
+                    .load_table(table.identifier())
+                    .await
+                    .map_err(catalog_error)?,
+                Err(e) => return Err(catalog_error(e)),
+            };
+        }
+        let progress = table_progress(&table).map_err(|source| PipelineError::Summary {
+            table: name.to_string(),
+            source,
+        })?;
+        Ok(Self {
+            name,
+            table,
+            progress,
+        })
+    }
+}
+
+/// Converts one segment and records the result in the ledger: pending with its data
+/// files, or quarantined with the error. A segment that arrives after its offsets were
+/// committed as a gap, or below the offset its partition began at (by the table's
+/// progress at opening), is quarantined unconverted: the table has moved past it.
+/// Returns the entry as recorded.
+pub async fn ingest_segment(
+    catalog: CatalogAccess<'_>,
+    source: &impl SegmentSource,
+    target: &TopicTable,
+    ledger: &impl Ledger,
+    key: &SegmentKey,
+    object: &SourceObject,
+    limits: DecodeLimits,
+) -> Result<LedgerEntry, PipelineError> {
+    let TopicTable {
+        name: table_name,
+        table,
+        progress,
+    } = target;
+    let etag = match &object.etag {
+        Some(etag) => etag.clone(),
+        None => {
+            let from = object.size.saturating_sub(FOOTER_TAG_BYTES);
+            let tail = source.read_range(&object.key, from..object.size).await?;
+            version_tag(object, &tail)
+        }
+    };
+    let now = now_ms();
+    let mut entry = LedgerEntry {
+        segment: object.key.clone(),
+        etag: etag.clone(),
+        table: table_name.to_string(),
+        topic: key.topic.clone(),
+        partition: key.partition,
+        base_offset: key.base_offset,
+        last_offset: key.base_offset,
+        records: 0,
+        bytes: 0,
+        data_files: Vec::new(),
+        dead_letters: Default::default(),
+        state: EntryState::Pending,
+        created_ms: now,
+        updated_ms: now,
+    };
+    let late = match progress.classify(key.partition, key.base_offset) {
+        ListedSegment::LateAfterGap(gap) => Some(format!(
+            "arrived after offsets {}..={} of partition {} were committed as a gap ({:?})",
+            gap.from, gap.to, gap.partition, gap.reason
+        )),
+        ListedSegment::LateBeforeStart { start } => Some(format!(
+            "arrived after partition {} began in the table at offset {start}; its offsets are below that start",
+            key.partition
+        )),
+        ListedSegment::Open | ListedSegment::Committed => None,
+    };
+    if let Some(why) = late {
+        entry.state = EntryState::Quarantined {
+            error: format!(
+                "{}: {why}; not ingested behind the watermark: load it elsewhere or skip it",
+                source.describe(&object.key),
+            ),
+        };
+        return match ledger.insert(&entry).await? {
+            InsertOutcome::Inserted => Ok(entry),
+            InsertOutcome::Exists(existing) => Ok(*existing),
+        };
+    }
+    let body = source.open(&object.key, object.etag.as_deref()).await?;
+    let input = SegmentInput { key, etag: &etag };
+    let catalog_error = |source: iceberg::Error| PipelineError::Catalog {
+        table: table_name.to_string(),
+        source: Box::new(source),
+    };
+    let format = crate::table::value_format_of(table).map_err(|reason| {
+        catalog_error(iceberg::Error::new(iceberg::ErrorKind::DataInvalid, reason))
+    })?;
+    let converted = match format {
+        ValueFormat::Raw => convert_segment(table, input, body, limits, ValueColumns::Raw)
+            .await
+            .map(|converted| (converted, table.clone(), None)),
+        ValueFormat::Json => convert_json_segment(catalog, target, input, body, limits).await?,
+    };
+    match converted {
+        Ok((converted, table, dead_letter_table)) => {
+            // Written in the table's default spec as the conversion saw it.
+            let serialize = |files: Vec<iceberg::spec::DataFile>, table: &Table| {
+                let metadata = table.metadata();
+                files
+                    .into_iter()
+                    .map(|file| {
+                        crate::ledger::to_ledger(
+                            file,
+                            metadata.default_partition_spec_id(),
+                            metadata,
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(catalog_error)
+            };
+            entry.data_files = serialize(converted.data_files, &table)?;
+            if let Some(dead_letter_table) = &dead_letter_table {
+                entry.dead_letters = DeadLetters {
+                    records: converted.dead_letters,
+                    files: serialize(converted.dead_letter_files, dead_letter_table)?,
+                };
+            }
+            entry.last_offset = converted.last_offset;
+            entry.records = converted.records;
+            entry.bytes = converted.file_bytes;
+        }
+        Err(e) if e.is_permanent() => {
+            entry.state = EntryState::Quarantined {
+                error: format!("{}: {e}", source.describe(&object.key)),
+            };
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let written = converted_paths(&entry);
+    match ledger.insert(&entry).await? {
+        InsertOutcome::Inserted => Ok(entry),
+        InsertOutcome::Exists(existing) => {
+            // Another process recorded this segment first: our files (named for this
+            // write alone) are referenced by nothing, unless the entry found is our
+            // own (a retried insert whose first attempt landed). Best effort; orphan
+            // cleanup removes what a failure here leaves.
+            let kept: HashSet<String> = converted_paths(&existing).into_iter().collect();
+            for path in written.iter().filter(|path| !kept.contains(*path)) {
+                let _ = crate::failpoint::delete_file(table.file_io(), path).await;
+            }
+            Ok(*existing)
+        }
+    }
+}
+
+/// Converts a segment of a JSON table: the segment is read into memory (segments are
+/// small: 4 MiB by default), its values scanned for the columns they need, which are
+/// added to (or widened in) the table's schema through `swap` (a concurrent change of
+/// the schema makes it scan again), and
+/// then converted, values that fit no column going to the dead-letter table.
+/// Returns the conversion with the tables it wrote to, or the conversion's error.
+async fn convert_json_segment(
+    CatalogAccess { catalog, swap }: CatalogAccess<'_>,
+    target: &TopicTable,
+    input: SegmentInput<'_>,
+    body: crate::source::SegmentStream,
+    limits: DecodeLimits,
+) -> Result<JsonConversion, PipelineError> {
+    /// Schema changes raced by other converters before this one gives up (retryably).
+    const SCHEMA_ATTEMPTS: usize = 5;
+    let catalog_error = |table: &TableName, source: iceberg::Error| PipelineError::Catalog {
+        table: table.to_string(),
+        source: Box::new(source),
+    };
+    let bytes: Vec<bytes::Bytes> = body.try_collect().await?;
+    let bytes = bytes::Bytes::from(bytes.concat());
+    let mut table = target.table.clone();
+    for _ in 0..SCHEMA_ATTEMPTS {
+        let schema = table.metadata().current_schema().clone();
+        let last_column_id = table.metadata().last_column_id();
+        let declared = crate::table::declared_columns(&table);
+        let scanned = {
+            let bytes = bytes.clone();
+            let key = input.key.clone();
+            let schema = schema.clone();
+            tokio::task::spawn_blocking(move || {
+                scan_json_segment(&bytes, &key, limits, &schema, last_column_id, declared)
+            })
+            .await
+            .map_err(|join| {
+                catalog_error(
+                    &target.name,
+                    iceberg::Error::new(
+                        iceberg::ErrorKind::Unexpected,
+                        format!("the scanning thread failed: {join}"),
+                    ),
+                )
+            })?
+        };
+        let scan = match scanned {
+            Ok(scan) => scan,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(evolved) = &scan.evolved {
+            match crate::table::evolve_schema(swap, &table, evolved.clone()).await {
+                Ok(updated) => table = updated,
+                Err(e) => {
+                    // Another converter changed the schema first: scan against its
+                    // schema. A failure that may pass fails this conversion (it is
+                    // retried); one that cannot (the table refuses the columns, e.g.
+                    // a field named like a partition field) quarantines the segment.
+                    let reloaded = catalog
+                        .load_table(table.identifier())
+                        .await
+                        .map_err(|source| catalog_error(&target.name, source))?;
+                    if reloaded.metadata().current_schema_id() != schema.schema_id() {
+                        table = reloaded;
+                        continue;
+                    }
+                    if e.retryable() || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
+                        return Err(catalog_error(&target.name, e));
+                    }
+                    return Ok(Err(ConvertError::Unrepresentable {
+                        segment: input.key.to_string(),
+                        offset: input.key.base_offset,
+                        reason: format!(
+                            "table {} refuses the columns its values need: {e}",
+                            target.name
+                        ),
+                    }));
+                }
+            }
+        }
+        let dead_letter_table = if scan.rejected > 0 {
+            Some(
+                crate::table::ensure_dead_letter_table(catalog, &target.name, &table)
+                    .await
+                    .map_err(|source| catalog_error(&target.name.dead_letters(), source))?,
+            )
+        } else {
+            None
+        };
+        let converted = convert_segment(
+            &table,
+            input,
+            crate::source::in_memory(bytes),
+            limits,
+            ValueColumns::Json {
+                dead_letters: dead_letter_table.as_ref(),
+            },
+        )
+        .await;
+        return Ok(converted.map(|converted| (converted, table, dead_letter_table)));
+    }
+    Err(catalog_error(
+        &target.name,
+        iceberg::Error::new(
+            iceberg::ErrorKind::CatalogCommitConflicts,
+            format!("the schema changed under {SCHEMA_ATTEMPTS} attempts to add columns"),
+        )
+        .with_retryable(true),
+    ))
+}
+
+/// A JSON conversion: the converted segment with the table it was written for (its
+/// schema as the conversion left it) and the dead-letter table, if it had records
+/// for it; or the conversion's error.
+type JsonConversion = Result<(ConvertedSegment, Table, Option<Table>), ConvertError>;

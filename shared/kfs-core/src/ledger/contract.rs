@@ -1,0 +1,257 @@
+//! The contract every ledger keeps, as one check a test runs against each
+//! implementation.
+
+use super::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
+
+/// The behaviour every [`Ledger`] implementation must show, checked on an empty
+/// ledger by each implementation's tests: conditional inserts, transitions only from
+/// `pending`, and listings by state and table. Returns the first violation.
+pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
+    fn expect<T: PartialEq + std::fmt::Debug>(what: &str, got: T, want: T) -> Result<(), String> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{what}: got {got:?}, expected {want:?}"))
+        }
+    }
+    let store = |e: LedgerError| e.to_string();
+    let entry = |segment: &str, base_offset: i64, state: EntryState| LedgerEntry {
+        segment: segment.into(),
+        etag: "e1".into(),
+        table: "kafscale.orders".into(),
+        topic: "orders".into(),
+        partition: 0,
+        base_offset,
+        last_offset: base_offset + 9,
+        records: 10,
+        bytes: 1000,
+        data_files: vec!["{\"file_path\":\"x\"}".into()],
+        dead_letters: DeadLetters {
+            records: 1,
+            files: vec!["{\"file_path\":\"d\"}".into()],
+        },
+        state,
+        created_ms: 1,
+        updated_ms: 1,
+    };
+    let pending = entry(
+        "ns/orders/0/segment-00000000000000000010.kfs",
+        10,
+        EntryState::Pending,
+    );
+    let later = entry(
+        "ns/orders/0/segment-00000000000000000030.kfs",
+        30,
+        EntryState::Pending,
+    );
+    expect(
+        "first insert",
+        ledger.insert(&later).await.map_err(store)?,
+        InsertOutcome::Inserted,
+    )?;
+    expect(
+        "second insert",
+        ledger.insert(&pending).await.map_err(store)?,
+        InsertOutcome::Inserted,
+    )?;
+    let mut rewritten = pending.clone();
+    rewritten.etag = "e2".into();
+    expect(
+        "insert over an existing entry",
+        ledger.insert(&rewritten).await.map_err(store)?,
+        InsertOutcome::Exists(Box::new(pending.clone())),
+    )?;
+    let bad = entry(
+        "ns/orders/0/segment-00000000000000000020.kfs",
+        20,
+        EntryState::Quarantined {
+            error: "at byte 3: bad".into(),
+        },
+    );
+    ledger.insert(&bad).await.map_err(store)?;
+    expect(
+        "pending, in offset order",
+        ledger.list(Some("pending"), None).await.map_err(store)?,
+        vec![pending.clone(), later.clone()],
+    )?;
+    expect(
+        "pending of the table",
+        ledger
+            .list(Some("pending"), Some("kafscale.orders"))
+            .await
+            .map_err(store)?
+            .len(),
+        2,
+    )?;
+    expect(
+        "pending of another table",
+        ledger
+            .list(Some("pending"), Some("kafscale.other"))
+            .await
+            .map_err(store)?,
+        vec![],
+    )?;
+    expect(
+        "quarantined",
+        ledger
+            .list(Some("quarantined"), Some("kafscale.orders"))
+            .await
+            .map_err(store)?,
+        vec![bad.clone()],
+    )?;
+    let both = vec![pending.segment.clone(), bad.segment.clone()];
+    expect(
+        "first marking",
+        ledger.mark_committed(&both, 77, 5).await.map_err(store)?,
+        1,
+    )?;
+    expect(
+        "repeated marking",
+        ledger.mark_committed(&both, 78, 6).await.map_err(store)?,
+        0,
+    )?;
+    let committed = ledger.get(&pending.segment).await.map_err(store)?;
+    expect(
+        "committed entry",
+        committed.map(|e| (e.state, e.updated_ms)),
+        Some((EntryState::Committed { snapshot_id: 77 }, 5)),
+    )?;
+    expect(
+        "quarantined entry untouched",
+        ledger
+            .get(&bad.segment)
+            .await
+            .map_err(store)?
+            .map(|e| e.state),
+        Some(bad.state.clone()),
+    )?;
+    expect(
+        "pending after marking",
+        ledger.list(Some("pending"), None).await.map_err(store)?,
+        vec![later],
+    )?;
+    expect(
+        "committed listing",
+        ledger
+            .list(Some("committed"), None)
+            .await
+            .map_err(store)?
+            .len(),
+        1,
+    )?;
+    expect(
+        "all entries",
+        ledger.list(None, None).await.map_err(store)?.len(),
+        3,
+    )?;
+    expect(
+        "unknown segment",
+        ledger.get("nope").await.map_err(store)?,
+        None,
+    )?;
+    expect(
+        "releasing a committed entry",
+        ledger
+            .release_quarantined(&pending.segment)
+            .await
+            .map_err(store)?,
+        false,
+    )?;
+    expect(
+        "releasing a quarantined entry",
+        ledger
+            .release_quarantined(&bad.segment)
+            .await
+            .map_err(store)?,
+        true,
+    )?;
+    expect(
+        "released entry",
+        ledger.get(&bad.segment).await.map_err(store)?,
+        None,
+    )?;
+    expect(
+        "releasing it again",
+        ledger
+            .release_quarantined(&bad.segment)
+            .await
+            .map_err(store)?,
+        false,
+    )?;
+    // Skipping: only from quarantined, keeping the error, listed by state and table.
+    let worse = LedgerEntry {
+        segment: "ns/orders/0/segment-00000000000000000500.kfs".into(),
+        base_offset: 500,
+        ..bad.clone()
+    };
+    ledger.insert(&worse).await.map_err(store)?;
+    expect(
+        "skipping a committed entry",
+        ledger
+            .skip_quarantined(&pending.segment, 9)
+            .await
+            .map_err(store)?,
+        false,
+    )?;
+    expect(
+        "skipping a quarantined entry",
+        ledger
+            .skip_quarantined(&worse.segment, 9)
+            .await
+            .map_err(store)?,
+        true,
+    )?;
+    expect(
+        "skipped entry",
+        ledger
+            .get(&worse.segment)
+            .await
+            .map_err(store)?
+            .map(|e| (e.state, e.updated_ms)),
+        Some((
+            EntryState::Skipped {
+                error: "at byte 3: bad".into(),
+            },
+            9,
+        )),
+    )?;
+    expect(
+        "skipped listing",
+        ledger
+            .list(Some("skipped"), Some("kafscale.orders"))
+            .await
+            .map_err(store)?
+            .len(),
+        1,
+    )?;
+    expect(
+        "skipping it again",
+        ledger
+            .skip_quarantined(&worse.segment, 10)
+            .await
+            .map_err(store)?,
+        false,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn memory_ledger_keeps_the_contract() -> Result<(), String> {
+        check_contract(&MemoryLedger::default()).await
+    }
+
+    #[tokio::test]
+    async fn sqlite_ledger_keeps_the_contract() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
+        check_contract(&ledger).await?;
+        // Reopening sees the same state.
+        let reopened = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
+        assert_eq!(reopened.list(None, None).await?.len(), 3);
+        Ok(())
+    }
+}

@@ -1,0 +1,106 @@
+//! The in-memory ledger: unit tests and fault injection.
+
+use super::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, sort_entries};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// An in-memory ledger for unit tests and fault injection.
+#[derive(Debug, Default)]
+pub struct MemoryLedger {
+    entries: Mutex<BTreeMap<String, LedgerEntry>>,
+}
+
+impl MemoryLedger {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut BTreeMap<String, LedgerEntry>) -> T,
+    ) -> Result<T, LedgerError> {
+        let mut guard = self.entries.lock().map_err(|_| LedgerError::Store {
+            message: "memory ledger lock poisoned".into(),
+            retryable: false,
+        })?;
+        Ok(f(&mut guard))
+    }
+}
+
+impl Ledger for MemoryLedger {
+    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
+        self.with(|m| m.get(segment).cloned())
+    }
+
+    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
+        self.with(|m| match m.get(&entry.segment) {
+            Some(existing) => InsertOutcome::Exists(Box::new(existing.clone())),
+            None => {
+                m.insert(entry.segment.clone(), entry.clone());
+                InsertOutcome::Inserted
+            }
+        })
+    }
+
+    async fn list(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+        let mut out = self.with(|m| {
+            m.values()
+                .filter(|e| {
+                    state.is_none_or(|s| e.state.name() == s) && table.is_none_or(|t| e.table == t)
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+        })?;
+        sort_entries(&mut out);
+        Ok(out)
+    }
+
+    async fn mark_committed(
+        &self,
+        segments: &[String],
+        snapshot_id: i64,
+        now_ms: i64,
+    ) -> Result<usize, LedgerError> {
+        self.with(|m| {
+            let mut moved = 0;
+            for segment in segments {
+                if let Some(entry) = m.get_mut(segment)
+                    && entry.state == EntryState::Pending
+                {
+                    entry.state = EntryState::Committed { snapshot_id };
+                    entry.updated_ms = now_ms;
+                    moved += 1;
+                }
+            }
+            moved
+        })
+    }
+
+    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
+        self.with(|m| {
+            let quarantined = m
+                .get(segment)
+                .is_some_and(|e| matches!(e.state, EntryState::Quarantined { .. }));
+            if quarantined {
+                m.remove(segment);
+            }
+            quarantined
+        })
+    }
+
+    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
+        self.with(|m| match m.get_mut(segment) {
+            Some(entry) => match &entry.state {
+                EntryState::Quarantined { error } => {
+                    entry.state = EntryState::Skipped {
+                        error: error.clone(),
+                    };
+                    entry.updated_ms = now_ms;
+                    true
+                }
+                _ => false,
+            },
+            None => false,
+        })
+    }
+}

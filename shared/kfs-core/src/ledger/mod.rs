@@ -1,0 +1,277 @@
+//! The ledger: what happened to every segment. One trait, an embedded SQLite
+//! implementation (the local default) and an in-memory one (unit tests and fault
+//! injection); DynamoDB implements it for the Lambda deployment.
+//!
+//! A segment is identified by its object key; its entry records the ETag (or content
+//! hash) of the version that was converted, so a key rewritten with other content is
+//! recognised. States: `pending` (converted, data files written, not yet in the table),
+//! `committed` (with the snapshot id), `quarantined` (with the error). Every transition
+//! is conditional on the state it leaves, so replays and races are harmless.
+
+#[cfg(any(test, feature = "test-support"))]
+mod contract;
+mod files;
+mod memory;
+mod sqlite;
+
+#[cfg(any(test, feature = "test-support"))]
+pub use contract::check_contract;
+pub use files::{from_ledger, to_ledger};
+pub use memory::MemoryLedger;
+pub use sqlite::SqliteLedger;
+
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+
+/// The state of a segment in the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum EntryState {
+    /// Converted; its data files wait for a commit.
+    Pending,
+    /// In the table since this snapshot.
+    Committed {
+        /// The snapshot that added it.
+        snapshot_id: i64,
+    },
+    /// Could not be converted; holds back its partition until an operator acts.
+    Quarantined {
+        /// Why, worded for an operator.
+        error: String,
+    },
+    /// Quarantined, then skipped by an operator: its offsets are committed as a gap
+    /// recorded as skipped, and its partition moves on.
+    Skipped {
+        /// Why it was quarantined.
+        error: String,
+    },
+}
+
+impl EntryState {
+    /// The state's name as stored.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Committed { .. } => "committed",
+            Self::Quarantined { .. } => "quarantined",
+            Self::Skipped { .. } => "skipped",
+        }
+    }
+}
+
+/// One segment's record in the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// Object key of the `.kfs`, relative to the source prefix.
+    pub segment: String,
+    /// ETag or content hash of the converted version.
+    pub etag: String,
+    /// Target table, `namespace.name`.
+    pub table: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Base offset of the segment.
+    pub base_offset: i64,
+    /// Last offset of the segment (the base offset when unknown, e.g. quarantined).
+    pub last_offset: i64,
+    /// Data records.
+    pub records: u64,
+    /// Bytes of the data files written.
+    pub bytes: u64,
+    /// The data files, as Iceberg `DataFile` JSON.
+    pub data_files: Vec<String>,
+    /// What went to the table's dead-letter table (JSON values that could not be
+    /// written); committed with the entry, before the table's own commit.
+    #[serde(default)]
+    pub dead_letters: DeadLetters,
+    /// State.
+    pub state: EntryState,
+    /// When the entry was created, Unix ms.
+    pub created_ms: i64,
+    /// When the entry last changed, Unix ms.
+    pub updated_ms: i64,
+}
+
+/// A segment's records for the dead-letter table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetters {
+    /// Records.
+    pub records: u64,
+    /// The dead-letter table's data files, as Iceberg `DataFile` JSON.
+    pub files: Vec<String>,
+}
+
+impl DeadLetters {
+    /// True when the segment had no record for the dead-letter table.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// As stored (JSON) for the entry of `segment`, `None` when empty.
+    pub fn to_stored(&self, segment: &str) -> Result<Option<String>, LedgerError> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        serde_json::to_string(self)
+            .map(Some)
+            .map_err(|e| LedgerError::Corrupt {
+                segment: segment.to_owned(),
+                reason: format!("dead_letters: {e}"),
+            })
+    }
+
+    /// From the stored form of the entry of `segment` (absent: empty).
+    pub fn from_stored(stored: Option<&str>, segment: &str) -> Result<Self, LedgerError> {
+        stored
+            .map_or(Ok(Self::default()), serde_json::from_str)
+            .map_err(|e| LedgerError::Corrupt {
+                segment: segment.to_owned(),
+                reason: format!("dead_letters: {e}"),
+            })
+    }
+}
+
+/// What a conditional insert found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// The entry was written.
+    Inserted,
+    /// An entry for the segment already existed; it was left as it is.
+    Exists(Box<LedgerEntry>),
+}
+
+/// A ledger operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The backing store failed.
+    #[error("ledger store failed: {message}")]
+    Store {
+        /// What failed.
+        message: String,
+        /// Whether retrying may succeed.
+        retryable: bool,
+    },
+    /// A stored entry could not be read.
+    #[error("ledger entry {segment} is unreadable: {reason}")]
+    Corrupt {
+        /// The segment.
+        segment: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl LedgerError {
+    /// Whether retrying may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Store {
+                retryable: true,
+                ..
+            }
+        )
+    }
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        let retryable = matches!(
+            e,
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+        ) || e.to_string().contains("database is locked");
+        Self::Store {
+            message: e.to_string(),
+            retryable,
+        }
+    }
+}
+
+/// The ledger interface every backend implements.
+pub trait Ledger: Send + Sync {
+    /// The entry of a segment, if any.
+    fn get(
+        &self,
+        segment: &str,
+    ) -> impl Future<Output = Result<Option<LedgerEntry>, LedgerError>> + Send;
+
+    /// Inserts an entry unless one exists for the segment.
+    fn insert(
+        &self,
+        entry: &LedgerEntry,
+    ) -> impl Future<Output = Result<InsertOutcome, LedgerError>> + Send;
+
+    /// Every entry in a state named `state` (`pending`, `committed`, `quarantined`,
+    /// `skipped`),
+    /// optionally of one table, ordered by table, partition and base offset.
+    fn list(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<LedgerEntry>, LedgerError>> + Send;
+
+    /// Moves pending entries to committed; returns how many moved (entries in another
+    /// state are left alone).
+    fn mark_committed(
+        &self,
+        segments: &[String],
+        snapshot_id: i64,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<usize, LedgerError>> + Send;
+
+    /// Removes a quarantined entry so that the segment is converted again (an operator's
+    /// retry after a fix); returns whether it was there and quarantined (entries in
+    /// another state are left alone).
+    fn release_quarantined(
+        &self,
+        segment: &str,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+
+    /// Moves a quarantined entry to skipped (an operator gives up its offsets, which the
+    /// next commit records as a skipped gap); returns whether it was quarantined.
+    fn skip_quarantined(
+        &self,
+        segment: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+}
+
+/// After a conditional insert found the segment taken: the entry that is there.
+pub async fn existing_entry(
+    ledger: &impl Ledger,
+    segment: &str,
+) -> Result<InsertOutcome, LedgerError> {
+    match ledger.get(segment).await? {
+        Some(existing) => Ok(InsertOutcome::Exists(Box::new(existing))),
+        None => Err(LedgerError::Store {
+            message: format!("{segment} exists by its insert condition but cannot be read"),
+            retryable: true,
+        }),
+    }
+}
+
+/// Orders entries by table, partition and base offset, as `Ledger::list` returns them.
+pub fn sort_entries(entries: &mut [LedgerEntry]) {
+    entries.sort_by(|a, b| {
+        (&a.table, a.partition, a.base_offset).cmp(&(&b.table, b.partition, b.base_offset))
+    });
+}
+
+/// The data file paths of an entry (as serialized in the ledger), its dead-letter
+/// files included.
+pub fn converted_paths(entry: &LedgerEntry) -> Vec<String> {
+    entry
+        .data_files
+        .iter()
+        .chain(&entry.dead_letters.files)
+        .filter_map(|file| {
+            serde_json::from_str::<serde_json::Value>(file)
+                .ok()?
+                .get("file_path")?
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}

@@ -1,0 +1,249 @@
+//! The embedded SQLite ledger, the local default.
+
+use super::{
+    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, existing_entry,
+};
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use std::path::Path;
+
+/// The embedded ledger: one SQLite file (WAL mode), safe for several processes.
+#[derive(Debug, Clone)]
+pub struct SqliteLedger {
+    pool: SqlitePool,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS ledger (
+    segment TEXT PRIMARY KEY,
+    etag TEXT NOT NULL,
+    table_name TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    partition_id INTEGER NOT NULL,
+    base_offset INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    records INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    data_files TEXT NOT NULL,
+    state TEXT NOT NULL,
+    snapshot_id INTEGER,
+    error TEXT,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    dead_letters TEXT
+);
+CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, table_name, partition_id, base_offset);
+";
+
+impl SqliteLedger {
+    /// Opens (creating if needed) the ledger file at `path`.
+    pub async fn open(path: &Path) -> Result<Self, LedgerError> {
+        // Processes opening a new ledger at the same moment race to switch it to WAL,
+        // which SQLite answers with "database is locked" at once (no busy wait): retry.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::try_open(path).await {
+                Err(sqlx::Error::Database(e)) if e.message().contains("locked") && attempt < 10 => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
+                }
+                result => return Ok(result?),
+            }
+        }
+    }
+
+    async fn try_open(path: &Path) -> Result<Self, sqlx::Error> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(std::time::Duration::from_secs(30));
+        // No idle timeout and no lifetime: no pool maintenance task, which in sqlx 0.8
+        // can wedge in a busy loop (launchbadge/sqlx#3645); see `open_sql_catalog`.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options)
+            .await?;
+        sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        // Ledgers created before dead letters existed get the column.
+        let columns: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM pragma_table_info('ledger')")
+                .fetch_all(&pool)
+                .await?;
+        if !columns.iter().any(|c| c == "dead_letters") {
+            let added = sqlx::raw_sql("ALTER TABLE ledger ADD COLUMN dead_letters TEXT")
+                .execute(&pool)
+                .await;
+            // A process opening the ledger at the same moment may have added it.
+            if let Err(e) = added
+                && !e.to_string().contains("duplicate column")
+            {
+                return Err(e);
+            }
+        }
+        Ok(Self { pool })
+    }
+
+    fn row_to_entry(row: &sqlx::sqlite::SqliteRow) -> Result<LedgerEntry, LedgerError> {
+        let segment: String = row.try_get("segment")?;
+        let corrupt = |reason: String| LedgerError::Corrupt {
+            segment: segment.clone(),
+            reason,
+        };
+        let state_name: String = row.try_get("state")?;
+        let state = match state_name.as_str() {
+            "pending" => EntryState::Pending,
+            "committed" => EntryState::Committed {
+                snapshot_id: row
+                    .try_get::<Option<i64>, _>("snapshot_id")?
+                    .ok_or_else(|| corrupt("committed without a snapshot id".into()))?,
+            },
+            "quarantined" => EntryState::Quarantined {
+                error: row
+                    .try_get::<Option<String>, _>("error")?
+                    .unwrap_or_default(),
+            },
+            "skipped" => EntryState::Skipped {
+                error: row
+                    .try_get::<Option<String>, _>("error")?
+                    .unwrap_or_default(),
+            },
+            other => return Err(corrupt(format!("unknown state {other:?}"))),
+        };
+        let data_files: String = row.try_get("data_files")?;
+        let data_files: Vec<String> =
+            serde_json::from_str(&data_files).map_err(|e| corrupt(e.to_string()))?;
+        let dead_letters: Option<String> = row.try_get("dead_letters")?;
+        let dead_letters = DeadLetters::from_stored(dead_letters.as_deref(), &segment)?;
+        Ok(LedgerEntry {
+            dead_letters,
+            etag: row.try_get("etag")?,
+            table: row.try_get("table_name")?,
+            topic: row.try_get("topic")?,
+            partition: row.try_get("partition_id")?,
+            base_offset: row.try_get("base_offset")?,
+            last_offset: row.try_get("last_offset")?,
+            records: row.try_get::<i64, _>("records")? as u64,
+            bytes: row.try_get::<i64, _>("bytes")? as u64,
+            data_files,
+            state,
+            created_ms: row.try_get("created_ms")?,
+            updated_ms: row.try_get("updated_ms")?,
+            segment,
+        })
+    }
+}
+
+impl Ledger for SqliteLedger {
+    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
+        let row = sqlx::query("SELECT * FROM ledger WHERE segment = ?")
+            .bind(segment)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(Self::row_to_entry).transpose()
+    }
+
+    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
+        let (snapshot_id, error) = match &entry.state {
+            EntryState::Pending => (None, None),
+            EntryState::Committed { snapshot_id } => (Some(*snapshot_id), None),
+            EntryState::Quarantined { error } | EntryState::Skipped { error } => {
+                (None, Some(error.clone()))
+            }
+        };
+        let data_files =
+            serde_json::to_string(&entry.data_files).map_err(|e| LedgerError::Corrupt {
+                segment: entry.segment.clone(),
+                reason: e.to_string(),
+            })?;
+        let dead_letters = entry.dead_letters.to_stored(&entry.segment)?;
+        let result = sqlx::query(
+            "INSERT INTO ledger (segment, etag, table_name, topic, partition_id, base_offset, last_offset, records, bytes,
+                                 data_files, state, snapshot_id, error, created_ms, updated_ms, dead_letters)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (segment) DO NOTHING",
+        )
+        .bind(&entry.segment)
+        .bind(&entry.etag)
+        .bind(&entry.table)
+        .bind(&entry.topic)
+        .bind(entry.partition)
+        .bind(entry.base_offset)
+        .bind(entry.last_offset)
+        .bind(entry.records as i64)
+        .bind(entry.bytes as i64)
+        .bind(data_files)
+        .bind(entry.state.name())
+        .bind(snapshot_id)
+        .bind(error)
+        .bind(entry.created_ms)
+        .bind(entry.updated_ms)
+        .bind(dead_letters)
+        .execute(&self.pool)
+        .await?;
+        if result.rows_affected() == 1 {
+            return Ok(InsertOutcome::Inserted);
+        }
+        existing_entry(self, &entry.segment).await
+    }
+
+    async fn list(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT * FROM ledger WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR table_name = ?2)
+             ORDER BY table_name, partition_id, base_offset",
+        )
+        .bind(state)
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(Self::row_to_entry).collect()
+    }
+
+    async fn mark_committed(
+        &self,
+        segments: &[String],
+        snapshot_id: i64,
+        now_ms: i64,
+    ) -> Result<usize, LedgerError> {
+        let mut tx = self.pool.begin().await?;
+        let mut moved = 0;
+        for segment in segments {
+            let result = sqlx::query(
+                "UPDATE ledger SET state = 'committed', snapshot_id = ?, updated_ms = ? WHERE segment = ? AND state = 'pending'",
+            )
+            .bind(snapshot_id)
+            .bind(now_ms)
+            .bind(segment)
+            .execute(&mut *tx)
+            .await?;
+            moved += result.rows_affected() as usize;
+        }
+        tx.commit().await?;
+        Ok(moved)
+    }
+
+    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
+        let result = sqlx::query("DELETE FROM ledger WHERE segment = ? AND state = 'quarantined'")
+            .bind(segment)
+            .execute(&self.pool)
+            .await?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
+        let result = sqlx::query(
+            "UPDATE ledger SET state = 'skipped', updated_ms = ? WHERE segment = ? AND state = 'quarantined'",
+        )
+        .bind(now_ms)
+        .bind(segment)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected() == 1)
+    }
+}

@@ -1,0 +1,185 @@
+//! Compaction: small files bin-packed into target-size files with replace snapshots.
+
+use super::MaintenanceError;
+use crate::catalog::TableSwap;
+use crate::commit::replace::{Replacement, stage_replace};
+use crate::failpoint::delete_file;
+use crate::parquet::merge_data_files;
+use crate::table::find_maintenance;
+use crate::table::{file_stat, target_file_size};
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::{Catalog, ErrorKind, TableIdent};
+use kfs_plan::compaction::{CompactionPolicy, FileStat, plan_compaction};
+use kfs_plan::hash::Fnv1a;
+use std::time::Instant;
+
+/// Most planning rounds of one compaction run.
+const COMPACTION_ROUNDS: usize = 4;
+
+/// What a compaction run did.
+#[derive(Debug, Clone, Default)]
+pub struct CompactionReport {
+    /// Groups planned (over every round).
+    pub groups: usize,
+    /// Replace snapshots committed (one per group).
+    pub snapshots: Vec<i64>,
+    /// Files replaced.
+    pub files_removed: usize,
+    /// Files written.
+    pub files_added: usize,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Groups given up because their files were replaced meanwhile.
+    pub stale_groups: usize,
+    /// Groups left for the next run (deadline).
+    pub deferred_groups: usize,
+    /// Row groups copied without decoding.
+    pub row_groups_copied: usize,
+    /// Row groups decoded and re-encoded.
+    pub row_groups_reencoded: usize,
+    /// Compressed bytes copied.
+    pub bytes_copied: u64,
+    /// Compressed bytes re-encoded.
+    pub bytes_reencoded: u64,
+}
+
+/// Compacts a table: plans groups of small files, rewrites each into one file and
+/// commits it as a replace snapshot, one group at a time (bounded work, and an
+/// append landing meanwhile costs one re-staged snapshot, not the rewrite).
+pub async fn compact_table(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    ident: &TableIdent,
+    policy: Option<CompactionPolicy>,
+    deadline: Option<Instant>,
+    now_ms: i64,
+) -> Result<CompactionReport, MaintenanceError> {
+    let name = ident.to_string();
+    let iceberg = |source: iceberg::Error| MaintenanceError::Iceberg {
+        table: name.clone(),
+        source: Box::new(source),
+    };
+    let mut table = catalog.load_table(ident).await.map_err(iceberg)?;
+    let policy = policy.unwrap_or_else(|| CompactionPolicy::for_target(target_file_size(&table)));
+    let mut report = CompactionReport::default();
+    // Merged files compress far better than their tiny inputs, so one round can leave
+    // files well below the target: plan again on the result, a few rounds at most.
+    for _round in 0..COMPACTION_ROUNDS {
+        // Files of the default partition spec only: a merged file is written in it, and
+        // files of an older spec keep the layout they were committed in.
+        let default_spec = table.metadata().default_partition_spec_id();
+        let live = crate::table::live_entries_in(&table, Some(default_spec))
+            .await
+            .map_err(iceberg)?;
+        let stats: Vec<FileStat> = live.iter().map(|e| file_stat(e.data_file())).collect();
+        let groups = plan_compaction(&stats, &policy);
+        if groups.is_empty() {
+            break;
+        }
+        report.groups += groups.len();
+        let by_path: std::collections::HashMap<&str, &DataFile> = live
+            .iter()
+            .map(|e| (e.file_path(), e.data_file()))
+            .collect();
+        for (done, group) in groups.iter().enumerate() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                report.deferred_groups = groups.len() - done;
+                return Ok(report);
+            }
+            let mut id = Fnv1a::default();
+            for file in &group.files {
+                id.write_field(file.path.as_bytes());
+            }
+            let group_id = format!("{:016x}", id.finish());
+            let inputs: Vec<&DataFile> = group
+                .files
+                .iter()
+                .filter_map(|f| by_path.get(f.path.as_str()).copied())
+                .collect();
+            let (written, merge) = merge_data_files(
+                &table,
+                &inputs,
+                &format!("compacted-{group_id}-{}", crate::convert::write_token()),
+                policy.copy_row_group_min_bytes,
+            )
+            .await
+            .map_err(iceberg)?;
+            let written = vec![written];
+            let change = Replacement {
+                remove: group.files.iter().map(|f| f.path.clone()).collect(),
+                add: written.clone(),
+                merge_manifests: false,
+                maintenance_id: format!("compaction-{group_id}"),
+            };
+            match commit_replace(catalog, swap, ident, &mut table, &change, now_ms).await {
+                Ok(Some(snapshot_id)) => {
+                    report.snapshots.push(snapshot_id);
+                    report.files_removed += group.files.len();
+                    report.row_groups_copied += merge.row_groups_copied;
+                    report.row_groups_reencoded += merge.row_groups_reencoded;
+                    report.bytes_copied += merge.bytes_copied;
+                    report.bytes_reencoded += merge.bytes_reencoded;
+                    report.files_added += written.len();
+                    report.bytes_read += group.bytes();
+                    report.bytes_written +=
+                        written.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+                }
+                Ok(None) => {
+                    report.stale_groups += 1;
+                    for file in &written {
+                        let _ = delete_file(table.file_io(), file.file_path()).await;
+                    }
+                }
+                Err(e) => return Err(iceberg(e)),
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Commits a replace snapshot, re-staging it on the new head after a conflict. Returns
+/// the snapshot id, or `None` when its files are no longer live (replaced by someone
+/// else). An unknown outcome is settled by looking for the maintenance id.
+pub(crate) async fn commit_replace(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    ident: &TableIdent,
+    table: &mut Table,
+    change: &Replacement,
+    now_ms: i64,
+) -> iceberg::Result<Option<i64>> {
+    const ATTEMPTS: usize = 8;
+    let mut last_error = None;
+    for _ in 0..ATTEMPTS {
+        let staged = match stage_replace(table, change, now_ms).await {
+            Ok(staged) => staged,
+            Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match swap
+            .commit(table, staged.requirements, staged.updates)
+            .await
+        {
+            Ok(committed) => {
+                *table = committed;
+                return Ok(Some(staged.snapshot_id));
+            }
+            Err(e) => {
+                *table = catalog.load_table(ident).await?;
+                if let Some(id) = find_maintenance(table, &change.maintenance_id) {
+                    return Ok(Some(id));
+                }
+                if e.kind() != ErrorKind::CatalogCommitConflicts && !e.retryable() {
+                    return Err(e);
+                }
+                last_error = Some(e);
+            }
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        iceberg::Error::new(ErrorKind::CatalogCommitConflicts, "commit kept conflicting")
+    }))
+}

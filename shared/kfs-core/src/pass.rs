@@ -1,0 +1,307 @@
+//! One pass of the pipeline, as both the CLI and the Lambda functions run it:
+//! list the source, convert every complete segment the ledger has not seen (pending
+//! or quarantined), then commit each table's pending segments.
+
+use crate::catalog::CatalogAccess;
+use crate::catalog::TableSwap;
+use crate::clock::now_ms;
+use crate::commit::{CommitOutcome, CommitSettings, commit_table};
+use crate::error::PipelineError;
+use crate::ingest::{TopicTable, ingest_segment};
+use crate::ledger::{EntryState, Ledger, LedgerError};
+use crate::source::{SegmentSource, SourceObject};
+use futures::StreamExt;
+use iceberg::Catalog;
+use kfs_plan::keys::{SegmentFile, SegmentListing};
+use kfs_plan::naming::TableNaming;
+use kfs_plan::shard::Shard;
+use kfs_plan::sweep::ListedSegment;
+use kfs_segment::DecodeLimits;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// Settings of a pipeline pass.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineConfig {
+    /// Topic → table mapping.
+    pub naming: TableNaming,
+    /// Decoder limits.
+    pub limits: DecodeLimits,
+    /// Committer settings (their `start_offsets` are replaced per topic).
+    pub commit: CommitSettings,
+    /// Start offsets of partitions seen for the first time, per topic.
+    pub start_offsets: BTreeMap<String, BTreeMap<i32, i64>>,
+    /// Most segments converted in one pass (the sweep's bound); `None` for all.
+    pub max_conversions: Option<usize>,
+    /// When the pass must be done: conversions stop early enough to leave
+    /// `commit_reserve` for the commits, and tables not reached by then wait.
+    pub deadline: Option<Instant>,
+    /// Time kept for commits before the deadline.
+    pub commit_reserve: Duration,
+    /// Tables committed at the same time (at least one).
+    pub table_concurrency: usize,
+    /// What etcd said at the start of the pass (the cross-check; `Disabled` by default).
+    pub etcd: kfs_plan::crosscheck::EtcdState,
+    /// How the cross-check treats etcd lag and outages.
+    pub crosscheck: kfs_plan::crosscheck::CrossCheckPolicy,
+    /// The topics this pass handles (all by default; see [`Shard`]).
+    pub shard: Shard,
+}
+
+/// Progress of a pass, for progress bars and logs.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// The source was listed.
+    Listed {
+        /// Complete segments found.
+        segments: usize,
+        /// Of which not yet in the ledger.
+        new: usize,
+    },
+    /// A segment was converted.
+    Converted {
+        /// Segment key.
+        segment: String,
+        /// Records converted.
+        records: u64,
+    },
+    /// A segment could not be converted and was quarantined.
+    Quarantined {
+        /// Segment key.
+        segment: String,
+        /// The error.
+        error: String,
+    },
+    /// A table's commit cycle finished.
+    Committed {
+        /// Table.
+        table: String,
+        /// Snapshot created, if any.
+        snapshot_id: Option<i64>,
+    },
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Default)]
+pub struct RunReport {
+    /// Objects listed.
+    pub objects: usize,
+    /// Objects that are not segment files.
+    pub ignored: usize,
+    /// Segments missing their `.kfs` or `.index` (left for later).
+    pub incomplete: usize,
+    /// Complete segments.
+    pub segments: usize,
+    /// Segments the ledger already knew, or below their table's watermark.
+    pub known: usize,
+    /// Segments of topics another shard handles.
+    pub other_shards: usize,
+    /// Segments converted in this pass.
+    pub converted: usize,
+    /// Records converted in this pass.
+    pub records_converted: u64,
+    /// Segments quarantined in this pass: key and error.
+    pub quarantined: Vec<(String, String)>,
+    /// Segment keys whose content changed after they were converted (ETag differs).
+    pub rewritten: Vec<String>,
+    /// Commit outcome per table.
+    pub tables: BTreeMap<String, CommitOutcome>,
+    /// Tables whose commit failed this pass, with the error; their files stay pending.
+    pub failed_tables: BTreeMap<String, String>,
+    /// New segments left for the next pass (conversion bound or deadline reached).
+    pub deferred: usize,
+}
+
+/// Tables opened in this pass, by topic.
+#[derive(Default)]
+struct Tables {
+    by_topic: HashMap<String, TopicTable>,
+}
+
+impl Tables {
+    async fn get(
+        &mut self,
+        catalog: CatalogAccess<'_>,
+        naming: &TableNaming,
+        topic: &str,
+    ) -> Result<&TopicTable, PipelineError> {
+        if !self.by_topic.contains_key(topic) {
+            let opened = TopicTable::open(catalog, naming, topic).await?;
+            self.by_topic.insert(topic.to_owned(), opened);
+        }
+        self.by_topic.get(topic).ok_or_else(|| {
+            PipelineError::Ledger(LedgerError::Store {
+                message: "table cache".into(),
+                retryable: false,
+            })
+        })
+    }
+}
+
+/// Runs one pass: list, convert what is new, commit every table with pending work.
+pub async fn run_once(
+    source: &impl SegmentSource,
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    ledger: &impl Ledger,
+    config: &PipelineConfig,
+    progress: &(dyn Fn(&Progress) + Sync),
+) -> Result<RunReport, PipelineError> {
+    let objects = source.list().await?;
+    let listing = SegmentListing::from_keys(objects.iter().map(|o| o.key.as_str()));
+    let by_key: HashMap<&str, &SourceObject> =
+        objects.iter().map(|o| (o.key.as_str(), o)).collect();
+    let mut report = RunReport {
+        objects: objects.len(),
+        ignored: listing.ignored,
+        incomplete: listing.incomplete.len(),
+        segments: listing.complete.len(),
+        ..RunReport::default()
+    };
+    let mut work = Vec::new();
+    let mut tables = Tables::default();
+    for key in &listing.complete {
+        if !config.shard.owns(&key.topic) {
+            report.other_shards += 1;
+            continue;
+        }
+        let object_key = key.object_key(SegmentFile::Data);
+        let Some(object) = by_key.get(object_key.as_str()) else {
+            continue;
+        };
+        // Segments below the watermark are in the table: no ledger read for them, so a
+        // sweep costs one read per segment not yet committed, not per segment listed.
+        let progress = &tables
+            .get(CatalogAccess { catalog, swap }, &config.naming, &key.topic)
+            .await?
+            .progress;
+        if progress.classify(key.partition, key.base_offset) == ListedSegment::Committed {
+            report.known += 1;
+            continue;
+        }
+        match ledger.get(&object_key).await? {
+            Some(entry) => {
+                report.known += 1;
+                if object.etag.as_ref().is_some_and(|etag| *etag != entry.etag) {
+                    report.rewritten.push(object_key);
+                }
+            }
+            None => work.push((key, *object)),
+        }
+    }
+    progress(&Progress::Listed {
+        segments: listing.complete.len(),
+        new: work.len(),
+    });
+    let conversion_deadline = config
+        .deadline
+        .map(|d| d.checked_sub(config.commit_reserve).unwrap_or(d));
+    let budget = config.max_conversions.unwrap_or(usize::MAX);
+    for (done, (key, object)) in work.iter().enumerate() {
+        if done >= budget || conversion_deadline.is_some_and(|d| Instant::now() >= d) {
+            report.deferred = work.len() - done;
+            break;
+        }
+        let target = tables
+            .get(CatalogAccess { catalog, swap }, &config.naming, &key.topic)
+            .await?;
+        let entry = ingest_segment(
+            CatalogAccess { catalog, swap },
+            source,
+            target,
+            ledger,
+            key,
+            object,
+            config.limits,
+        )
+        .await?;
+        match &entry.state {
+            EntryState::Quarantined { error } => {
+                progress(&Progress::Quarantined {
+                    segment: entry.segment.clone(),
+                    error: error.clone(),
+                });
+                report
+                    .quarantined
+                    .push((entry.segment.clone(), error.clone()));
+            }
+            _ => {
+                progress(&Progress::Converted {
+                    segment: entry.segment.clone(),
+                    records: entry.records,
+                });
+                report.converted += 1;
+                report.records_converted += entry.records;
+            }
+        }
+    }
+    // Commit every table that has pending work, with the listing of its topic.
+    let pending = ledger.list(Some("pending"), None).await?;
+    let topics: BTreeSet<&str> = pending
+        .iter()
+        .map(|e| e.topic.as_str())
+        .filter(|topic| config.shard.owns(topic))
+        .collect();
+    let mut jobs = Vec::new();
+    for topic in topics {
+        let mut topic_listing: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
+        for key in listing.complete.iter().filter(|k| k.topic == topic) {
+            topic_listing
+                .entry(key.partition)
+                .or_default()
+                .insert(key.base_offset);
+        }
+        let name = &tables
+            .get(CatalogAccess { catalog, swap }, &config.naming, topic)
+            .await?
+            .name;
+        let settings = CommitSettings {
+            start_offsets: config.start_offsets.get(topic).cloned().unwrap_or_default(),
+            etcd: config.etcd.view(topic),
+            crosscheck: config.crosscheck,
+            ..config.commit.clone()
+        };
+        jobs.push((topic.to_owned(), name.clone(), topic_listing, settings));
+    }
+    let results: Vec<_> = futures::stream::iter(jobs)
+        .map(|(topic, name, topic_listing, settings)| async move {
+            if config.deadline.is_some_and(|d| Instant::now() >= d) {
+                return (name, None);
+            }
+            let outcome = commit_table(
+                catalog,
+                ledger,
+                &name,
+                &topic,
+                &topic_listing,
+                &settings,
+                now_ms(),
+            )
+            .await;
+            (name, Some(outcome))
+        })
+        .buffer_unordered(config.table_concurrency.max(1))
+        .collect()
+        .await;
+    for (name, outcome) in results {
+        match outcome {
+            Some(Ok(outcome)) => {
+                progress(&Progress::Committed {
+                    table: name.to_string(),
+                    snapshot_id: outcome.snapshot_id,
+                });
+                report.tables.insert(name.to_string(), outcome);
+            }
+            Some(Err(e)) => {
+                report.failed_tables.insert(name.to_string(), e.to_string());
+            }
+            None => {
+                report.failed_tables.insert(
+                    name.to_string(),
+                    "deadline reached before its commit".into(),
+                );
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,180 @@
+//! Opening a topic's table through the catalog: the namespace and the table created on
+//! first sight (and its dead-letter table on first use), iceberg-rust's blind commit
+//! retries turned off, and the schema and partition spec evolved through the catalog's
+//! pointer swap.
+
+use crate::catalog::TableSwap;
+use crate::table::{COMMIT_RETRIES_PROPERTY, VALUE_FORMAT_PROPERTY, topic_table_properties};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
+use kfs_plan::naming::{TableName, TableNaming};
+use std::collections::HashMap;
+
+/// The identifier of a table.
+pub fn table_ident(name: &TableName) -> TableIdent {
+    TableIdent::new(
+        NamespaceIdent::new(name.namespace.clone()),
+        name.name.clone(),
+    )
+}
+
+/// Loads the table for `topic`, creating its namespace and the table (laid out as
+/// `layout` says: value format, partition spec and properties) on first sight, and
+/// makes sure iceberg-rust's blind commit retries are off for it. An existing table
+/// keeps its own format, spec and properties.
+pub async fn ensure_topic_table(
+    catalog: &dyn Catalog,
+    name: &TableName,
+    topic: &str,
+    layout: &TableNaming,
+) -> iceberg::Result<Table> {
+    ensure_table(catalog, name, || {
+        let declared = layout.value_columns_for(topic);
+        let schema = crate::table::schema_for(layout.value_format, declared)?;
+        let spec = crate::table::topic_partition_spec(&schema, layout.partition_for(topic))?;
+        let mut properties = topic_table_properties(topic);
+        properties.extend(layout.properties.clone());
+        properties.insert(
+            VALUE_FORMAT_PROPERTY.to_owned(),
+            layout.value_format.name().to_owned(),
+        );
+        if !declared.is_empty() {
+            properties.insert(
+                crate::table::VALUE_COLUMNS_PROPERTY.to_owned(),
+                "declared".to_owned(),
+            );
+        }
+        crate::parquet::compression(&properties)?;
+        Ok(TableCreation::builder()
+            .name(name.name.clone())
+            .schema(schema)
+            .partition_spec(spec)
+            .properties(properties)
+            .build())
+    })
+    .await
+}
+
+/// Loads the dead-letter table of the table `name` ([`TableName::dead_letters`]),
+/// creating it on first use: unpartitioned, with the table's properties (its topic,
+/// codec, target file size), its value format raw.
+pub async fn ensure_dead_letter_table(
+    catalog: &dyn Catalog,
+    name: &TableName,
+    table: &Table,
+) -> iceberg::Result<Table> {
+    let name = name.dead_letters();
+    ensure_table(catalog, &name, || {
+        let mut properties = table.metadata().properties().clone();
+        properties.remove(VALUE_FORMAT_PROPERTY);
+        Ok(TableCreation::builder()
+            .name(name.name.clone())
+            .schema(crate::table::dead_letter_schema()?)
+            .properties(properties)
+            .build())
+    })
+    .await
+}
+
+/// Makes `evolved` (the table's current schema grown by JSON values: columns added,
+/// int widened to long, float to double) the table's current schema, through the
+/// catalog's pointer swap; fails if the table's schema changed meanwhile.
+pub async fn evolve_schema(
+    swap: &dyn TableSwap,
+    table: &Table,
+    evolved: iceberg::spec::Schema,
+) -> iceberg::Result<Table> {
+    let requirements = vec![iceberg::TableRequirement::CurrentSchemaIdMatch {
+        current_schema_id: table.metadata().current_schema_id(),
+    }];
+    let updates = vec![
+        iceberg::TableUpdate::AddSchema { schema: evolved },
+        // -1: the schema just added.
+        iceberg::TableUpdate::SetCurrentSchema { schema_id: -1 },
+    ];
+    swap.commit(table, requirements, updates).await
+}
+
+/// Makes the partition spec `fields` (bound to the table's current schema) the
+/// table's default spec, unless it already is (same source columns and transforms, in
+/// order): new data files are written in it, files already committed keep theirs.
+/// Through the catalog's pointer swap; fails if the default spec changed meanwhile.
+pub async fn evolve_partition_spec(
+    swap: &dyn TableSwap,
+    table: &Table,
+    fields: &[kfs_plan::layout::PartitionField],
+) -> iceberg::Result<Table> {
+    let metadata = table.metadata();
+    let wanted = crate::table::topic_partition_spec(metadata.current_schema(), fields)?;
+    let current = metadata.default_partition_spec();
+    let layout = |fields: Vec<(i32, iceberg::spec::Transform)>| fields;
+    let same = layout(
+        current
+            .fields()
+            .iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect(),
+    ) == layout(
+        wanted
+            .fields()
+            .iter()
+            .map(|f| (f.source_id, f.transform))
+            .collect(),
+    );
+    if same {
+        return Ok(table.clone());
+    }
+    let requirements = vec![iceberg::TableRequirement::DefaultSpecIdMatch {
+        default_spec_id: current.spec_id(),
+    }];
+    let updates = vec![
+        iceberg::TableUpdate::AddSpec { spec: wanted },
+        // -1: the spec just added.
+        iceberg::TableUpdate::SetDefaultSpec { spec_id: -1 },
+    ];
+    swap.commit(table, requirements, updates).await
+}
+
+/// Loads `name`, creating its namespace and the table (as `creation` says) on first
+/// sight, with iceberg-rust's blind commit retries off.
+async fn ensure_table(
+    catalog: &dyn Catalog,
+    name: &TableName,
+    creation: impl FnOnce() -> iceberg::Result<TableCreation>,
+) -> iceberg::Result<Table> {
+    let ident = table_ident(name);
+    let namespace = ident.namespace().clone();
+    if !catalog.namespace_exists(&namespace).await? {
+        match catalog.create_namespace(&namespace, HashMap::new()).await {
+            Ok(_) => {}
+            // Another process won the race (SQL catalogs report it as a constraint error).
+            Err(_) if catalog.namespace_exists(&namespace).await? => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let table = if catalog.table_exists(&ident).await? {
+        catalog.load_table(&ident).await?
+    } else {
+        match catalog.create_table(&namespace, creation()?).await {
+            Ok(table) => table,
+            Err(_) if catalog.table_exists(&ident).await? => catalog.load_table(&ident).await?,
+            Err(e) => return Err(e),
+        }
+    };
+    if table
+        .metadata()
+        .properties()
+        .get(COMMIT_RETRIES_PROPERTY)
+        .map(String::as_str)
+        == Some("0")
+    {
+        return Ok(table);
+    }
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .update_table_properties()
+        .set(COMMIT_RETRIES_PROPERTY.to_owned(), "0".to_owned())
+        .apply(tx)?;
+    tx.commit(catalog).await
+}

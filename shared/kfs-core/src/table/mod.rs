@@ -1,0 +1,18 @@
+//! The topic table: its layout (schema, partition spec, properties), how it is opened
+//! and evolved through the catalog, its history and progress read from snapshot
+//! summaries, and its data files as the planners see them.
+
+mod ensure;
+pub(crate) mod files;
+pub(crate) mod history;
+mod layout;
+
+pub use ensure::{
+    ensure_dead_letter_table, ensure_topic_table, evolve_partition_spec, evolve_schema, table_ident,
+};
+pub use files::{file_stat, live_entries_in, target_file_size};
+pub use history::{
+    MAINTENANCE_ID_KEY, ancestry, find_commit, find_maintenance, newest_record_ms, table_progress,
+    table_watermarks,
+};
+pub use layout::*;
