@@ -12,10 +12,10 @@ use kfs_core::{CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse
 // Every catalog kind with the AWS feature; the SQL, REST and memory ones without it.
 #[cfg(feature = "aws")]
 use kfs_aws::open_catalog_handle;
-#[cfg(not(feature = "aws"))]
-use kfs_core::open_catalog_handle;
 use kfs_core::SqliteLedger;
 use kfs_core::TableSwap;
+#[cfg(not(feature = "aws"))]
+use kfs_core::open_catalog_handle;
 
 use crate::CliError;
 

@@ -2,8 +2,8 @@
 //! `remove-orphans` and `rewrite-manifests`, for one table or every table.
 
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
-use kfs_core::{compact_table, expire_snapshots, remove_orphans, rewrite_manifests};
 use kfs_core::now_ms;
+use kfs_core::{compact_table, expire_snapshots, remove_orphans, rewrite_manifests};
 use kfs_plan::compaction::CompactionPolicy;
 use kfs_plan::naming::TableName;
 
@@ -121,9 +121,7 @@ pub async fn compact(args: &CompactArgs) -> Result<(), CliError> {
             let policy = policy.unwrap_or_else(|| {
                 CompactionPolicy::for_target(kfs_core::target_file_size(&table))
             });
-            let live = kfs_core::testing::live_entries(&table)
-                .await
-                .map_err(pipeline)?;
+            let live = kfs_core::live_entries(&table).await.map_err(pipeline)?;
             let small = live
                 .iter()
                 .filter(|e| e.file_size_in_bytes() < policy.small_below_bytes)

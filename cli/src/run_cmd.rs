@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use kfs_core::OpendalSource;
 use kfs_core::S3Settings;
 use kfs_core::{PipelineConfig, Progress, RunReport, run_once};
-use kfs_core::OpendalSource;
 use kfs_plan::commit::HoldReason;
 use kfs_plan::naming::{TableName, TableNaming, TablePattern, ValueFormat};
 use serde::Deserialize;

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use kfs_core::now_ms;
 use kfs_core::table_ident;
 use kfs_core::table_watermarks;
 use kfs_core::{EntryState, Ledger, LedgerEntry};
-use kfs_core::now_ms;
 use kfs_plan::naming::TableName;
 
 use crate::CliError;

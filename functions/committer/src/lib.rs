@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use kfs_aws::emf::MetricSet;
+use kfs_core::SegmentSource;
 use kfs_core::{CatalogHandle, S3Settings, table_ident};
-use kfs_etcd::read_etcd;
 use kfs_core::{EntryState, Ledger};
 use kfs_core::{MaintenancePolicy, MaintenanceSummary, maintain_table};
-use kfs_aws::emf::MetricSet;
 use kfs_core::{PipelineConfig, PipelineError, run_once};
-use kfs_core::SegmentSource;
+use kfs_etcd::read_etcd;
 use kfs_plan::shard::Shard;
 use serde_json::{Value, json};
 

@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use kfs_core::{ConverterService, ObjectOutcome};
-use kfs_core::Ledger;
 use kfs_aws::emf::MetricSet;
-use kfs_core::{PipelineError, now_ms};
+use kfs_core::Ledger;
 use kfs_core::SegmentSource;
+use kfs_core::{ConverterService, ObjectOutcome};
+use kfs_core::{PipelineError, now_ms};
 use kfs_plan::events::{
     EventBody, EventError, ObjectCreated, parse_eventbridge, parse_s3_notification,
 };

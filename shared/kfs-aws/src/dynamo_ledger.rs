@@ -22,7 +22,10 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
-use kfs_core::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, existing_entry, sort_entries};
+use kfs_core::{
+    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, existing_entry,
+    sort_entries,
+};
 
 /// Name of the sparse work index.
 pub const WORK_INDEX: &str = "work";

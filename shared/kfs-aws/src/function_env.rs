@@ -34,9 +34,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use kfs_core::{CatalogHandle, CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse, open_catalog_handle};
 use kfs_core::MaintenancePolicy;
 use kfs_core::OpendalSource;
+use kfs_core::{CatalogHandle, CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse};
 use kfs_plan::duration::parse_duration;
 use kfs_plan::layout::parse_partition_spec;
 use kfs_plan::naming::{TableNaming, TablePattern, ValueFormat};

@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kfs_core::testing::ensure_topic_table;
-use kfs_core::{CommitSettings, table_progress, table_watermarks};
-use kfs_core::testing::commit_table;
-use kfs_core::testing::{TopicTable, ingest_segment};
 use kfs_core::SourceObject;
+use kfs_core::testing::commit_table;
+use kfs_core::testing::ensure_topic_table;
+use kfs_core::testing::{TopicTable, ingest_segment};
+use kfs_core::{CommitSettings, table_progress, table_watermarks};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::TableNaming;
 use kfs_segment::DecodeLimits;

@@ -4,9 +4,9 @@
 //! version-token swap, and a compaction committed through the same swap; every offset
 //! ends in exactly one of the two tables.
 
+use kfs_core::compact_table;
 use kfs_core::table_ident;
 use kfs_core::table_watermarks;
-use kfs_core::compact_table;
 use kfs_core::{PipelineConfig, now_ms, run_once};
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};

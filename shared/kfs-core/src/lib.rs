@@ -55,4 +55,4 @@ pub use source::{
     MemorySource, OpendalSource, SegmentSource, SegmentStream, SourceError, SourceObject,
 };
 pub use storage::{S3Settings, Warehouse};
-pub use table::{table_ident, table_progress, table_watermarks, target_file_size};
+pub use table::{live_entries, table_ident, table_progress, table_watermarks, target_file_size};

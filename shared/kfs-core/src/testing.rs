@@ -16,7 +16,6 @@ pub use crate::ingest::{TopicTable, ingest_segment};
 pub use crate::ledger::{check_contract, converted_paths};
 pub use crate::parquet::{merge_data_files, writer_properties};
 pub use crate::source::in_memory;
-pub use crate::table::files::live_entries;
 pub use crate::table::{
     METADATA_COLUMNS, arrow_schema, ensure_topic_table, evolve_schema, live_entries_in, schema_for,
 };

@@ -226,10 +226,8 @@ impl LocalStack {
         &self,
         catalog: kfs_core::CatalogHandle,
         concurrency: usize,
-    ) -> kfs_core::ConverterService<
-        kfs_core::OpendalSource,
-        kfs_aws::dynamo_ledger::DynamoLedger,
-    > {
+    ) -> kfs_core::ConverterService<kfs_core::OpendalSource, kfs_aws::dynamo_ledger::DynamoLedger>
+    {
         kfs_core::ConverterService::new(
             self.source(),
             catalog,
@@ -271,7 +269,7 @@ impl LocalStack {
             &self.s3,
         )
         .await
-            .unwrap_or_else(|e| panic!("s3tables catalog: {e}"))
+        .unwrap_or_else(|e| panic!("s3tables catalog: {e}"))
     }
 
     /// The catalog (see the type's docs).

@@ -29,7 +29,8 @@ use iceberg_catalog_glue::GlueCatalog;
 use std::sync::Arc;
 
 use kfs_core::{
-    CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, TableSwap, Warehouse, stage_updates, table_handle,
+    CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, TableSwap, Warehouse, stage_updates,
+    table_handle,
 };
 
 /// The Glue catalog with timestamptz support (see the module docs).

@@ -16,7 +16,10 @@ use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, Runtime, TableIdent, TableRequirement, TableUpdate};
 
-use kfs_core::{CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, S3TablesSettings, TableSwap, stage_updates, table_handle};
+use kfs_core::{
+    CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, S3TablesSettings, TableSwap, stage_updates,
+    table_handle,
+};
 
 /// The pointer swap of S3 Tables.
 #[derive(Debug, Clone)]
@@ -114,15 +117,13 @@ impl TableSwap for S3TablesSwap {
 /// Opens the S3 Tables catalog of `settings` and its swap; S3 locations (the tables'
 /// storage buckets) through `file_io_properties`, the service with the credentials and
 /// region of `s3`.
-pub async fn open(
-    settings: &S3TablesSettings,
-    s3: &S3Settings,
-) -> Result<CatalogHandle> {
+pub async fn open(settings: &S3TablesSettings, s3: &S3Settings) -> Result<CatalogHandle> {
     use iceberg::CatalogBuilder;
     use iceberg_catalog_s3tables::{
         S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN, S3TablesCatalogBuilder,
     };
-    let client = aws_sdk_s3tables::Client::new(&super::aws_config(s3, settings.endpoint.as_deref()).await);
+    let client =
+        aws_sdk_s3tables::Client::new(&super::aws_config(s3, settings.endpoint.as_deref()).await);
     let mut props: HashMap<String, String> = s3.file_io_properties();
     props.insert(
         S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN.to_owned(),

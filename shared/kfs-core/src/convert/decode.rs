@@ -92,9 +92,7 @@ fn decode_records(
             });
         }
     }
-    let last_offset = decoder
-        .summary()
-        .map_or(key.base_offset, |s| s.last_offset);
+    let last_offset = decoder.summary().map_or(key.base_offset, |s| s.last_offset);
     Ok(RecordScan {
         records,
         last_offset,

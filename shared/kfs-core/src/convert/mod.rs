@@ -112,7 +112,7 @@ pub enum ValueColumns<'a> {
     /// As bytes, in the `value` column.
     Raw,
     /// As the table's payload columns (its schema already holds every field the
-    /// segment's values need, see [`scan_json_segment`]); values that do not fit go to
+    /// segment's values need, see `scan_json_segment`); values that do not fit go to
     /// `dead_letters`.
     Json {
         /// The dead-letter table, when the segment has records for it.

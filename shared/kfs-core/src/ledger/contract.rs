@@ -238,6 +238,7 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::{MemoryLedger, SqliteLedger};
 
     #[tokio::test]
     async fn memory_ledger_keeps_the_contract() -> Result<(), String> {

@@ -1,9 +1,9 @@
 //! The table's data files as the planners see them: live manifest entries (optionally
 //! of one partition spec), the target file size, and a file's size and offset order.
 
+use iceberg::Result;
 use iceberg::spec::{DataFile, ManifestContentType, ManifestEntry};
 use iceberg::table::Table;
-use iceberg::Result;
 use kfs_plan::compaction::FileStat;
 
 use super::{OFFSET_FIELD_ID, PARTITION_FIELD_ID};
@@ -64,7 +64,6 @@ fn offset_order(file: &DataFile) -> String {
 }
 
 /// The live data files of the current snapshot, with their manifest entries.
-#[cfg(feature = "test-support")]
 pub async fn live_entries(table: &Table) -> Result<Vec<ManifestEntry>> {
     live_entries_in(table, None).await
 }

@@ -19,7 +19,7 @@
 //!
 //! A JSON table (`kfs.value-format` = `json`) has the same columns without `value`
 //! (`headers` 7, `timestamp` 8, the header fields 9-11), plus one column per field of
-//! its values, added as they appear ([`crate::json_values`]). Its dead-letter table
+//! its values, added as they appear (`convert::json`). Its dead-letter table
 //! `<table>__dlq` has the raw table's columns plus `error` and `segment`.
 
 use std::collections::HashMap;
@@ -76,7 +76,7 @@ pub fn declared_columns(table: &iceberg::table::Table) -> bool {
 /// The schema a new table of `format` starts with: for `json`, the Kafka metadata
 /// columns of the raw table without `value` (ids 1-8), the `declared` columns (if
 /// any), then the headers' element and fields; the values' other fields are added as
-/// they appear ([`crate::json_values`]) unless columns were declared.
+/// they appear (`convert::json`) unless columns were declared.
 pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Result<Schema> {
     match format {
         ValueFormat::Raw if declared.is_empty() => topic_schema(),

@@ -10,7 +10,7 @@ mod layout;
 pub use ensure::{
     ensure_dead_letter_table, ensure_topic_table, evolve_partition_spec, evolve_schema, table_ident,
 };
-pub use files::{file_stat, live_entries_in, target_file_size};
+pub use files::{file_stat, live_entries, live_entries_in, target_file_size};
 pub use history::{
     MAINTENANCE_ID_KEY, ancestry, find_commit, find_maintenance, newest_record_ms, table_progress,
     table_watermarks,

@@ -38,7 +38,7 @@ impl std::fmt::Display for Rejection {
 }
 
 /// Parses a record value into the JSON object whose fields become columns, with the
-/// top-level keys renamed to their columns ([`column_name`]). A null value (a
+/// top-level keys renamed to their columns (`column_name`). A null value (a
 /// tombstone) is an empty object: the row keeps its metadata, every field null.
 pub fn parse_value(value: Option<&[u8]>) -> Result<Map<String, Value>, Rejection> {
     let Some(bytes) = value else {
