@@ -3,12 +3,10 @@
 //! credentials read from a file, the REST warehouse name apart from the storage
 //! location. pyiceberg reads the tables back through the same REST catalog and finds
 //! exactly the encoded rows; a rerun commits nothing; the secret is never printed; a
-//! missing option or a bad credentials file is refused with what is wrong. And the SQL
-//! catalog on PostgreSQL (a server started for the test): run, compact (a replace
-//! snapshot through the row swap) and rerun, read back by pyiceberg's SQL catalog on
-//! the same database.
+//! missing option or a bad credentials file is refused with what is wrong. (The SQL
+//! catalog on PostgreSQL: `servers::postgres_cli`.)
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -144,76 +142,4 @@ async fn run_commits_to_a_rest_catalog_with_client_credentials_from_a_file() {
         stderr.contains("--catalog-type rest needs --catalog-uri"),
         "{stderr}"
     );
-}
-
-/// `kfs-iceberg ARGS --warehouse WH --state STATE --catalog-type sql --catalog-uri URL`.
-fn on_postgres(args: &[&str], warehouse: &Path, state: &Path, url: &str) -> Command {
-    let mut command = kfs();
-    command
-        .args(args)
-        .arg("--warehouse")
-        .arg(warehouse)
-        .arg("--state")
-        .arg(state)
-        .args(["--catalog-type", "sql", "--catalog-uri", url]);
-    command
-}
-
-#[test]
-fn run_and_compact_with_the_sql_catalog_on_postgresql() {
-    let postgres = kfs_testkit::Postgres::start();
-    let dir = tempdir();
-    let source = dir.path().join("bucket");
-    succeed(
-        kfs().arg("gen").arg("--out").arg(&source).args([
-            "--topics",
-            "2",
-            "--segments",
-            "3",
-            "--records",
-            "100",
-        ]),
-        "gen",
-    );
-    write_expected(&source);
-    let (warehouse, state) = (dir.path().join("wh"), dir.path().join("state"));
-    let run = |what: &str| {
-        let mut command = on_postgres(
-            &["run", "--quiet", "--no-coalesce"],
-            &warehouse,
-            &state,
-            &postgres.url,
-        );
-        command.arg("--source").arg(&source);
-        succeed(&mut command, what)
-    };
-    run("run on PostgreSQL");
-    let verify = || {
-        succeed(
-            Command::new("python3")
-                .arg(repo().join("tests/python/verify_tables.py"))
-                .arg("--warehouse")
-                .arg(&warehouse)
-                .arg("--expected")
-                .arg(&source)
-                .args(["--no-duckdb", "--sql-uri"])
-                .arg(format!(
-                    "postgresql+psycopg2://kfs@127.0.0.1:{}/postgres",
-                    postgres.port
-                )),
-            "verify_tables.py through the PostgreSQL catalog",
-        )
-    };
-    verify();
-    // Compaction commits a replace snapshot through the catalog's row swap.
-    let compacted = succeed(
-        &mut on_postgres(&["compact"], &warehouse, &state, &postgres.url),
-        "compact on PostgreSQL",
-    );
-    let report = String::from_utf8_lossy(&compacted.stdout);
-    assert!(report.contains("kafscale.orders"), "{report}");
-    verify();
-    let again = run("rerun on PostgreSQL");
-    let printed = String::from_utf8_lossy(&again.stdout);
-    assert!(printed.contains("(0 new, 12 already known)"), "{printed}");
 }

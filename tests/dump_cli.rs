@@ -2,7 +2,7 @@
 //! by the independent Python encoder (`tests/independent/`), and against every
 //! malformed file of the corpus (`tests/corpus/`).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,7 +1,7 @@
 //! End to end: `kfs-iceberg gen` writes the broker's bucket layout, deterministically,
 //! and every segment it writes verifies with `dump`.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 //! table plus its dead-letter table hold every encoded offset exactly once, across a
 //! rerun and the maintenance of both tables too (`tests/python/check_json_values.py`).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

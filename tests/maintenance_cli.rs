@@ -7,7 +7,7 @@
 //! appends and compactions as concurrent processes and checks nothing is lost or
 //! duplicated.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command};

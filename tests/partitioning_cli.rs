@@ -6,7 +6,7 @@
 //! (one file per day), rerun (nothing added), and committed one file per segment and
 //! day, then compacted per day. A bad spec is refused with its position and reason.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

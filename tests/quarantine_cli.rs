@@ -3,7 +3,7 @@
 //! `retry` releases it and the next run commits it and the segments behind it; `skip`
 //! gives its offsets up, and the next run records them as a skipped gap.
 
-mod support;
+use crate::support;
 
 use support::{kfs, output_of, succeed, tempdir};
 

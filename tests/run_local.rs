@@ -1,20 +1,19 @@
 //! End to end: `kfs-iceberg run` on the embedded default (SQLite catalog and ledger,
-//! local warehouse) and against S3 (moto), read back independently with pyiceberg and
+//! local warehouse), read back independently with pyiceberg and
 //! DuckDB (`tests/python/verify_tables.py`) and compared row by row with what was
 //! encoded. Covers rerun idempotency, incremental runs, and runs killed at random
-//! moments.
+//! moments. (Against S3 on moto: `servers::moto_cli`.)
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kfs_testkit::Moto;
 use serde_json::Value;
 use support::{files_under, independent_bucket, kfs, repo, succeed, tempdir, write_expected};
 
-fn run(source: &str, warehouse: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
+pub(crate) fn run(source: &str, warehouse: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
     let mut command = kfs();
     command
         .args([
@@ -31,7 +30,12 @@ fn run(source: &str, warehouse: &str, extra: &[&str], env: &[(&str, &str)]) -> S
 }
 
 /// Runs the independent checker; returns its per-table facts.
-fn verify(warehouse: &str, expected: &Path, extra: &[&str], env: &[(&str, &str)]) -> Value {
+pub(crate) fn verify(
+    warehouse: &str,
+    expected: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Value {
     let mut command = Command::new("python3");
     command
         .arg(repo().join("tests/python/verify_tables.py"))
@@ -47,7 +51,7 @@ fn verify(warehouse: &str, expected: &Path, extra: &[&str], env: &[(&str, &str)]
         .unwrap_or_else(|e| panic!("verify_tables.py printed no JSON: {e}"))
 }
 
-fn snapshots(facts: &Value) -> Vec<(String, u64)> {
+pub(crate) fn snapshots(facts: &Value) -> Vec<(String, u64)> {
     facts
         .as_object()
         .map(|tables| {
@@ -244,55 +248,4 @@ fn runs_killed_at_random_moments_still_end_with_every_record_exactly_once() {
         "{killed} of {} runs killed (full run {full_run:?}); afterwards: {facts}",
         waves * 3
     );
-}
-
-#[test]
-fn s3_source_and_warehouse_against_moto() {
-    let moto = Moto::start();
-    let env_owned = moto.env();
-    let env: Vec<(&str, &str)> = env_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let env = env.as_slice();
-    let bucket = tempdir();
-    independent_bucket(5, bucket.path());
-    moto.tool(&["mb", "kafscale-segments", "lakehouse"]);
-    moto.tool(&[
-        "put",
-        &bucket.path().to_string_lossy(),
-        "s3://kafscale-segments/cluster-a",
-    ]);
-    let state = tempdir();
-    let state_dir = state.path().to_string_lossy().into_owned();
-    let warehouse = "s3://lakehouse/warehouse";
-    let summary = run(
-        "s3://kafscale-segments/cluster-a",
-        warehouse,
-        &["--state", &state_dir],
-        env,
-    );
-    assert!(
-        summary.contains("0 quarantined") && summary.contains("1 incomplete"),
-        "{summary}"
-    );
-    let catalog_db = state
-        .path()
-        .join("catalog.db")
-        .to_string_lossy()
-        .into_owned();
-    let extra = [
-        "--no-duckdb",
-        "--catalog-db",
-        catalog_db.as_str(),
-        "--s3-endpoint",
-        moto.endpoint.as_str(),
-    ];
-    let first = verify(warehouse, bucket.path(), &extra, env);
-    let again = run(
-        "s3://kafscale-segments/cluster-a",
-        warehouse,
-        &["--state", &state_dir],
-        env,
-    );
-    assert!(again.contains("0 converted"), "{again}");
-    let second = verify(warehouse, bucket.path(), &extra, env);
-    assert_eq!(snapshots(&first), snapshots(&second));
 }

@@ -38,6 +38,9 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// Show watermarks, pending work and quarantined segments per table.
     Status(status_cmd::StatusArgs),
+    /// Maintain tables as the committer does: compaction, snapshot expiry, manifest
+    /// rewrite and orphan cleanup, by one policy.
+    Maintain(maintain_cmd::MaintainArgs),
     /// Rewrite small data files into target-size files (replace snapshots).
     Compact(maintain_cmd::CompactArgs),
     /// Remove old snapshots and the files only they reached.
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Gen(args) => gen_cmd::run(&args),
         Command::Run(args) => block_on(run_cmd::run(&args)),
         Command::Status(args) => block_on(status_cmd::run(&args)),
+        Command::Maintain(args) => block_on(maintain_cmd::maintain(&args)),
         Command::Compact(args) => block_on(maintain_cmd::compact(&args)),
         Command::ExpireSnapshots(args) => block_on(maintain_cmd::expire(&args)),
         Command::RemoveOrphans(args) => block_on(maintain_cmd::orphans(&args)),

@@ -1,9 +1,14 @@
-//! The maintenance commands on the embedded catalog: `compact`, `expire-snapshots`,
-//! `remove-orphans` and `rewrite-manifests`, for one table or every table.
+//! The maintenance commands on the embedded catalog: `maintain` (everything the
+//! committer does after its commits, by the same policy and code), and each step on its
+//! own: `compact`, `expire-snapshots`, `remove-orphans` and `rewrite-manifests`, for one
+//! table or every table.
 
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use kfs_core::now_ms;
-use kfs_core::{compact_table, expire_snapshots, remove_orphans, rewrite_manifests};
+use kfs_core::{
+    MaintenancePolicy, compact_table, expire_snapshots, maintain_tables, remove_orphans,
+    rewrite_manifests,
+};
 use kfs_plan::compaction::CompactionPolicy;
 use kfs_plan::naming::TableName;
 
@@ -22,6 +27,29 @@ pub struct Target {
     /// Report what would be done, change nothing.
     #[arg(long)]
     dry_run: bool,
+}
+
+/// Arguments of `maintain`.
+#[derive(Debug, clap::Args)]
+pub struct MaintainArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Do not compact small files.
+    #[arg(long)]
+    no_compact: bool,
+    /// Expire snapshots older than this (at least one is kept).
+    #[arg(long, default_value = "5d")]
+    snapshot_retention: String,
+    /// Keep at most this many snapshots whatever their age (`0`: age only).
+    #[arg(long, default_value_t = 1000)]
+    max_snapshots: usize,
+    /// Merge a table's manifests past this many.
+    #[arg(long, default_value_t = 10)]
+    max_manifests: usize,
+    /// Delete unreferenced files older than this (`off`: no orphan cleanup). Keep it
+    /// longer than any conversion takes.
+    #[arg(long, default_value = "3d")]
+    orphan_age: String,
 }
 
 /// Arguments of `compact`.
@@ -105,6 +133,81 @@ fn cutoff(older_than: &str) -> Result<i64, CliError> {
     let age =
         parse_duration(older_than).map_err(|e| CliError::Usage(format!("--older-than {e}")))?;
     Ok(now_ms().saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX)))
+}
+
+/// Runs `maintain`: [`maintain_tables`], as the committer runs it after a tick.
+pub async fn maintain(args: &MaintainArgs) -> Result<(), CliError> {
+    if args.target.dry_run {
+        return Err(CliError::Usage(
+            "maintain has no --dry-run: use it on compact, expire-snapshots or remove-orphans"
+                .into(),
+        ));
+    }
+    let duration = |option: &str, text: &str| {
+        parse_duration(text).map_err(|e| CliError::Usage(format!("--{option} {e}")))
+    };
+    let policy = MaintenancePolicy {
+        compact: !args.no_compact,
+        snapshot_retention: duration("snapshot-retention", &args.snapshot_retention)?,
+        max_snapshots: Some(args.max_snapshots).filter(|&n| n > 0),
+        max_manifests: args.max_manifests,
+        orphan_age: match args.orphan_age.as_str() {
+            "off" => None,
+            text => Some(duration("orphan-age", text)?),
+        },
+        // On demand: orphan cleanup runs whenever asked, not once per interval.
+        orphan_interval: std::time::Duration::ZERO,
+        ..MaintenancePolicy::default()
+    };
+    let embedded = args.target.warehouse.open().await?;
+    let names: Vec<TableName> = tables(&embedded, &args.target)
+        .await?
+        .iter()
+        .map(|ident| TableName {
+            namespace: ident.namespace().to_url_string(),
+            name: ident.name().to_owned(),
+        })
+        .collect();
+    let results = maintain_tables(
+        kfs_core::CatalogAccess {
+            catalog: embedded.catalog.as_ref(),
+            swap: embedded.swap.as_ref(),
+        },
+        &embedded.ledger,
+        &kfs_core::S3Settings::from_env(),
+        &names,
+        &policy,
+        None,
+    )
+    .await;
+    let mut failed = 0;
+    for (table, result) in &results {
+        match result {
+            Ok(m) => println!(
+                "{table}: {} files compacted, {} snapshots expired, {} files deleted, manifests {}, orphan cleanup {}",
+                m.files_compacted,
+                m.snapshots_expired,
+                m.files_deleted,
+                if m.manifests_rewritten {
+                    "merged"
+                } else {
+                    "kept"
+                },
+                if m.orphan_cleanup { "ran" } else { "skipped" },
+            ),
+            Err(e) => {
+                failed += 1;
+                eprintln!("{table}: maintenance failed: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(CliError::Pipeline(format!(
+            "maintenance failed for {failed} of {} tables (the others are done)",
+            results.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Runs `compact`.

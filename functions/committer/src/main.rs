@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kfs_aws::function_env::FunctionEnv;
-use kfs_committer::{Committer, Maintenance};
-use kfs_core::PipelineConfig;
+use kfs_committer::Committer;
+use kfs_core::{PipelineConfig, TickMaintenance};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
@@ -39,7 +39,7 @@ async fn main() -> Result<(), Error> {
             ..PipelineConfig::default()
         },
         etcd_endpoints: env.etcd_endpoints.clone(),
-        maintenance: env.maintenance.clone().map(|policy| Maintenance {
+        maintenance: env.maintenance.clone().map(|policy| TickMaintenance {
             policy,
             s3: env.s3.clone(),
         }),

@@ -42,6 +42,7 @@ use kfs_plan::layout::parse_partition_spec;
 use kfs_plan::naming::{TableNaming, TablePattern, ValueFormat};
 
 use crate::dynamo_ledger::DynamoLedger;
+pub use crate::error::ConfigError;
 
 /// Structured JSON logs on stdout (CloudWatch adds the timestamps), filtered by
 /// `RUST_LOG`.
@@ -54,11 +55,6 @@ pub fn init_logging() {
         .without_time()
         .init();
 }
-
-/// A missing or invalid setting.
-#[derive(Debug, thiserror::Error)]
-#[error("configuration: {0}")]
-pub struct ConfigError(pub String);
 
 /// The settings of a function.
 #[derive(Debug, Clone)]

@@ -6,7 +6,9 @@
 pub mod catalog;
 pub mod dynamo_ledger;
 pub mod emf;
+mod error;
 pub mod function_env;
 pub mod secrets;
 
 pub use catalog::{aws_config, open_catalog_handle};
+pub use error::ConfigError;

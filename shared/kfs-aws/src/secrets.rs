@@ -4,7 +4,7 @@
 
 use kfs_core::RestCredentials;
 
-use crate::function_env::ConfigError;
+use crate::error::ConfigError;
 
 /// Where credentials are kept, by the ARN given.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,8 +10,8 @@
 //! (segments in), `ledger`, `catalog` (and pointer swaps), `parquet` (writer settings
 //! and merges), `table` (layout, history, opening), `convert` (one segment to data
 //! files), `commit` (exactly-once appends), `maintenance`, `error`, `ingest` (one
-//! segment into the ledger), `pass` (one pipeline pass), `converter` (the converter
-//! function's core).
+//! segment into the ledger), `pass` (one pipeline pass), `tick` (the committer's
+//! tick), `converter` (the converter function's core).
 
 mod catalog;
 mod clock;
@@ -30,10 +30,12 @@ mod storage;
 mod table;
 #[cfg(feature = "test-support")]
 pub mod testing;
+mod tick;
 
 pub use catalog::{
-    CatalogAccess, CatalogHandle, CatalogKind, LOCAL_CATALOG_NAME, RestCredentials, RestSettings,
-    S3TablesSettings, TableSwap, is_table_bucket_arn, open_catalog_handle, stage_updates,
+    CatalogAccess, CatalogHandle, CatalogKind, CatalogOverrides, LOCAL_CATALOG_NAME,
+    MetadataPointer, Overridden, RestCredentials, RestSettings, S3TablesSettings, TableSwap,
+    commit_through, is_table_bucket_arn, lost_race, open_catalog_handle, publish, stage_updates,
     table_handle,
 };
 pub use clock::now_ms;
@@ -46,13 +48,15 @@ pub use ledger::{
 };
 pub use maintenance::{
     CompactionReport, ExpiryReport, MaintenanceError, MaintenancePolicy, MaintenanceSummary,
-    OrphanReport, compact_table, expire_snapshots, maintain_table, remove_orphans,
+    OrphanReport, compact_table, expire_snapshots, maintain_table, maintain_tables, remove_orphans,
     rewrite_manifests,
 };
-pub use parquet::compression;
 pub use pass::{PipelineConfig, Progress, RunReport, run_once};
 pub use source::{
     MemorySource, OpendalSource, SegmentSource, SegmentStream, SourceError, SourceObject,
 };
 pub use storage::{S3Settings, Warehouse};
-pub use table::{live_entries, table_ident, table_progress, table_watermarks, target_file_size};
+pub use table::{
+    compression, live_entries, table_ident, table_progress, table_watermarks, target_file_size,
+};
+pub use tick::{Backlog, TickMaintenance, TickReport, backlog, run_tick};

@@ -5,32 +5,26 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::faults::{Faults, FaultyLedger, Mode, Step};
 use kfs_core::testing::commit_table;
 use kfs_core::testing::open_sql_catalog;
 use kfs_core::testing::{TopicTable, ingest_segment};
 use kfs_core::{CommitSettings, table_watermarks};
-use kfs_core::{InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
+use kfs_core::{Ledger, SqliteLedger};
 use kfs_core::{MemorySource, SourceObject};
 use kfs_core::{S3Settings, Warehouse};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::TableNaming;
 use kfs_plan::offsets::{Gap, GapReason};
-use kfs_segment::{BatchSpec, Compression, DecodeLimits, OwnedRecord, encode_segment};
+use kfs_segment::{Compression, DecodeLimits};
+use kfs_workload::{encode_records, simple_records};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// A segment of `count` records starting at `base`.
 fn segment(base: i64, count: i64) -> Vec<u8> {
-    let records = (base..base + count)
-        .map(|offset| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
-            key: Some(format!("k{offset}").into_bytes()),
-            value: Some(vec![b'v'; 100]),
-            headers: vec![],
-        })
-        .collect();
-    match encode_segment(&[BatchSpec::new(records, Compression::Zstd)], 1) {
+    let records = simple_records(base, count, |_| Some(vec![b'v'; 100]));
+    match encode_records(records, Compression::Zstd) {
         Ok(s) => s.kfs,
         Err(e) => panic!("encode: {e}"),
     }
@@ -186,67 +180,14 @@ async fn two_committers_racing_commit_every_segment_once() -> TestResult {
     Ok(())
 }
 
-/// A ledger whose `mark_committed` fails a number of times after the commit landed,
-/// and whose client may retry an insert whose first attempt landed (as the AWS SDK
-/// does after a lost response): the retry finds the entry it wrote.
-struct LosesMarks<L> {
-    inner: L,
-    failures_left: AtomicUsize,
-    retried_inserts: bool,
-}
-
-impl<L: Ledger> Ledger for LosesMarks<L> {
-    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
-        self.inner.get(segment).await
-    }
-    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
-        let first = self.inner.insert(entry).await?;
-        if self.retried_inserts {
-            return self.inner.insert(entry).await;
-        }
-        Ok(first)
-    }
-    async fn list(
-        &self,
-        state: Option<&str>,
-        table: Option<&str>,
-    ) -> Result<Vec<LedgerEntry>, LedgerError> {
-        self.inner.list(state, table).await
-    }
-    async fn mark_committed(
-        &self,
-        segments: &[String],
-        snapshot_id: i64,
-        now_ms: i64,
-    ) -> Result<usize, LedgerError> {
-        if self
-            .failures_left
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(LedgerError::Store {
-                message: "injected: connection lost".into(),
-                retryable: true,
-            });
-        }
-        self.inner
-            .mark_committed(segments, snapshot_id, now_ms)
-            .await
-    }
-    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
-        self.inner.release_quarantined(segment).await
-    }
-    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        self.inner.skip_quarantined(segment, now_ms).await
-    }
-}
-
 #[tokio::test]
 async fn a_commit_whose_marking_was_lost_is_recovered_not_repeated() -> TestResult {
     let setup = setup().await?;
-    let ledger = LosesMarks {
-        inner: SqliteLedger::open(&setup.ledger_path).await?,
-        failures_left: AtomicUsize::new(1),
+    // `mark_committed` fails once, after the commit landed.
+    let inner = SqliteLedger::open(&setup.ledger_path).await?;
+    let ledger = FaultyLedger {
+        inner: &inner,
+        faults: Faults::new(Step::MarkCommitted, Mode::ErrorBefore, 1),
         retried_inserts: false,
     };
     let bases = [0, 10, 20];
@@ -467,9 +408,10 @@ async fn a_compaction_racing_an_append_restages_and_loses_nothing() -> TestResul
 #[tokio::test]
 async fn a_retried_insert_that_finds_its_own_entry_keeps_its_files() -> TestResult {
     let setup = setup().await?;
-    let ledger = LosesMarks {
-        inner: SqliteLedger::open(&setup.ledger_path).await?,
-        failures_left: AtomicUsize::new(0),
+    let inner = SqliteLedger::open(&setup.ledger_path).await?;
+    let ledger = FaultyLedger {
+        inner: &inner,
+        faults: Faults::none(),
         retried_inserts: true,
     };
     convert(&setup, &ledger, &[0, 10]).await?;

@@ -21,7 +21,7 @@
 //! every partition); every file the table references exists; every ledger entry is
 //! committed.
 
-mod faults;
+use crate::faults;
 
 use std::sync::atomic::Ordering;
 

@@ -7,8 +7,8 @@
 //! ticks: every offset is in exactly one of the two tables, once, the non-JSON ones in
 //! the dead-letter table.
 
-mod faults;
-mod local;
+use crate::faults;
+use crate::local;
 
 use std::sync::atomic::Ordering;
 

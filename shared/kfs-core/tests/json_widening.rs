@@ -8,7 +8,7 @@
 //! A value whose column the table refuses (named like a partition field) quarantines
 //! its segment, with the reason, and nothing else.
 
-mod local;
+use crate::local;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! in one of the two tables. A commit staged on a table that moved meanwhile is refused as a
 //! conflict, through the catalog and through the swap alike.
 
-mod local;
+use crate::local;
 
 use std::collections::HashMap;
 

@@ -11,21 +11,20 @@ use kfs_core::testing::{ensure_topic_table, open_sql_catalog};
 use kfs_core::{S3Settings, Warehouse};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::TableNaming;
-use kfs_segment::{BatchSpec, Compression, DecodeLimits, OwnedRecord, encode_segment};
+use kfs_segment::{Compression, DecodeLimits};
+use kfs_workload::{encode_records, simple_records};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn segment(base: i64, count: i64) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
-    let records = (base..base + count)
-        .map(|offset| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
-            key: (offset % 3 != 0).then(|| format!("k{offset}").into_bytes()),
-            value: Some(vec![(offset % 251) as u8; 300]),
-            headers: vec![("h".into(), Some(vec![1, 2]))],
-        })
-        .collect();
-    Ok(encode_segment(&[BatchSpec::new(records, Compression::Zstd)], 1)?.kfs)
+    let mut records = simple_records(base, count, |offset| Some(vec![(offset % 251) as u8; 300]));
+    for record in &mut records {
+        if record.offset % 3 == 0 {
+            record.key = None;
+        }
+        record.headers = vec![("h".into(), Some(vec![1, 2]))];
+    }
+    Ok(encode_records(records, Compression::Zstd)?.kfs)
 }
 
 /// (offset, key, value length) of every row, in file order.

@@ -5,7 +5,7 @@
 //! new segments are written in it; the committed file keeps its layout. Every offset is
 //! read back exactly once, and compaction merges only files of the current spec.
 
-mod local;
+use crate::local;
 
 use kfs_core::Ledger;
 use kfs_core::SourceObject;

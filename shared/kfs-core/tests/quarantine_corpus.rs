@@ -16,7 +16,7 @@ use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 use kfs_plan::offsets::{Gap, GapReason};
 
-mod faults;
+use crate::faults;
 
 use faults::segment;
 

@@ -1,6 +1,7 @@
 //! Test helpers shared by the workspace's tests: a moto server (S3, DynamoDB, Glue)
 //! on a free local port, stopped when dropped, and the workspace paths.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,29 +42,35 @@ pub struct Moto {
 impl Moto {
     /// Starts `moto_server` (from `pip install "moto[server]"`, through
     /// `tests/python/moto_server.py`, which fixes one answer of its S3 Tables API) on a
-    /// free port and waits until it accepts connections.
+    /// port the system chooses (the server reports it: no race with other tests for a
+    /// free port) and waits until it accepts connections.
     pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap_or_else(|e| panic!("no free port: {e}"));
-        let child = Command::new("python3")
+        let mut child = Command::new("python3")
             .arg(workspace_root().join("tests/python/moto_server.py"))
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
+            .args(["-H", "127.0.0.1", "--ephemeral"])
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("moto_server (pip install -r tests/requirements.txt): {e}"));
-        let endpoint = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not start on {endpoint}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
+            .unwrap_or_else(|e| panic!("cannot run python3 for moto_server: {e}"));
+        let mut line = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            let _ = BufReader::new(stdout).read_line(&mut line);
         }
-        Self { child, endpoint }
+        let Some(port) = line
+            .trim()
+            .strip_prefix("listening on ")
+            .and_then(|p| p.parse::<u16>().ok())
+        else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "moto_server did not start (is moto installed? pip install -r tests/requirements.txt); it said {line:?}"
+            );
+        };
+        Self {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        }
     }
 
     /// The AWS environment variables that point a client at this server.
@@ -103,21 +110,13 @@ impl Drop for Moto {
 /// A segment of `count` records from offset `base`, with its index: keys `k<offset>`,
 /// 100-byte values, zstd.
 pub fn sample_segment(base: i64, count: i64, value_byte: u8) -> kfs_segment::EncodedSegment {
-    use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
-    let records = (base..base + count)
-        .map(|offset| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
-            key: Some(format!("k{offset}").into_bytes()),
-            value: Some(vec![value_byte; 100]),
-            headers: vec![("h".to_owned(), Some(b"x".to_vec()))],
-        })
-        .collect();
-    encode_segment(
-        &[BatchSpec::new(records, Compression::Zstd)],
-        1_700_000_000_000,
-    )
-    .unwrap_or_else(|e| panic!("encode: {e}"))
+    let mut records = kfs_workload::simple_records(base, count, |_| Some(vec![value_byte; 100]));
+    for record in &mut records {
+        record.headers = vec![("h".to_owned(), Some(b"x".to_vec()))];
+    }
+    let batch = kfs_segment::BatchSpec::new(records, kfs_segment::Compression::Zstd);
+    kfs_segment::encode_segment(&[batch], 1_700_000_000_000)
+        .unwrap_or_else(|e| panic!("encode: {e}"))
 }
 
 /// Source, ledger and catalog on a moto server: the world the Lambda functions see,

@@ -345,6 +345,36 @@ fn order_json(rng: &mut Rng, offset: i64, later_fields: bool) -> Vec<u8> {
     out.into_bytes()
 }
 
+/// The records of a small fixed segment, for tests and benchmarks that need exact
+/// contents rather than a realistic workload: offsets `base..base + count`, timestamps
+/// `1_700_000_000_000 + offset`, key `k<offset>`, the value `value(offset)`, no headers.
+/// Adjust the records before [`encode_records`] where a test needs other keys or
+/// headers.
+pub fn simple_records(
+    base: i64,
+    count: i64,
+    value: impl Fn(i64) -> Option<Vec<u8>>,
+) -> Vec<OwnedRecord> {
+    (base..base + count)
+        .map(|offset| OwnedRecord {
+            offset,
+            timestamp_ms: 1_700_000_000_000 + offset,
+            key: Some(format!("k{offset}").into_bytes()),
+            value: value(offset),
+            headers: Vec::new(),
+        })
+        .collect()
+}
+
+/// `records` as one segment of one batch compressed with `codec` (its `.kfs` and
+/// `.index` bytes).
+pub fn encode_records(
+    records: Vec<OwnedRecord>,
+    codec: Compression,
+) -> Result<EncodedSegment, EncodeError> {
+    encode_segment(&[BatchSpec::new(records, codec)], 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,8 +12,8 @@
 //!   conditional on that `VersionId`: a concurrent commit makes it fail with a conflict,
 //!   which the committer answers by re-reading the table and re-planning.
 
-use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_glue::types::{Column, StorageDescriptor, TableInput};
@@ -21,16 +21,13 @@ use iceberg::io::FileIO;
 use iceberg::spec::{NestedFieldRef, PrimitiveType, TableMetadata, TableMetadataBuilder, Type};
 use iceberg::table::Table;
 use iceberg::{
-    Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, Runtime,
-    TableCommit, TableCreation, TableIdent, TableRequirement, TableUpdate,
+    Catalog, Error, ErrorKind, MetadataLocation, NamespaceIdent, Result, Runtime, TableCommit,
+    TableCreation, TableIdent, TableRequirement, TableUpdate,
 };
 use iceberg_catalog_glue::GlueCatalog;
-
-use std::sync::Arc;
-
 use kfs_core::{
-    CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, TableSwap, Warehouse, stage_updates,
-    table_handle,
+    CatalogHandle, CatalogOverrides, LOCAL_CATALOG_NAME, MetadataPointer, Overridden, S3Settings,
+    TableSwap, Warehouse, commit_through, lost_race, publish, table_handle,
 };
 
 /// The Glue catalog with timestamptz support (see the module docs).
@@ -147,98 +144,12 @@ impl GlueTables {
             runtime: Runtime::try_current()?,
         })
     }
-
-    /// The table, with the Glue `VersionId` its metadata belongs to.
-    async fn load_versioned(&self, ident: &TableIdent) -> Result<(Table, Option<String>)> {
-        let database = database(ident.namespace())?;
-        let response = self
-            .glue
-            .get_table()
-            .database_name(&database)
-            .name(ident.name())
-            .send()
-            .await
-            .map_err(|e| {
-                let service = e.into_service_error();
-                if service.is_entity_not_found_exception() {
-                    Error::new(
-                        ErrorKind::TableNotFound,
-                        format!("table {ident} is not found"),
-                    )
-                } else {
-                    glue_error("GetTable", service)
-                }
-            })?;
-        let table = response.table().ok_or_else(|| {
-            Error::new(
-                ErrorKind::TableNotFound,
-                format!("table {ident} is not found"),
-            )
-        })?;
-        let location = table
-            .parameters()
-            .and_then(|p| p.get("metadata_location"))
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::DataInvalid,
-                    format!("Glue table {ident} has no metadata_location"),
-                )
-            })?;
-        let metadata = TableMetadata::read_from(&self.file_io, location).await?;
-        let table = table_handle(
-            &self.file_io,
-            self.runtime.clone(),
-            ident.clone(),
-            location.clone(),
-            metadata,
-        )?;
-        Ok((table, table_version(response.table())))
-    }
 }
 
-fn table_version(table: Option<&aws_sdk_glue::types::Table>) -> Option<String> {
-    table.and_then(|t| t.version_id()).map(str::to_owned)
-}
-
-#[async_trait::async_trait]
-impl Catalog for GlueTables {
-    async fn list_namespaces(
-        &self,
-        parent: Option<&NamespaceIdent>,
-    ) -> Result<Vec<NamespaceIdent>> {
-        self.inner.list_namespaces(parent).await
-    }
-
-    async fn create_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<Namespace> {
-        self.inner.create_namespace(namespace, properties).await
-    }
-
-    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
-        self.inner.get_namespace(namespace).await
-    }
-
-    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        self.inner.namespace_exists(namespace).await
-    }
-
-    async fn update_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<()> {
-        self.inner.update_namespace(namespace, properties).await
-    }
-
-    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
-        self.inner.drop_namespace(namespace).await
-    }
-
-    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
-        self.inner.list_tables(namespace).await
+#[async_trait]
+impl CatalogOverrides for GlueTables {
+    fn inner(&self) -> &dyn Catalog {
+        &self.inner
     }
 
     async fn create_table(
@@ -292,36 +203,34 @@ impl Catalog for GlueTables {
     }
 
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
-        Ok(self.load_versioned(table).await?.0)
-    }
-
-    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
-        self.inner.drop_table(table).await
-    }
-
-    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
-        self.inner.purge_table(table).await
-    }
-
-    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
-        self.inner.table_exists(table).await
-    }
-
-    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
-        self.inner.rename_table(src, dest).await
-    }
-
-    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
-        self.inner.register_table(table, metadata_location).await
+        let (location, _) = self.current(table).await?;
+        let metadata = TableMetadata::read_from(&self.file_io, &location).await?;
+        table_handle(
+            &self.file_io,
+            self.runtime.clone(),
+            table.clone(),
+            location,
+            metadata,
+        )
     }
 
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {
         let ident = commit.identifier().clone();
-        let (current, version) = self.load_versioned(&ident).await?;
-        let current_location = current.metadata_location_result()?.to_owned();
+        // The metadata and its VersionId from one GetTable answer.
+        let (current_location, version) = self.current(&ident).await?;
+        let metadata = TableMetadata::read_from(&self.file_io, &current_location).await?;
+        let current = table_handle(
+            &self.file_io,
+            self.runtime.clone(),
+            ident.clone(),
+            current_location.clone(),
+            metadata,
+        )?;
         let staged = commit.apply(current)?;
         let staged_location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
-        self.publish(
+        publish(
+            self,
+            &self.file_io,
             &ident,
             version,
             &current_location,
@@ -333,45 +242,60 @@ impl Catalog for GlueTables {
 }
 
 #[async_trait]
-impl TableSwap for GlueTables {
-    async fn commit(
-        &self,
-        table: &Table,
-        requirements: Vec<TableRequirement>,
-        updates: Vec<TableUpdate>,
-    ) -> Result<Table> {
-        let ident = table.identifier().clone();
-        // Stage against what Glue holds now, with its VersionId: the requirements
-        // decide whether the change still applies.
-        let (current, version) = self.load_versioned(&ident).await?;
-        let current_location = current.metadata_location_result()?.to_owned();
-        let (staged, location) = stage_updates(
-            current.metadata(),
-            &current_location,
-            &requirements,
-            updates,
-        )?;
-        self.publish(&ident, version, &current_location, staged, location)
-            .await
-    }
-}
+impl MetadataPointer for GlueTables {
+    /// Glue's `VersionId` of the table.
+    type Version = Option<String>;
 
-impl GlueTables {
-    /// Writes the staged metadata and swaps Glue's pointer to it, conditional on the
-    /// table's `VersionId`.
-    async fn publish(
+    async fn current(&self, ident: &TableIdent) -> Result<(String, Option<String>)> {
+        let database = database(ident.namespace())?;
+        let response = self
+            .glue
+            .get_table()
+            .database_name(&database)
+            .name(ident.name())
+            .send()
+            .await
+            .map_err(|e| {
+                let service = e.into_service_error();
+                if service.is_entity_not_found_exception() {
+                    Error::new(
+                        ErrorKind::TableNotFound,
+                        format!("table {ident} is not found"),
+                    )
+                } else {
+                    glue_error("GetTable", service)
+                }
+            })?;
+        let table = response.table().ok_or_else(|| {
+            Error::new(
+                ErrorKind::TableNotFound,
+                format!("table {ident} is not found"),
+            )
+        })?;
+        let location = table
+            .parameters()
+            .and_then(|p| p.get("metadata_location"))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::DataInvalid,
+                    format!("Glue table {ident} has no metadata_location"),
+                )
+            })?;
+        Ok((location.clone(), table.version_id().map(str::to_owned)))
+    }
+
+    async fn swap(
         &self,
         ident: &TableIdent,
         version: Option<String>,
         current_location: &str,
-        staged: TableMetadata,
-        staged_location: MetadataLocation,
-    ) -> Result<Table> {
-        staged.write_to(&self.file_io, &staged_location).await?;
+        staged: &TableMetadata,
+        staged_location: &str,
+    ) -> Result<()> {
         let input = table_input(
             ident.name(),
-            &staged,
-            &staged_location.to_string(),
+            staged,
+            staged_location,
             Some(current_location),
         )?;
         let mut request = self
@@ -386,22 +310,33 @@ impl GlueTables {
         request.send().await.map_err(|e| {
             let service = e.into_service_error();
             if service.is_concurrent_modification_exception() {
-                Error::new(
-                    ErrorKind::CatalogCommitConflicts,
-                    format!("commit to {ident} lost a race"),
-                )
-                .with_retryable(true)
+                lost_race(ident, "Glue's VersionId moved")
             } else {
                 glue_error("UpdateTable", service)
             }
         })?;
-        table_handle(
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TableSwap for GlueTables {
+    async fn commit(
+        &self,
+        table: &Table,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<Table> {
+        // Staged against what Glue holds now, with its VersionId: the requirements
+        // decide whether the change still applies.
+        commit_through(
+            self,
             &self.file_io,
-            self.runtime.clone(),
-            ident.clone(),
-            staged_location.to_string(),
-            staged,
+            table.identifier(),
+            &requirements,
+            updates,
         )
+        .await
     }
 }
 
@@ -437,9 +372,9 @@ pub(super) async fn open(
         .load(LOCAL_CATALOG_NAME, props)
         .await?;
     let glue = aws_sdk_glue::Client::new(&super::aws_config(s3, endpoint).await);
-    let catalog = Arc::new(GlueTables::new(inner, glue, warehouse.location())?);
+    let tables = Arc::new(GlueTables::new(inner, glue, warehouse.location())?);
     Ok(CatalogHandle {
-        catalog: catalog.clone(),
-        swap: catalog,
+        catalog: Arc::new(Overridden(tables.clone())),
+        swap: tables,
     })
 }

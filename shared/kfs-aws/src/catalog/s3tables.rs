@@ -14,11 +14,11 @@ use aws_sdk_s3tables::operation::update_table_metadata_location::UpdateTableMeta
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
-use iceberg::{Error, ErrorKind, Result, Runtime, TableIdent, TableRequirement, TableUpdate};
+use iceberg::{Error, ErrorKind, Result, TableIdent, TableRequirement, TableUpdate};
 
 use kfs_core::{
-    CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, S3TablesSettings, TableSwap, stage_updates,
-    table_handle,
+    CatalogHandle, LOCAL_CATALOG_NAME, MetadataPointer, S3Settings, S3TablesSettings, TableSwap,
+    commit_through, lost_race,
 };
 
 /// The pointer swap of S3 Tables.
@@ -27,7 +27,6 @@ pub struct S3TablesSwap {
     client: aws_sdk_s3tables::Client,
     table_bucket_arn: String,
     file_io: FileIO,
-    runtime: Runtime,
 }
 
 fn service_error(what: &str, e: impl std::fmt::Debug) -> Error {
@@ -46,11 +45,15 @@ impl S3TablesSwap {
             client,
             table_bucket_arn,
             file_io,
-            runtime: Runtime::try_current()?,
         })
     }
+}
 
-    /// The table's current metadata location and version token.
+#[async_trait]
+impl MetadataPointer for S3TablesSwap {
+    /// The service's version token of the table.
+    type Version = String;
+
     async fn current(&self, ident: &TableIdent) -> Result<(String, String)> {
         let table = self
             .client
@@ -69,6 +72,32 @@ impl S3TablesSwap {
         })?;
         Ok((location.to_owned(), table.version_token().to_owned()))
     }
+
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        version_token: String,
+        _current_location: &str,
+        _staged: &TableMetadata,
+        staged_location: &str,
+    ) -> Result<()> {
+        self.client
+            .update_table_metadata_location()
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(ident.namespace().to_url_string())
+            .name(ident.name())
+            .version_token(version_token)
+            .metadata_location(staged_location)
+            .send()
+            .await
+            .map_err(|e| match e.into_service_error() {
+                UpdateTableMetadataLocationError::ConflictException(_) => {
+                    lost_race(ident, "the version token moved")
+                }
+                other => service_error("UpdateTableMetadataLocation", other),
+            })?;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -79,38 +108,16 @@ impl TableSwap for S3TablesSwap {
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<Table> {
-        let ident = table.identifier().clone();
-        // Stage against what the service holds now, with its version token: the
+        // Staged against what the service holds now, with its version token: the
         // requirements decide whether the change still applies.
-        let (current_location, version_token) = self.current(&ident).await?;
-        let current = TableMetadata::read_from(&self.file_io, &current_location).await?;
-        let (staged, location) =
-            stage_updates(&current, &current_location, &requirements, updates)?;
-        staged.write_to(&self.file_io, &location).await?;
-        self.client
-            .update_table_metadata_location()
-            .table_bucket_arn(&self.table_bucket_arn)
-            .namespace(ident.namespace().to_url_string())
-            .name(ident.name())
-            .version_token(version_token)
-            .metadata_location(location.to_string())
-            .send()
-            .await
-            .map_err(|e| match e.into_service_error() {
-                UpdateTableMetadataLocationError::ConflictException(_) => Error::new(
-                    ErrorKind::CatalogCommitConflicts,
-                    format!("commit to {ident} lost a race"),
-                )
-                .with_retryable(true),
-                other => service_error("UpdateTableMetadataLocation", other),
-            })?;
-        table_handle(
+        commit_through(
+            self,
             &self.file_io,
-            self.runtime.clone(),
-            ident,
-            location.to_string(),
-            staged,
+            table.identifier(),
+            &requirements,
+            updates,
         )
+        .await
     }
 }
 

@@ -18,7 +18,7 @@ use iceberg::{
     TableCommit, TableCreation, TableIdent, TableRequirement, TableUpdate,
 };
 
-use crate::catalog::{TableSwap, stage_updates, table_handle};
+use super::swap::{MetadataPointer, TableSwap, commit_through, lost_race, publish, table_handle};
 
 #[derive(Debug, Default)]
 struct State {
@@ -81,37 +81,33 @@ impl MemoryTables {
             metadata,
         )
     }
+}
 
-    /// Writes `staged` at `location` and makes it the table's current metadata if the
-    /// table is still at `expected`.
-    async fn publish(
+#[async_trait]
+impl MetadataPointer for MemoryTables {
+    /// The location the table must still be at.
+    type Version = String;
+
+    async fn current(&self, table: &TableIdent) -> Result<(String, String)> {
+        let location = self.location(table)?;
+        Ok((location.clone(), location))
+    }
+
+    async fn swap(
         &self,
         table: &TableIdent,
-        expected: &str,
-        staged: TableMetadata,
-        location: MetadataLocation,
-    ) -> Result<Table> {
-        staged.write_to(&self.file_io, &location).await?;
-        let location = location.to_string();
-        {
-            let mut state = self.state();
-            let current = state.tables.get_mut(table).ok_or_else(|| no_table(table))?;
-            if current != expected {
-                return Err(Error::new(
-                    ErrorKind::CatalogCommitConflicts,
-                    format!("{table} changed since it was loaded"),
-                )
-                .with_retryable(true));
-            }
-            current.clone_from(&location);
+        expected: String,
+        _current_location: &str,
+        _staged: &TableMetadata,
+        staged_location: &str,
+    ) -> Result<()> {
+        let mut state = self.state();
+        let current = state.tables.get_mut(table).ok_or_else(|| no_table(table))?;
+        if *current != expected {
+            return Err(lost_race(table, "it changed since it was loaded"));
         }
-        table_handle(
-            &self.file_io,
-            self.runtime.clone(),
-            table.clone(),
-            location,
-            staged,
-        )
+        staged_location.clone_into(current);
+        Ok(())
     }
 }
 
@@ -303,8 +299,16 @@ impl Catalog for MemoryTables {
         let expected = current.metadata_location_result()?.to_owned();
         let staged = commit.apply(current)?;
         let location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
-        self.publish(&ident, &expected, staged.metadata().clone(), location)
-            .await
+        publish(
+            self,
+            &self.file_io,
+            &ident,
+            expected.clone(),
+            &expected,
+            staged.metadata().clone(),
+            location,
+        )
+        .await
     }
 }
 
@@ -316,13 +320,13 @@ impl TableSwap for MemoryTables {
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<Table> {
-        let ident = table.identifier().clone();
-        // Stage against the table as the catalog holds it now: the requirements
-        // decide whether the change still applies.
-        let current = self.load_table(&ident).await?;
-        let expected = current.metadata_location_result()?.to_owned();
-        let (staged, location) =
-            stage_updates(current.metadata(), &expected, &requirements, updates)?;
-        self.publish(&ident, &expected, staged, location).await
+        commit_through(
+            self,
+            &self.file_io,
+            table.identifier(),
+            &requirements,
+            updates,
+        )
+        .await
     }
 }

@@ -4,6 +4,7 @@
 //! The AWS catalogs (Glue, S3 Tables) are opened at the edge, by `kfs-aws`, through
 //! the same handle.
 
+mod delegate;
 mod memory;
 mod pinned;
 mod rest_swap;
@@ -20,12 +21,15 @@ use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use crate::storage::{S3Settings, Warehouse};
 
+pub use delegate::{CatalogOverrides, Overridden};
 pub use memory::MemoryTables;
 pub use pinned::PinnedCatalog;
 pub use rest_swap::RestTableSwap;
 pub use rest_tables::RestTables;
 pub use sql::{SqlTableSwap, open_postgres_catalog, open_sql_catalog};
-pub use swap::{TableSwap, stage_updates, table_handle};
+pub use swap::{
+    MetadataPointer, TableSwap, commit_through, lost_race, publish, stage_updates, table_handle,
+};
 
 /// The catalog name of the embedded default (what pyiceberg's `SqlCatalog` must be
 /// given too).

@@ -3,8 +3,9 @@
 
 use async_trait::async_trait;
 use iceberg::table::Table;
-use iceberg::{Catalog, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent};
-use std::collections::HashMap;
+use iceberg::{Catalog, Result, TableIdent};
+
+use super::delegate::{CatalogOverrides, Overridden};
 
 /// A catalog view that pins one table at the version a plan was made on.
 ///
@@ -14,7 +15,10 @@ use std::collections::HashMap;
 /// committer included). Committing through this view makes the re-read return the
 /// planned version, so the commit carries `assert-ref-snapshot-id` for the snapshot the
 /// plan saw, and the catalog's own compare-and-swap rejects it if the table moved.
-pub struct PinnedCatalog<'a> {
+pub type PinnedCatalog<'a> = Overridden<Pinned<'a>>;
+
+/// The pinned table over its catalog (see [`PinnedCatalog`]).
+pub struct Pinned<'a> {
     inner: &'a dyn Catalog,
     pinned: Table,
 }
@@ -22,63 +26,20 @@ pub struct PinnedCatalog<'a> {
 impl<'a> PinnedCatalog<'a> {
     /// `inner`, with `pinned` returned for its table.
     pub fn new(inner: &'a dyn Catalog, pinned: Table) -> Self {
-        Self { inner, pinned }
+        Overridden(Pinned { inner, pinned })
     }
 }
 
-impl std::fmt::Debug for PinnedCatalog<'_> {
+impl std::fmt::Debug for Pinned<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "PinnedCatalog({})", self.pinned.identifier())
     }
 }
 
 #[async_trait]
-impl Catalog for PinnedCatalog<'_> {
-    async fn list_namespaces(
-        &self,
-        parent: Option<&NamespaceIdent>,
-    ) -> Result<Vec<NamespaceIdent>> {
-        self.inner.list_namespaces(parent).await
-    }
-
-    async fn create_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<Namespace> {
-        self.inner.create_namespace(namespace, properties).await
-    }
-
-    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
-        self.inner.get_namespace(namespace).await
-    }
-
-    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        self.inner.namespace_exists(namespace).await
-    }
-
-    async fn update_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<()> {
-        self.inner.update_namespace(namespace, properties).await
-    }
-
-    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
-        self.inner.drop_namespace(namespace).await
-    }
-
-    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
-        self.inner.list_tables(namespace).await
-    }
-
-    async fn create_table(
-        &self,
-        namespace: &NamespaceIdent,
-        creation: TableCreation,
-    ) -> Result<Table> {
-        self.inner.create_table(namespace, creation).await
+impl CatalogOverrides for Pinned<'_> {
+    fn inner(&self) -> &dyn Catalog {
+        self.inner
     }
 
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
@@ -86,29 +47,5 @@ impl Catalog for PinnedCatalog<'_> {
             return Ok(self.pinned.clone());
         }
         self.inner.load_table(table).await
-    }
-
-    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
-        self.inner.drop_table(table).await
-    }
-
-    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
-        self.inner.purge_table(table).await
-    }
-
-    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
-        self.inner.table_exists(table).await
-    }
-
-    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
-        self.inner.rename_table(src, dest).await
-    }
-
-    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
-        self.inner.register_table(table, metadata_location).await
-    }
-
-    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
-        self.inner.update_table(commit).await
     }
 }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use iceberg::io::LocalFsStorageFactory;
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
-use iceberg::{CatalogBuilder, Error, ErrorKind, Result, Runtime, TableRequirement, TableUpdate};
+use iceberg::{CatalogBuilder, Error, ErrorKind, Result, TableRequirement, TableUpdate};
 pub use iceberg_catalog_sql::SqlCatalog;
 use iceberg_catalog_sql::{
     SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE, SqlBindStyle,
@@ -18,7 +19,7 @@ use iceberg_storage_opendal::OpenDalStorageFactory;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 use super::LOCAL_CATALOG_NAME;
-use super::swap::{TableSwap, stage_updates, table_handle};
+use super::swap::{MetadataPointer, TableSwap, commit_through, lost_race};
 use crate::storage::{S3Settings, Warehouse};
 use iceberg::TableIdent;
 
@@ -115,6 +116,14 @@ enum SqlPool {
 const SWAP_SQLITE: &str = "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
      WHERE catalog_name = ? AND table_name = ? AND table_namespace = ? \
      AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) AND metadata_location = ?";
+/// The table's current metadata location, in the catalog's row.
+const CURRENT_SQLITE: &str = "SELECT metadata_location FROM iceberg_tables \
+     WHERE catalog_name = ? AND table_name = ? AND table_namespace = ? \
+     AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)";
+/// [`CURRENT_SQLITE`] with PostgreSQL's placeholders.
+const CURRENT_POSTGRES: &str = "SELECT metadata_location FROM iceberg_tables \
+     WHERE catalog_name = $1 AND table_name = $2 AND table_namespace = $3 \
+     AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)";
 /// [`SWAP_SQLITE`] with PostgreSQL's placeholders.
 const SWAP_POSTGRES: &str = "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
      WHERE catalog_name = $3 AND table_name = $4 AND table_namespace = $5 \
@@ -169,25 +178,59 @@ impl SqlTableSwap {
 }
 
 #[async_trait]
-impl TableSwap for SqlTableSwap {
-    async fn commit(
-        &self,
-        table: &Table,
-        requirements: Vec<TableRequirement>,
-        updates: Vec<TableUpdate>,
-    ) -> Result<Table> {
-        let current_location = table.metadata_location_result()?.to_owned();
-        let (staged, location) =
-            stage_updates(table.metadata(), &current_location, &requirements, updates)?;
-        staged.write_to(table.file_io(), &location).await?;
-        let ident: &TableIdent = table.identifier();
+impl MetadataPointer for SqlTableSwap {
+    /// The location the row must still hold.
+    type Version = String;
+
+    async fn current(&self, ident: &TableIdent) -> Result<(String, String)> {
         let values = [
-            location.to_string(),
-            current_location.clone(),
             self.catalog_name.clone(),
             ident.name().to_owned(),
             ident.namespace().join("."),
-            current_location.clone(),
+        ];
+        let row: Option<(String,)> = match &self.pool {
+            SqlPool::Sqlite(pool) => {
+                let mut query = sqlx::query_as(CURRENT_SQLITE);
+                for value in &values {
+                    query = query.bind(value);
+                }
+                query.fetch_optional(pool).await
+            }
+            SqlPool::Postgres(pool) => {
+                let mut query = sqlx::query_as(CURRENT_POSTGRES);
+                for value in &values {
+                    query = query.bind(value);
+                }
+                query.fetch_optional(pool).await
+            }
+        }
+        .map_err(|e| {
+            Error::new(ErrorKind::Unexpected, format!("reading {ident}: {e}")).with_retryable(true)
+        })?;
+        let (location,) = row.ok_or_else(|| {
+            Error::new(
+                ErrorKind::TableNotFound,
+                format!("table {ident} is not found"),
+            )
+        })?;
+        Ok((location.clone(), location))
+    }
+
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        expected: String,
+        _current_location: &str,
+        _staged: &TableMetadata,
+        staged_location: &str,
+    ) -> Result<()> {
+        let values = [
+            staged_location.to_owned(),
+            expected.clone(),
+            self.catalog_name.clone(),
+            ident.name().to_owned(),
+            ident.namespace().join("."),
+            expected,
         ];
         let swapped = match &self.pool {
             SqlPool::Sqlite(pool) => {
@@ -210,19 +253,27 @@ impl TableSwap for SqlTableSwap {
                 .with_retryable(true)
         })?;
         if swapped != 1 {
-            let _ = crate::failpoint::delete_file(table.file_io(), &location.to_string()).await;
-            return Err(Error::new(
-                ErrorKind::CatalogCommitConflicts,
-                format!("commit to {ident} lost a race: the table moved"),
-            )
-            .with_retryable(true));
+            return Err(lost_race(ident, "the table moved"));
         }
-        table_handle(
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TableSwap for SqlTableSwap {
+    async fn commit(
+        &self,
+        table: &Table,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<Table> {
+        commit_through(
+            self,
             table.file_io(),
-            Runtime::try_current()?,
-            ident.clone(),
-            location.to_string(),
-            staged,
+            table.identifier(),
+            &requirements,
+            updates,
         )
+        .await
     }
 }

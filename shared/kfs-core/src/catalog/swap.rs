@@ -3,13 +3,18 @@
 //! its transactions (the `TableCommit` builder is crate-private), and has no action for
 //! replace snapshots: compaction and manifest rewrites stage their updates here and
 //! swap the metadata pointer per catalog: the row of the SQL catalog, Glue's
-//! `UpdateTable` with `VersionId` (in [`crate::glue`]), the REST commit endpoint.
+//! `UpdateTable` with `VersionId` and S3 Tables' version token (in `kfs-aws`), the map
+//! of the in-memory catalog, each a [`MetadataPointer`] behind one [`commit_through`];
+//! and the REST commit endpoint, which stages on the server.
 
 use async_trait::async_trait;
 use iceberg::Runtime;
+use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
-use iceberg::{MetadataLocation, Result, TableIdent, TableRequirement, TableUpdate};
+use iceberg::{
+    Error, ErrorKind, MetadataLocation, Result, TableIdent, TableRequirement, TableUpdate,
+};
 use std::str::FromStr;
 
 /// Checks the requirements against `current` and applies the updates: the metadata
@@ -65,4 +70,93 @@ pub trait TableSwap: Send + Sync {
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<Table>;
+}
+
+/// Where a catalog keeps a table's metadata pointer, and its compare-and-swap: the one
+/// part of a commit each catalog does its own way. [`commit_through`] does the rest
+/// (stage, write the metadata file, swap, clean up a lost race) once for all.
+#[async_trait]
+pub trait MetadataPointer: Send + Sync {
+    /// What the swap is conditional on: a version id or token, or the location itself.
+    type Version: Send;
+
+    /// The table's current metadata location, and the version to swap from.
+    async fn current(&self, ident: &TableIdent) -> Result<(String, Self::Version)>;
+
+    /// Points the table at `staged_location` if it is still at `version` (whose
+    /// location is `current_location`); fails with `CatalogCommitConflicts` otherwise.
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        version: Self::Version,
+        current_location: &str,
+        staged: &TableMetadata,
+        staged_location: &str,
+    ) -> Result<()>;
+}
+
+/// Commits `requirements` plus `updates` to the table as `pointer` holds it now: the
+/// requirements decide whether the change still applies.
+/// Metadata files are read and written through `file_io`.
+pub async fn commit_through<P: MetadataPointer + ?Sized>(
+    pointer: &P,
+    file_io: &FileIO,
+    ident: &TableIdent,
+    requirements: &[TableRequirement],
+    updates: Vec<TableUpdate>,
+) -> Result<Table> {
+    let (current_location, version) = pointer.current(ident).await?;
+    let current = TableMetadata::read_from(file_io, &current_location).await?;
+    let (staged, location) = stage_updates(&current, &current_location, requirements, updates)?;
+    publish(
+        pointer,
+        file_io,
+        ident,
+        version,
+        &current_location,
+        staged,
+        location,
+    )
+    .await
+}
+
+/// Writes `staged` at `location` (through `file_io`) and swaps the pointer to it from
+/// `version`; a swap that lost a race deletes the file it wrote (best effort: orphan
+/// cleanup removes what is left). Returns the table as committed.
+pub async fn publish<P: MetadataPointer + ?Sized>(
+    pointer: &P,
+    file_io: &FileIO,
+    ident: &TableIdent,
+    version: P::Version,
+    current_location: &str,
+    staged: TableMetadata,
+    location: MetadataLocation,
+) -> Result<Table> {
+    staged.write_to(file_io, &location).await?;
+    let location = location.to_string();
+    if let Err(e) = pointer
+        .swap(ident, version, current_location, &staged, &location)
+        .await
+    {
+        if e.kind() == ErrorKind::CatalogCommitConflicts {
+            let _ = crate::failpoint::delete_file(file_io, &location).await;
+        }
+        return Err(e);
+    }
+    table_handle(
+        file_io,
+        Runtime::try_current()?,
+        ident.clone(),
+        location,
+        staged,
+    )
+}
+
+/// The error of a swap that lost a race: retryable, the caller re-reads and re-plans.
+pub fn lost_race(ident: &TableIdent, why: &str) -> Error {
+    Error::new(
+        ErrorKind::CatalogCommitConflicts,
+        format!("commit to {ident} lost a race: {why}"),
+    )
+    .with_retryable(true)
 }

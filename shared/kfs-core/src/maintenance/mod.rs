@@ -15,11 +15,14 @@ pub use expire::{ExpiryReport, expire_snapshots};
 pub use manifests::rewrite_manifests;
 pub use orphans::{OrphanReport, remove_orphans};
 
+use crate::catalog::CatalogAccess;
 use crate::catalog::TableSwap;
 use crate::ledger::Ledger;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, TableIdent};
 use kfs_plan::compaction::ExpiryRule;
+use kfs_plan::naming::TableName;
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// Maintenance failed; what was committed before the failure stands.
@@ -203,4 +206,38 @@ pub async fn maintain_table(
     // Losing this race only means the next tick cleans again.
     let _ = tx.commit(catalog).await;
     Ok(summary)
+}
+
+/// Maintains `tables` one after the other by `policy` until `deadline` (tables not
+/// reached wait for the next call): what the committer does after its commits and
+/// what `kfs-iceberg maintain` does on demand. Each table's result stands alone: one
+/// failure stops nothing else.
+pub async fn maintain_tables(
+    catalog: CatalogAccess<'_>,
+    ledger: &impl Ledger,
+    s3: &crate::storage::S3Settings,
+    tables: &[TableName],
+    policy: &MaintenancePolicy,
+    deadline: Option<Instant>,
+) -> BTreeMap<String, Result<MaintenanceSummary, String>> {
+    let mut done = BTreeMap::new();
+    for name in tables {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let result = maintain_table(
+            catalog.catalog,
+            catalog.swap,
+            ledger,
+            s3,
+            &crate::table::table_ident(name),
+            policy,
+            deadline,
+            crate::clock::now_ms(),
+        )
+        .await
+        .map_err(|e| e.to_string());
+        done.insert(name.to_string(), result);
+    }
+    done
 }

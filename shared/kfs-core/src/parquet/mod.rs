@@ -8,4 +8,4 @@ mod properties;
 
 pub use conform::conform_batch;
 pub use merge::merge_data_files;
-pub use properties::{compression, writer_properties};
+pub use properties::writer_properties;

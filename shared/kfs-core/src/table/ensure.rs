@@ -45,7 +45,7 @@ pub async fn ensure_topic_table(
                 "declared".to_owned(),
             );
         }
-        crate::parquet::compression(&properties)?;
+        crate::table::compression(&properties)?;
         Ok(TableCreation::builder()
             .name(name.name.clone())
             .schema(schema)

@@ -6,6 +6,7 @@ mod ensure;
 pub(crate) mod files;
 pub(crate) mod history;
 mod layout;
+mod properties;
 
 pub use ensure::{
     ensure_dead_letter_table, ensure_topic_table, evolve_partition_spec, evolve_schema, table_ident,
@@ -16,3 +17,4 @@ pub use history::{
     table_watermarks,
 };
 pub use layout::*;
+pub use properties::compression;

@@ -34,7 +34,8 @@ use kfs_plan::events::ObjectCreated;
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 use kfs_plan::sweep::ListedSegment;
-use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
+use kfs_segment::Compression;
+use kfs_workload::{encode_records, simple_records};
 
 pub const PARTITIONS: i32 = 2;
 pub const SEGMENTS: i64 = 3;
@@ -231,9 +232,12 @@ impl SegmentSource for FaultySource<'_> {
     }
 }
 
+/// The ledger under one process's faults; with `retried_inserts`, every insert is sent
+/// twice, as a client retries after a lost response whose first attempt landed.
 pub struct FaultyLedger<'a> {
     pub inner: &'a SqliteLedger,
     pub faults: Arc<Faults>,
+    pub retried_inserts: bool,
 }
 
 pub fn ledger_error(message: String) -> LedgerError {
@@ -248,13 +252,17 @@ impl Ledger for FaultyLedger<'_> {
         self.inner.get(segment).await
     }
     async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
-        faulty(
+        let first = faulty(
             &self.faults,
             Step::LedgerInsert,
             ledger_error,
             self.inner.insert(entry),
         )
-        .await
+        .await?;
+        if self.retried_inserts {
+            return self.inner.insert(entry).await;
+        }
+        Ok(first)
     }
     async fn list(
         &self,
@@ -472,6 +480,7 @@ impl<'a> Process<'a> {
             ledger: FaultyLedger {
                 inner: ledger,
                 faults: faults.clone(),
+                retried_inserts: false,
             },
             faults,
         })
@@ -561,6 +570,7 @@ impl<'a> Process<'a> {
             FaultyLedger {
                 inner: self.ledger.inner,
                 faults: self.faults.clone(),
+                retried_inserts: false,
             },
             ConverterSettings {
                 bucket: BUCKET.into(),
@@ -632,16 +642,8 @@ pub async fn quiesce(
 }
 
 pub fn segment(base: i64) -> Result<Vec<u8>, kfs_segment::EncodeError> {
-    let records = (base..base + RECORDS)
-        .map(|offset| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
-            key: Some(format!("k{offset}").into_bytes()),
-            value: Some(value(offset).into_bytes()),
-            headers: vec![],
-        })
-        .collect();
-    Ok(encode_segment(&[BatchSpec::new(records, Compression::Snappy)], 1)?.kfs)
+    let records = simple_records(base, RECORDS, |offset| Some(value(offset).into_bytes()));
+    Ok(encode_records(records, Compression::Snappy)?.kfs)
 }
 
 /// The value of the record at `offset`: a JSON object, except at every third offset

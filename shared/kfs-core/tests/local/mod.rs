@@ -15,7 +15,8 @@ use kfs_core::testing::{SqlCatalog, open_sql_catalog};
 use kfs_core::{CatalogAccess, LOCAL_CATALOG_NAME, S3Settings, Warehouse, table_ident};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableName;
-use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
+use kfs_segment::Compression;
+use kfs_workload::{encode_records, simple_records};
 
 /// Errors of the tests.
 pub type BoxError = Box<dyn std::error::Error>;
@@ -73,24 +74,21 @@ impl Local {
         values: &[&str],
         spacing_ms: i64,
     ) -> Result<SegmentKey, BoxError> {
-        let records = values
-            .iter()
-            .zip(base..)
-            .map(|(value, offset)| OwnedRecord {
-                offset,
-                timestamp_ms: 1_700_000_000_000 + offset * spacing_ms,
-                key: Some(format!("k{offset}").into_bytes()),
-                value: Some(value.as_bytes().to_vec()),
-                headers: vec![],
-            })
-            .collect();
+        let mut records = simple_records(base, values.len() as i64, |offset| {
+            values
+                .get(usize::try_from(offset - base).ok()?)
+                .map(|v| v.as_bytes().to_vec())
+        });
+        for record in &mut records {
+            record.timestamp_ms = 1_700_000_000_000 + record.offset * spacing_ms;
+        }
         let key = SegmentKey {
             namespace: "ns".into(),
             topic: topic.into(),
             partition: 0,
             base_offset: base,
         };
-        let segment = encode_segment(&[BatchSpec::new(records, Compression::Zstd)], 1)?;
+        let segment = encode_records(records, Compression::Zstd)?;
         self.source
             .put(&key.object_key(SegmentFile::Data), segment.kfs);
         self.source

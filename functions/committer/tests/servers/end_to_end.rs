@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use kfs_testkit::rest_catalog::{RestCatalogServer, RestServerConfig};
 
-use kfs_committer::{Committer, Maintenance, handle};
+use kfs_committer::{Committer, handle};
 use kfs_core::CatalogHandle;
 use kfs_core::MaintenancePolicy;
 use kfs_core::PipelineConfig;
@@ -181,7 +181,7 @@ async fn deliver_commit_and_read_back(
             ..PipelineConfig::default()
         },
         etcd_endpoints: vec![etcd.endpoint.clone()],
-        maintenance: Some(Maintenance {
+        maintenance: Some(kfs_core::TickMaintenance {
             policy: MaintenancePolicy::default(),
             s3: stack.s3.clone(),
         }),

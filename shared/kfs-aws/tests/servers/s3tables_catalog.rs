@@ -9,32 +9,28 @@ use kfs_core::table_ident;
 use kfs_core::table_watermarks;
 use kfs_core::{PipelineConfig, now_ms, run_once};
 use kfs_plan::naming::{TableNaming, ValueFormat};
-use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
+use kfs_segment::Compression;
 use kfs_testkit::{LocalStack, table_contents};
+use kfs_workload::{encode_records, simple_records};
 
 /// Uploads segment `base..base + 9` of `orders` partition 0: JSON objects, except at
 /// every third offset; `later` values carry one more field.
 fn put_segment(stack: &LocalStack, base: i64, later: bool) {
-    let records = (base..base + 9)
-        .map(|offset| OwnedRecord {
-            offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
-            key: None,
-            value: Some(
-                if offset % 3 == 0 {
-                    format!("not json {offset}")
-                } else if later {
-                    format!(r#"{{"n": {offset}, "region": "eu"}}"#)
-                } else {
-                    format!(r#"{{"n": {offset}}}"#)
-                }
-                .into_bytes(),
-            ),
-            headers: vec![],
-        })
-        .collect();
-    let segment = encode_segment(&[BatchSpec::new(records, Compression::Zstd)], 1)
-        .unwrap_or_else(|e| panic!("encode: {e}"));
+    let mut records = simple_records(base, 9, |offset| {
+        let value = if offset % 3 == 0 {
+            format!("not json {offset}")
+        } else if later {
+            format!(r#"{{"n": {offset}, "region": "eu"}}"#)
+        } else {
+            format!(r#"{{"n": {offset}}}"#)
+        };
+        Some(value.into_bytes())
+    });
+    for record in &mut records {
+        record.key = None;
+    }
+    let segment =
+        encode_records(records, Compression::Zstd).unwrap_or_else(|e| panic!("encode: {e}"));
     let key = format!("default/orders/0/segment-{base:020}");
     stack.put(&[
         (&format!("{key}.kfs"), &segment.kfs),

@@ -1,0 +1,10 @@
+//! The committer function's tests, one binary: the schedule event, the etcd
+//! cross-check against a real etcd, and both functions end to end on moto.
+
+/// Tests that need servers started per test (moto, etcd, PostgreSQL, `cargo lambda`);
+/// `cargo test -- --skip servers::` leaves them out.
+mod servers {
+    mod end_to_end;
+    mod etcd_crosscheck;
+    mod schedule;
+}

@@ -1,0 +1,204 @@
+//! The committer's tick as data: one pipeline pass within the deadline, maintenance of
+//! the tables it committed to (and of their dead-letter tables), and the backlog per
+//! table, gathered in one [`TickReport`] that the Lambda handler turns into metrics and
+//! its answer. No I/O beyond the pass, the maintenance and two ledger listings.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kfs_plan::naming::TableName;
+
+use crate::catalog::CatalogAccess;
+use crate::clock::now_ms;
+use crate::error::PipelineError;
+use crate::ledger::{EntryState, Ledger};
+use crate::maintenance::{MaintenancePolicy, MaintenanceSummary, maintain_tables};
+use crate::pass::{PipelineConfig, RunReport, run_once};
+use crate::source::SegmentSource;
+use crate::storage::S3Settings;
+
+/// Table maintenance after a tick's commits.
+#[derive(Debug, Clone)]
+pub struct TickMaintenance {
+    /// When and what to maintain.
+    pub policy: MaintenancePolicy,
+    /// Storage settings (listing table locations for orphan cleanup).
+    pub s3: S3Settings,
+}
+
+/// What waits in the ledger for one table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    /// Data files pending a commit.
+    pub pending_files: u64,
+    /// Their bytes.
+    pub pending_bytes: u64,
+    /// When the oldest pending entry was created (Unix ms; now when none is pending).
+    pub oldest_pending_ms: i64,
+    /// Segments quarantined.
+    pub quarantined: u64,
+}
+
+impl Backlog {
+    fn empty(now_ms: i64) -> Self {
+        Self {
+            pending_files: 0,
+            pending_bytes: 0,
+            oldest_pending_ms: now_ms,
+            quarantined: 0,
+        }
+    }
+
+    /// Seconds since the oldest pending entry was created, at `now_ms`.
+    pub fn oldest_pending_age_s(&self, now_ms: i64) -> i64 {
+        (now_ms - self.oldest_pending_ms).max(0) / 1000
+    }
+}
+
+/// What one tick did.
+#[derive(Debug, Clone)]
+pub struct TickReport {
+    /// The pass: segments swept, commits per table, failed tables.
+    pub pass: RunReport,
+    /// Maintenance per table reached before the deadline: its summary or its error.
+    pub maintenance: BTreeMap<String, Result<MaintenanceSummary, String>>,
+    /// What waits per table after the tick.
+    pub backlog: BTreeMap<String, Backlog>,
+    /// When the report was made (Unix ms).
+    pub now_ms: i64,
+    /// How long the tick took.
+    pub elapsed: Duration,
+}
+
+impl TickReport {
+    /// Seconds from `table`'s newest committed record to the report's time, when known.
+    pub fn freshness_s(&self, table: &str) -> Option<f64> {
+        let newest = self.pass.tables.get(table)?.newest_record_ms?;
+        Some(((self.now_ms - newest).max(0) / 1000) as f64)
+    }
+
+    /// The worst freshness of the tables committed to.
+    pub fn max_freshness_s(&self) -> Option<f64> {
+        self.pass
+            .tables
+            .keys()
+            .filter_map(|table| self.freshness_s(table))
+            .reduce(f64::max)
+    }
+
+    /// The oldest pending entry's age over every table, in seconds.
+    pub fn max_oldest_pending_age_s(&self) -> i64 {
+        self.backlog
+            .values()
+            .map(|b| b.oldest_pending_age_s(self.now_ms))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Segments quarantined over every table.
+    pub fn quarantined(&self) -> u64 {
+        self.backlog.values().map(|b| b.quarantined).sum()
+    }
+
+    /// Partitions the etcd cross-check stopped, over every table.
+    pub fn partitions_stopped(&self) -> usize {
+        self.pass
+            .tables
+            .values()
+            .map(|o| o.crosscheck.stopped.len())
+            .sum()
+    }
+
+    /// Whether etcd could not be read for the cross-check.
+    pub fn etcd_unreachable(&self) -> bool {
+        self.pass.tables.values().any(|o| o.crosscheck.unreachable)
+    }
+
+    /// Tables whose maintenance failed.
+    pub fn maintenance_failures(&self) -> usize {
+        self.maintenance.values().filter(|r| r.is_err()).count()
+    }
+}
+
+/// Runs one tick: the pass as `config` says (its deadline bounds everything), then
+/// maintenance of the tables committed to, then the backlog.
+pub async fn run_tick(
+    source: &impl SegmentSource,
+    catalog: CatalogAccess<'_>,
+    ledger: &impl Ledger,
+    config: &PipelineConfig,
+    maintenance: Option<&TickMaintenance>,
+) -> Result<TickReport, PipelineError> {
+    let started = Instant::now();
+    let pass = run_once(
+        source,
+        catalog.catalog,
+        catalog.swap,
+        ledger,
+        config,
+        &|_| {},
+    )
+    .await?;
+    let maintained = match maintenance {
+        Some(maintenance) => {
+            maintain_tables(
+                catalog,
+                ledger,
+                &maintenance.s3,
+                &committed_tables(&pass),
+                &maintenance.policy,
+                config.deadline,
+            )
+            .await
+        }
+        None => BTreeMap::new(),
+    };
+    let now = now_ms();
+    Ok(TickReport {
+        backlog: backlog(ledger, now).await?,
+        pass,
+        maintenance: maintained,
+        now_ms: now,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Each table committed to, and its dead-letter table when it took dead letters.
+fn committed_tables(pass: &RunReport) -> Vec<TableName> {
+    pass.tables
+        .iter()
+        .flat_map(|(table, outcome)| {
+            let name = TableName::parse(table);
+            let dead_letters = name
+                .as_ref()
+                .filter(|_| outcome.dead_letters > 0)
+                .map(TableName::dead_letters);
+            name.into_iter().chain(dead_letters)
+        })
+        .collect()
+}
+
+/// What waits in the ledger per table: pending files and quarantined segments.
+pub async fn backlog(
+    ledger: &impl Ledger,
+    now_ms: i64,
+) -> Result<BTreeMap<String, Backlog>, PipelineError> {
+    let mut backlog: BTreeMap<String, Backlog> = BTreeMap::new();
+    for entry in ledger.list(Some("pending"), None).await? {
+        let slot = backlog
+            .entry(entry.table.clone())
+            .or_insert_with(|| Backlog::empty(now_ms));
+        slot.pending_files += entry.data_files.len() as u64;
+        slot.pending_bytes += entry.bytes;
+        slot.oldest_pending_ms = slot.oldest_pending_ms.min(entry.created_ms);
+    }
+    for entry in ledger.list(Some("quarantined"), None).await? {
+        if matches!(entry.state, EntryState::Quarantined { .. }) {
+            backlog
+                .entry(entry.table.clone())
+                .or_insert_with(|| Backlog::empty(now_ms))
+                .quarantined += 1;
+        }
+    }
+    Ok(backlog)
+}

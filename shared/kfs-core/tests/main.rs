@@ -1,0 +1,17 @@
+//! The integration tests of kfs-core, one binary: the crash and dead-letter matrices,
+//! the seeded simulation, faults of the committer, and the pipeline on the SQLite and
+//! in-memory catalogs. None needs a server.
+
+mod faults;
+mod local;
+
+mod committer_faults;
+mod crash_matrix;
+mod dead_letter_matrix;
+mod json_values_props;
+mod json_widening;
+mod memory_catalog;
+mod parquet_merge;
+mod partition_evolution;
+mod quarantine_corpus;
+mod simulation;

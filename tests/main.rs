@@ -1,0 +1,20 @@
+//! The end-to-end tests: the built `kfs-iceberg` command on local folders, read back
+//! by pyiceberg and DuckDB, one binary.
+
+mod support;
+
+mod catalogs_cli;
+mod dump_cli;
+mod gen_cli;
+mod json_values_cli;
+mod maintenance_cli;
+mod partitioning_cli;
+mod quarantine_cli;
+mod run_local;
+
+/// Tests that need servers started per test (moto, etcd, PostgreSQL, `cargo lambda`);
+/// `cargo test -- --skip servers::` leaves them out.
+mod servers {
+    mod moto_cli;
+    mod postgres_cli;
+}
