@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# The project's test command: formatting, lints (warnings are errors), docs, and every
-# test of the workspace. Needs the Python packages of tests/requirements.txt for the
-# independent-encoder tests. Run from anywhere.
+# The project's test command: formatting, lints (warnings are errors), docs, the module
+# cycle check, and every test of the workspace. Needs the Python packages of
+# tests/requirements.txt and the servers of the README's Test section (each test starts
+# its own). Run from anywhere.
+#
+#   scripts/test.sh          everything
+#   scripts/test.sh --fast   only the tests that need no server (`--skip servers::`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--fast" ]; then
+    exec cargo test --workspace --locked -- --skip servers::
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -13,6 +21,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo doc (-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
+echo "== module cycles"
+python3 scripts/module_cycles.py
 
 echo "== cargo test"
 log=$(mktemp)

@@ -280,3 +280,54 @@ fn appends_and_compactions_in_two_processes_lose_and_duplicate_nothing() {
         "{facts}"
     );
 }
+
+/// `maintain` runs the committer's whole policy in one command: the tiny files are
+/// compacted, old snapshots expired and the manifests merged, every row still read back
+/// exactly; a second `maintain` finds nothing more to compact; `--dry-run` is refused.
+#[test]
+fn maintain_runs_the_committers_policy_and_keeps_every_row() {
+    let dir = tempdir();
+    let (source, warehouse) = (dir.path().join("bucket"), dir.path().join("wh"));
+    tiny_bucket(&source, 7, 60);
+    let (src, wh) = (source.to_string_lossy(), warehouse.to_string_lossy());
+    run_uncoalesced(&src, &wh);
+    let before = parquet_files(&warehouse).len();
+    let first = kfs_ok(&[
+        "maintain",
+        "--warehouse",
+        &wh,
+        "--snapshot-retention",
+        "0s",
+        "--max-manifests",
+        "1",
+        "--orphan-age",
+        "off",
+    ]);
+    assert!(
+        first.contains("files compacted") && first.contains("manifests merged"),
+        "{first}"
+    );
+    let compacted: usize = first
+        .lines()
+        .filter_map(|line| line.split(": ").nth(1)?.split(' ').next()?.parse::<usize>().ok())
+        .sum();
+    assert!(compacted > 0, "nothing compacted:\n{first}");
+    assert!(
+        parquet_files(&warehouse).len() < before,
+        "expiry deleted no replaced file"
+    );
+    // Exits non-zero unless every encoded row is read back exactly once.
+    verify(&warehouse, &source);
+    let again = kfs_ok(&["maintain", "--warehouse", &wh, "--orphan-age", "off"]);
+    assert!(again.contains(": 0 files compacted"), "{again}");
+    let refused = kfs()
+        .args(["maintain", "--warehouse", &wh, "--dry-run"])
+        .output()
+        .unwrap_or_else(|e| panic!("kfs-iceberg: {e}"));
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no --dry-run"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

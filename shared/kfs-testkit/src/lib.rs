@@ -380,27 +380,45 @@ impl Postgres {
             .args(["-A", "trust", "-U", "kfs"])
             .status();
         assert!(initialised.is_ok_and(|s| s.success()), "initdb failed");
-        let port = free_port();
-        let child = server_command("postgres")
-            .arg("-D")
-            .arg(&directory)
-            .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-k"])
-            .arg(data.path())
-            .spawn()
-            .unwrap_or_else(|e| panic!("postgres: {e}"));
-        // Ready when it answers queries, not merely when it listens.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !server_command("pg_isready")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "kfs"])
-            .status()
-            .is_ok_and(|s| s.success())
-        {
-            assert!(
-                Instant::now() < deadline,
-                "postgres did not start on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        // A free port can be taken by another test's server before ours binds it: ours
+        // then exits, and we try again on another. Readiness is asked through the Unix
+        // socket in our own data directory, so it is never another server's answer.
+        let mut attempts = 0;
+        let (child, port) = loop {
+            attempts += 1;
+            let port = free_port();
+            let mut child = server_command("postgres")
+                .arg("-D")
+                .arg(&directory)
+                .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-k"])
+                .arg(data.path())
+                .spawn()
+                .unwrap_or_else(|e| panic!("postgres (apt-get install postgresql): {e}"));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let ready = loop {
+                if server_command("pg_isready")
+                    .arg("-h")
+                    .arg(data.path())
+                    .args(["-p", &port.to_string(), "-U", "kfs"])
+                    .status()
+                    .is_ok_and(|s| s.success())
+                {
+                    break true;
+                }
+                if child.try_wait().is_ok_and(|exited| exited.is_some())
+                    || Instant::now() >= deadline
+                {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            if ready {
+                break (child, port);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(attempts < 5, "postgres did not start (last port {port})");
+        };
         Self {
             child,
             url: format!("postgres://kfs@127.0.0.1:{port}/postgres"),

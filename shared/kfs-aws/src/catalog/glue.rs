@@ -22,12 +22,12 @@ use iceberg::spec::{NestedFieldRef, PrimitiveType, TableMetadata, TableMetadataB
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, NamespaceIdent, Result, Runtime, TableCommit,
-    TableCreation, TableIdent, TableRequirement, TableUpdate,
+    TableCreation, TableIdent,
 };
 use iceberg_catalog_glue::GlueCatalog;
 use kfs_core::{
     CatalogHandle, CatalogOverrides, LOCAL_CATALOG_NAME, MetadataPointer, Overridden, S3Settings,
-    TableSwap, Warehouse, commit_through, lost_race, publish, table_handle,
+    Warehouse, lost_race, publish, table_handle,
 };
 
 /// The Glue catalog with timestamptz support (see the module docs).
@@ -316,27 +316,6 @@ impl MetadataPointer for GlueTables {
             }
         })?;
         Ok(())
-    }
-}
-
-#[async_trait]
-impl TableSwap for GlueTables {
-    async fn commit(
-        &self,
-        table: &Table,
-        requirements: Vec<TableRequirement>,
-        updates: Vec<TableUpdate>,
-    ) -> Result<Table> {
-        // Staged against what Glue holds now, with its VersionId: the requirements
-        // decide whether the change still applies.
-        commit_through(
-            self,
-            &self.file_io,
-            table.identifier(),
-            &requirements,
-            updates,
-        )
-        .await
     }
 }
 

@@ -11,14 +11,11 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_s3tables::operation::update_table_metadata_location::UpdateTableMetadataLocationError;
-use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
-use iceberg::table::Table;
-use iceberg::{Error, ErrorKind, Result, TableIdent, TableRequirement, TableUpdate};
+use iceberg::{Error, ErrorKind, Result, TableIdent};
 
 use kfs_core::{
-    CatalogHandle, LOCAL_CATALOG_NAME, MetadataPointer, S3Settings, S3TablesSettings, TableSwap,
-    commit_through, lost_race,
+    CatalogHandle, LOCAL_CATALOG_NAME, MetadataPointer, S3Settings, S3TablesSettings, lost_race,
 };
 
 /// The pointer swap of S3 Tables.
@@ -26,7 +23,6 @@ use kfs_core::{
 pub struct S3TablesSwap {
     client: aws_sdk_s3tables::Client,
     table_bucket_arn: String,
-    file_io: FileIO,
 }
 
 fn service_error(what: &str, e: impl std::fmt::Debug) -> Error {
@@ -34,18 +30,13 @@ fn service_error(what: &str, e: impl std::fmt::Debug) -> Error {
 }
 
 impl S3TablesSwap {
-    /// A swap over the table bucket `table_bucket_arn`, reading and writing metadata
-    /// through `file_io`.
-    pub fn new(
-        client: aws_sdk_s3tables::Client,
-        table_bucket_arn: String,
-        file_io: FileIO,
-    ) -> Result<Self> {
-        Ok(Self {
+    /// A swap over the table bucket `table_bucket_arn` (metadata files are read and
+    /// written through each table's own FileIO).
+    pub fn new(client: aws_sdk_s3tables::Client, table_bucket_arn: String) -> Self {
+        Self {
             client,
             table_bucket_arn,
-            file_io,
-        })
+        }
     }
 }
 
@@ -100,27 +91,6 @@ impl MetadataPointer for S3TablesSwap {
     }
 }
 
-#[async_trait]
-impl TableSwap for S3TablesSwap {
-    async fn commit(
-        &self,
-        table: &Table,
-        requirements: Vec<TableRequirement>,
-        updates: Vec<TableUpdate>,
-    ) -> Result<Table> {
-        // Staged against what the service holds now, with its version token: the
-        // requirements decide whether the change still applies.
-        commit_through(
-            self,
-            &self.file_io,
-            table.identifier(),
-            &requirements,
-            updates,
-        )
-        .await
-    }
-}
-
 /// Opens the S3 Tables catalog of `settings` and its swap; S3 locations (the tables'
 /// storage buckets) through `file_io_properties`, the service with the credentials and
 /// region of `s3`.
@@ -140,7 +110,7 @@ pub async fn open(settings: &S3TablesSettings, s3: &S3Settings) -> Result<Catalo
         .with_client(client.clone())
         .load(LOCAL_CATALOG_NAME, props)
         .await?;
-    let swap = S3TablesSwap::new(client, settings.table_bucket_arn.clone(), s3.file_io())?;
+    let swap = S3TablesSwap::new(client, settings.table_bucket_arn.clone());
     Ok(CatalogHandle {
         catalog: std::sync::Arc::new(catalog),
         swap: std::sync::Arc::new(swap),

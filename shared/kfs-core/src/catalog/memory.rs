@@ -15,10 +15,10 @@ use iceberg::spec::{TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, Runtime,
-    TableCommit, TableCreation, TableIdent, TableRequirement, TableUpdate,
+    TableCommit, TableCreation, TableIdent,
 };
 
-use super::swap::{MetadataPointer, TableSwap, commit_through, lost_race, publish, table_handle};
+use super::swap::{MetadataPointer, lost_race, publish, table_handle};
 
 #[derive(Debug, Default)]
 struct State {
@@ -307,25 +307,6 @@ impl Catalog for MemoryTables {
             &expected,
             staged.metadata().clone(),
             location,
-        )
-        .await
-    }
-}
-
-#[async_trait]
-impl TableSwap for MemoryTables {
-    async fn commit(
-        &self,
-        table: &Table,
-        requirements: Vec<TableRequirement>,
-        updates: Vec<TableUpdate>,
-    ) -> Result<Table> {
-        commit_through(
-            self,
-            &self.file_io,
-            table.identifier(),
-            &requirements,
-            updates,
         )
         .await
     }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use iceberg::io::LocalFsStorageFactory;
 use iceberg::spec::TableMetadata;
-use iceberg::table::Table;
-use iceberg::{CatalogBuilder, Error, ErrorKind, Result, TableRequirement, TableUpdate};
+use iceberg::{CatalogBuilder, Error, ErrorKind, Result};
 pub use iceberg_catalog_sql::SqlCatalog;
 use iceberg_catalog_sql::{
     SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE, SqlBindStyle,
@@ -19,7 +18,7 @@ use iceberg_storage_opendal::OpenDalStorageFactory;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 use super::LOCAL_CATALOG_NAME;
-use super::swap::{MetadataPointer, TableSwap, commit_through, lost_race};
+use super::swap::{MetadataPointer, lost_race};
 use crate::storage::{S3Settings, Warehouse};
 use iceberg::TableIdent;
 
@@ -256,24 +255,5 @@ impl MetadataPointer for SqlTableSwap {
             return Err(lost_race(ident, "the table moved"));
         }
         Ok(())
-    }
-}
-
-#[async_trait]
-impl TableSwap for SqlTableSwap {
-    async fn commit(
-        &self,
-        table: &Table,
-        requirements: Vec<TableRequirement>,
-        updates: Vec<TableUpdate>,
-    ) -> Result<Table> {
-        commit_through(
-            self,
-            table.file_io(),
-            table.identifier(),
-            &requirements,
-            updates,
-        )
-        .await
     }
 }

@@ -95,6 +95,28 @@ pub trait MetadataPointer: Send + Sync {
     ) -> Result<()>;
 }
 
+/// Every [`MetadataPointer`] is a [`TableSwap`]: staged against the table as the catalog
+/// holds it now (the requirements decide whether the change still applies), through
+/// the table's FileIO.
+#[async_trait]
+impl<P: MetadataPointer> TableSwap for P {
+    async fn commit(
+        &self,
+        table: &Table,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<Table> {
+        commit_through(
+            self,
+            table.file_io(),
+            table.identifier(),
+            &requirements,
+            updates,
+        )
+        .await
+    }
+}
+
 /// Commits `requirements` plus `updates` to the table as `pointer` holds it now: the
 /// requirements decide whether the change still applies.
 /// Metadata files are read and written through `file_io`.

@@ -1,10 +1,10 @@
 //! Committing a table's dead letters: the dead-letter files of committed entries
 //! appended to `<table>__dlq`, exactly once, through the same pinned append.
 
-use super::{CommitError, CommitSettings, pending_segment, pinned_append, replannable};
+use super::{Appended, CommitError, CommitSettings, append_and_verify, pending_segment};
 use crate::ledger::LedgerEntry;
 use crate::table::table_ident;
-use crate::table::{find_commit, table_watermarks};
+use crate::table::table_watermarks;
 use iceberg::Catalog;
 use kfs_plan::commit::{CommitPlan, PendingSegment, plan_dead_letters};
 use kfs_plan::naming::TableName;
@@ -72,16 +72,12 @@ pub(crate) async fn commit_dead_letters(
         }
         let mut summary = dead_letters.summary(topic, &[]);
         summary.commit_id = commit_id.to_owned();
-        let answer_error = pinned_append(catalog, &table, files, summary.properties())
+        match append_and_verify(catalog, &table, files, summary.properties(), commit_id)
             .await
-            .map_err(catalog_error)?;
-        table = catalog.load_table(&ident).await.map_err(catalog_error)?;
-        if find_commit(&table, commit_id).is_some() {
-            return Ok(dead_letters.records());
-        }
-        match answer_error {
-            Some(e) if !replannable(&e) => return Err(catalog_error(e)),
-            _ => {}
+            .map_err(catalog_error)?
+        {
+            Appended::Landed(..) => return Ok(dead_letters.records()),
+            Appended::Replan(moved) => table = moved,
         }
     }
     Err(CommitError::Contended {

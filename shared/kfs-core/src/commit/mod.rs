@@ -317,39 +317,40 @@ pub async fn commit_table(
         if let Some(newest) = newest {
             properties.insert(MAX_TIMESTAMP_KEY.to_owned(), newest.to_string());
         }
-        let answer_error = pinned_append(catalog, &table, data_files, properties)
-            .await
-            .map_err(catalog_error)?;
-        // Whatever the answer, the table is the truth: re-read it and look for our commit
-        // (the SQL catalog can report success for a swap that did not happen, and an
-        // error may hide a commit that did).
-        table = catalog.load_table(&ident).await.map_err(catalog_error)?;
-        if let Some(snapshot_id) = find_commit(&table, &commit_id) {
-            let ids: Vec<String> = plan.take.iter().map(|s| s.id.clone()).collect();
-            ledger
-                .mark_committed(&ids, snapshot_id, now_ms)
+        let snapshot_id =
+            match append_and_verify(catalog, &table, data_files, properties, &commit_id)
                 .await
-                .map_err(ledger_error)?;
-            // The merged files are in the table: the small ones are garbage now (a
-            // crash before this leaves them to orphan cleanup).
-            for path in &merged_away {
-                let _ = crate::failpoint::delete_file(table.file_io(), path).await;
-            }
-            outcome.snapshot_id = Some(snapshot_id);
-            outcome.segments = plan.take.len();
-            outcome.files = file_count;
-            outcome.coalesced = merged_away.len();
-            outcome.records = plan.records();
-            outcome.dead_letters = dead_letters;
-            outcome.gaps = plan.gaps.clone();
-            outcome.newest_record_ms = newest_record_ms(&table);
-            return Ok(outcome);
+                .map_err(catalog_error)?
+            {
+                Appended::Landed(landed, snapshot_id) => {
+                    table = landed;
+                    snapshot_id
+                }
+                // Someone else committed first, or the swap silently failed: re-plan.
+                Appended::Replan(moved) => {
+                    table = moved;
+                    continue;
+                }
+            };
+        let ids: Vec<String> = plan.take.iter().map(|s| s.id.clone()).collect();
+        ledger
+            .mark_committed(&ids, snapshot_id, now_ms)
+            .await
+            .map_err(ledger_error)?;
+        // The merged files are in the table: the small ones are garbage now (a crash
+        // before this leaves them to orphan cleanup).
+        for path in &merged_away {
+            let _ = crate::failpoint::delete_file(table.file_io(), path).await;
         }
-        match answer_error {
-            // Someone else committed first, or the swap silently failed: re-plan.
-            Some(e) if !replannable(&e) => return Err(catalog_error(e)),
-            _ => {}
-        }
+        outcome.snapshot_id = Some(snapshot_id);
+        outcome.segments = plan.take.len();
+        outcome.files = file_count;
+        outcome.coalesced = merged_away.len();
+        outcome.records = plan.records();
+        outcome.dead_letters = dead_letters;
+        outcome.gaps = plan.gaps.clone();
+        outcome.newest_record_ms = newest_record_ms(&table);
+        return Ok(outcome);
     }
     Err(CommitError::Contended {
         table: table_name,
@@ -381,6 +382,37 @@ pub(crate) async fn pinned_append(
         .commit(&crate::catalog::PinnedCatalog::new(catalog, table.clone()))
         .await
         .err())
+}
+
+/// What a pinned append came to, by the table re-read after it.
+pub(crate) enum Appended {
+    /// The commit is in the table: the table as re-read, and the commit's snapshot.
+    Landed(Table, i64),
+    /// It is not (another commit came first, or the swap silently failed): the table as
+    /// re-read, to plan again on.
+    Replan(Table),
+}
+
+/// Appends `files` pinned to the snapshot `table` is at, then re-reads the table and
+/// looks for `commit_id` in its history, whatever the catalog answered (the SQL
+/// catalog can report success for a swap that did not happen, and an error may hide a
+/// commit that did). An error a re-plan cannot answer is returned.
+pub(crate) async fn append_and_verify(
+    catalog: &dyn Catalog,
+    table: &Table,
+    files: Vec<iceberg::spec::DataFile>,
+    properties: HashMap<String, String>,
+    commit_id: &str,
+) -> Result<Appended, iceberg::Error> {
+    let answer = pinned_append(catalog, table, files, properties).await?;
+    let table = catalog.load_table(table.identifier()).await?;
+    if let Some(snapshot_id) = find_commit(&table, commit_id) {
+        return Ok(Appended::Landed(table, snapshot_id));
+    }
+    match answer {
+        Some(e) if !replannable(&e) => Err(e),
+        _ => Ok(Appended::Replan(table)),
+    }
 }
 
 /// Whether a commit that did not land may be planned again and retried: a conflict,
