@@ -309,7 +309,14 @@ fn maintain_runs_the_committers_policy_and_keeps_every_row() {
     );
     let compacted: usize = first
         .lines()
-        .filter_map(|line| line.split(": ").nth(1)?.split(' ').next()?.parse::<usize>().ok())
+        .filter_map(|line| {
+            line.split(": ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
         .sum();
     assert!(compacted > 0, "nothing compacted:\n{first}");
     assert!(

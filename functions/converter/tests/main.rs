@@ -1,5 +1,5 @@
 //! The converter function's tests, one binary: each sample event through the handler
-//! on moto, and the built binary under `cargo lambda` (run by CI after the tests).
+//! on moto, and the built binary under the `cargo lambda` runtime emulator.
 
 /// Tests that need servers started per test (moto, etcd, PostgreSQL, `cargo lambda`);
 /// `cargo test -- --skip servers::` leaves them out.

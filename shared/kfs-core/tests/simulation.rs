@@ -18,8 +18,8 @@
 //! every referenced file exists, and the ledger agrees with the table.
 //!
 //! `KFS_SIM_SEEDS` seeds from `KFS_SIM_FIRST_SEED` (default 0): by default 100 in a
-//! debug build (every `cargo test`), 1,000 in a release build (CI runs one:
-//! `scripts/simulation.sh`), and as many as asked for a soak. A seed
+//! debug build (every `cargo test`) and 1,000 in a release build; CI runs 1,000 on the
+//! debug build (`scripts/simulation.sh`), and a soak as many as it asks for. A seed
 //! fixes the arrivals, events, etcd, faults and processes of every round; how the
 //! processes of a round interleave is left to the runtime, so a failing seed replays
 //! its scenario with `KFS_SIM_FIRST_SEED=N KFS_SIM_SEEDS=1`, and replays exactly, call

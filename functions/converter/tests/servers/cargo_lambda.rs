@@ -1,10 +1,9 @@
-//! The built converter binary under the Lambda runtime emulator: `cargo lambda watch`
-//! serves it, `cargo lambda invoke --data-file events/…` delivers a sample event, and
-//! the segment lands in the DynamoDB ledger on moto.
-//!
-//! Ignored by `cargo test`: `cargo lambda watch` builds the function, which it cannot do
-//! while `cargo test` holds the target directory. CI runs it after the tests, through
-//! `scripts/lambda_check.sh` (the test binary run directly, the build then incremental).
+//! The built converter binary under the Lambda runtime emulator: `cargo lambda watch
+//! --only-lambda-apis` serves the Runtime API, the binary cargo built for these tests
+//! polls it as Lambda would run it, `cargo lambda invoke --data-file events/…`
+//! delivers a sample SQS event, and the segment lands in the DynamoDB ledger on moto.
+//! Nothing is compiled inside the test (the emulator builds nothing in this mode), so
+//! it runs in `cargo test` like any other.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 use kfs_core::Ledger;
 use kfs_testkit::{LocalStack, sample_segment, workspace_root};
 
-/// Kills the whole process group (the emulator and the function it started).
+/// Kills the whole process group of a child on drop.
 struct Group(Child);
 
 impl Drop for Group {
@@ -26,8 +25,19 @@ impl Drop for Group {
     }
 }
 
+/// Starts `command` in a process group of its own.
+fn spawn(command: &mut Command, what: &str) -> Group {
+    Group(
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what} (pip install cargo-lambda): {e}")),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "builds the function with cargo lambda: scripts/lambda_check.sh runs it"]
 async fn the_built_converter_answers_under_cargo_lambda() {
     let stack = LocalStack::start();
     let segment = sample_segment(0, 10, b'w');
@@ -37,56 +47,69 @@ async fn the_built_converter_answers_under_cargo_lambda() {
         (&format!("{stem}.index"), &segment.index),
     ]);
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    // cargo lambda takes a port number, not a bound socket: a free one, as free as a
-    // port can be (this test runs alone, after the others).
+    // cargo lambda takes a port number, not a bound socket: a free one, and another
+    // try below if the emulator cannot have it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or_else(|e| panic!("{e}"));
-    let env = [
-        format!("AWS_ENDPOINT_URL={}", stack.moto.endpoint),
-        "AWS_ACCESS_KEY_ID=test".into(),
-        "AWS_SECRET_ACCESS_KEY=test".into(),
-        "AWS_REGION=us-east-1".into(),
-        "SEGMENT_BUCKET=kafscale-segments".into(),
-        "LEDGER_TABLE=kfs-ledger".into(),
-        "WAREHOUSE=s3://lakehouse/warehouse".into(),
-        "CATALOG_TYPE=sql".into(),
-        format!("CATALOG_URI={}", state.path().join("catalog.db").display()),
-    ];
-    let mut watch = Command::new("cargo");
-    watch
-        .current_dir(workspace_root())
-        .args([
+    let _emulator = spawn(
+        Command::new("cargo").current_dir(workspace_root()).args([
             "lambda",
             "watch",
-            "--ignore-changes",
+            "--only-lambda-apis",
             "-A",
             "127.0.0.1",
             "-P",
             &port.to_string(),
-        ])
-        .args(["-p", "kfs-converter", "--bin", "kfs-converter"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0);
-    for var in &env {
-        watch.args(["--env-var", var]);
-    }
-    let _watch = Group(
-        watch
-            .spawn()
-            .unwrap_or_else(|e| panic!("cargo lambda watch (pip install cargo-lambda): {e}")),
+        ]),
+        "cargo lambda watch",
     );
-    let deadline = Instant::now() + Duration::from_secs(600);
+    // The runtime client gives up when the Runtime API is not there yet.
+    let listening = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < listening,
+            "cargo lambda watch did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _function = spawn(
+        Command::new(env!("CARGO_BIN_EXE_kfs-converter")).envs([
+            (
+                "AWS_LAMBDA_RUNTIME_API",
+                format!("http://127.0.0.1:{port}/.rt"),
+            ),
+            // `_`: the emulator's one function, invoked without a name.
+            ("AWS_LAMBDA_FUNCTION_NAME", "_".into()),
+            ("AWS_LAMBDA_FUNCTION_VERSION", "1".into()),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1769".into()),
+            ("AWS_ENDPOINT_URL", stack.moto.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("SEGMENT_BUCKET", "kafscale-segments".into()),
+            ("LEDGER_TABLE", "kfs-ledger".into()),
+            ("WAREHOUSE", "s3://lakehouse/warehouse".into()),
+            ("CATALOG_TYPE", "sql".into()),
+            (
+                "CATALOG_URI",
+                state.path().join("catalog.db").display().to_string(),
+            ),
+        ]),
+        "the converter binary",
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
     let event = workspace_root().join("events/sqs-s3-put-index.json");
     let answer = loop {
-        let output = Command::new("cargo")
+        // `timeout`: an invoke waits for as long as no function answers.
+        let output = Command::new("timeout")
             .current_dir(workspace_root())
             .args([
+                "30",
+                "cargo",
                 "lambda",
                 "invoke",
-                "kfs-converter",
                 "-A",
                 "127.0.0.1",
                 "-P",
@@ -95,17 +118,17 @@ async fn the_built_converter_answers_under_cargo_lambda() {
             ])
             .arg(&event)
             .output()
-            .unwrap_or_else(|e| panic!("cargo lambda invoke: {e}"));
+            .unwrap_or_else(|e| panic!("cargo lambda invoke (pip install cargo-lambda): {e}"));
         if output.status.success() {
             break String::from_utf8_lossy(&output.stdout).into_owned();
         }
-        // The emulator compiles the function on first use: wait for it.
+        // The emulator and the function take a moment to start.
         assert!(
             Instant::now() < deadline,
             "invoke kept failing: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(Duration::from_millis(300));
     };
     assert!(
         answer.contains("\"batchItemFailures\":[]") || answer.contains("\"batchItemFailures\": []"),
