@@ -93,11 +93,6 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         }
     }
 
-    /// The ledger.
-    pub fn ledger(&self) -> &L {
-        &self.ledger
-    }
-
     /// Handles announced objects, several at a time; one result per object, in order.
     pub async fn handle(
         &self,

@@ -35,7 +35,7 @@ mod tick;
 pub use catalog::{
     CatalogAccess, CatalogHandle, CatalogKind, CatalogOverrides, LOCAL_CATALOG_NAME,
     MetadataPointer, Overridden, RestCredentials, RestSettings, S3TablesSettings, TableSwap,
-    commit_through, is_table_bucket_arn, lost_race, open_catalog_handle, publish, stage_updates,
+    commit_through, is_table_bucket_arn, lost_race, open_catalog_handle, publish, read_table, stage_updates,
     table_handle,
 };
 pub use clock::now_ms;

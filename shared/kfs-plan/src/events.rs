@@ -171,14 +171,6 @@ pub fn parse_eventbridge(body: &Value) -> Result<EventBody, EventError> {
     }]))
 }
 
-/// Compares two S3 sequencers of the same key: the shorter is right-padded with
-/// zeros, then they compare as strings.
-pub fn sequencer_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    let width = a.len().max(b.len());
-    format!("{:0<width$}", a.to_ascii_uppercase())
-        .cmp(&format!("{:0<width$}", b.to_ascii_uppercase()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,16 +201,5 @@ mod tests {
             Ok(EventBody::TestEvent)
         );
         assert!(parse_s3_notification(&json!({"foo": 1})).is_err());
-    }
-
-    #[test]
-    fn sequencers_compare_after_padding() {
-        use std::cmp::Ordering::*;
-        assert_eq!(
-            sequencer_cmp("0055AED6DCD90281E5", "0055AED6DCD90281E6"),
-            Less
-        );
-        assert_eq!(sequencer_cmp("0055AED6DCD9028", "0055AED6DCD90281E5"), Less);
-        assert_eq!(sequencer_cmp("0A", "0A00"), Equal);
     }
 }

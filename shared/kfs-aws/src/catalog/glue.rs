@@ -26,6 +26,7 @@ use iceberg::{
 };
 use iceberg_catalog_glue::GlueCatalog;
 use kfs_core::{
+    read_table,
     CatalogHandle, CatalogOverrides, LOCAL_CATALOG_NAME, MetadataPointer, Overridden, S3Settings,
     Warehouse, lost_race, publish, table_handle,
 };
@@ -204,28 +205,20 @@ impl CatalogOverrides for GlueTables {
 
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
         let (location, _) = self.current(table).await?;
-        let metadata = TableMetadata::read_from(&self.file_io, &location).await?;
-        table_handle(
-            &self.file_io,
-            self.runtime.clone(),
-            table.clone(),
-            location,
-            metadata,
-        )
+        read_table(&self.file_io, self.runtime.clone(), table.clone(), location).await
     }
 
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {
         let ident = commit.identifier().clone();
         // The metadata and its VersionId from one GetTable answer.
         let (current_location, version) = self.current(&ident).await?;
-        let metadata = TableMetadata::read_from(&self.file_io, &current_location).await?;
-        let current = table_handle(
+        let current = read_table(
             &self.file_io,
             self.runtime.clone(),
             ident.clone(),
             current_location.clone(),
-            metadata,
-        )?;
+        )
+        .await?;
         let staged = commit.apply(current)?;
         let staged_location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
         publish(

@@ -18,7 +18,7 @@ use iceberg::{
     TableCommit, TableCreation, TableIdent,
 };
 
-use super::swap::{MetadataPointer, lost_race, publish, table_handle};
+use super::swap::{MetadataPointer, read_table, lost_race, publish, table_handle};
 
 #[derive(Debug, Default)]
 struct State {
@@ -72,14 +72,7 @@ impl MemoryTables {
     }
 
     async fn read(&self, table: &TableIdent, location: String) -> Result<Table> {
-        let metadata = TableMetadata::read_from(&self.file_io, &location).await?;
-        table_handle(
-            &self.file_io,
-            self.runtime.clone(),
-            table.clone(),
-            location,
-            metadata,
-        )
+        read_table(&self.file_io, self.runtime.clone(), table.clone(), location).await
     }
 }
 

@@ -59,6 +59,17 @@ pub fn table_handle(
         .build()
 }
 
+/// The table whose current metadata file is `location`, read through `file_io`.
+pub async fn read_table(
+    file_io: &FileIO,
+    runtime: Runtime,
+    ident: TableIdent,
+    location: String,
+) -> Result<Table> {
+    let metadata = TableMetadata::read_from(file_io, &location).await?;
+    table_handle(file_io, runtime, ident, location, metadata)
+}
+
 /// Swaps a table's metadata pointer to the result of requirements plus updates, or
 /// fails with `CatalogCommitConflicts` (retryable) when the table moved.
 #[async_trait]
