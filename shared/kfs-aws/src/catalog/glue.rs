@@ -26,9 +26,8 @@ use iceberg::{
 };
 use iceberg_catalog_glue::GlueCatalog;
 use kfs_core::{
-    read_table,
     CatalogHandle, CatalogOverrides, LOCAL_CATALOG_NAME, MetadataPointer, Overridden, S3Settings,
-    Warehouse, lost_race, publish, table_handle,
+    Warehouse, lost_race, publish, read_table, table_handle,
 };
 
 /// The Glue catalog with timestamptz support (see the module docs).

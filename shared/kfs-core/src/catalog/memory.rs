@@ -18,7 +18,7 @@ use iceberg::{
     TableCommit, TableCreation, TableIdent,
 };
 
-use super::swap::{MetadataPointer, read_table, lost_race, publish, table_handle};
+use super::swap::{MetadataPointer, lost_race, publish, read_table, table_handle};
 
 #[derive(Debug, Default)]
 struct State {
