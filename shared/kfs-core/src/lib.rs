@@ -35,8 +35,8 @@ mod tick;
 pub use catalog::{
     CatalogAccess, CatalogHandle, CatalogKind, CatalogOverrides, LOCAL_CATALOG_NAME,
     MetadataPointer, Overridden, RestCredentials, RestSettings, S3TablesSettings, TableSwap,
-    commit_through, is_table_bucket_arn, lost_race, open_catalog_handle, publish, read_table,
-    stage_updates, table_handle,
+    is_table_bucket_arn, lost_race, open_catalog_handle, publish, read_table, stage_updates,
+    table_handle,
 };
 pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};

@@ -28,8 +28,7 @@ pub use rest_swap::RestTableSwap;
 pub use rest_tables::RestTables;
 pub use sql::{SqlTableSwap, open_postgres_catalog, open_sql_catalog};
 pub use swap::{
-    MetadataPointer, TableSwap, commit_through, lost_race, publish, read_table, stage_updates,
-    table_handle,
+    MetadataPointer, TableSwap, lost_race, publish, read_table, stage_updates, table_handle,
 };
 
 /// The catalog name of the embedded default (what pyiceberg's `SqlCatalog` must be

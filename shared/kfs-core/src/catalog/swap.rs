@@ -4,7 +4,7 @@
 //! replace snapshots: compaction and manifest rewrites stage their updates here and
 //! swap the metadata pointer per catalog: the row of the SQL catalog, Glue's
 //! `UpdateTable` with `VersionId` and S3 Tables' version token (in `kfs-aws`), the map
-//! of the in-memory catalog, each a [`MetadataPointer`] behind one [`commit_through`];
+//! of the in-memory catalog, each a [`MetadataPointer`] behind one blanket [`TableSwap`];
 //! and the REST commit endpoint, which stages on the server.
 
 use async_trait::async_trait;
@@ -84,7 +84,7 @@ pub trait TableSwap: Send + Sync {
 }
 
 /// Where a catalog keeps a table's metadata pointer, and its compare-and-swap: the one
-/// part of a commit each catalog does its own way. [`commit_through`] does the rest
+/// part of a commit each catalog does its own way. Its [`TableSwap`] impl does the rest
 /// (stage, write the metadata file, swap, clean up a lost race) once for all.
 #[async_trait]
 pub trait MetadataPointer: Send + Sync {
@@ -106,9 +106,11 @@ pub trait MetadataPointer: Send + Sync {
     ) -> Result<()>;
 }
 
-/// Every [`MetadataPointer`] is a [`TableSwap`]: staged against the table as the catalog
-/// holds it now (the requirements decide whether the change still applies), through
-/// the table's FileIO.
+/// Every [`MetadataPointer`] is a [`TableSwap`]: the change is staged against the table
+/// as the catalog holds it now (the requirements decide whether it still applies),
+/// written, and swapped in; metadata files go through the table's FileIO. When the
+/// catalog still points where `table` was loaded from, its metadata is used as it is,
+/// not read again.
 #[async_trait]
 impl<P: MetadataPointer> TableSwap for P {
     async fn commit(
@@ -117,40 +119,25 @@ impl<P: MetadataPointer> TableSwap for P {
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<Table> {
-        commit_through(
+        let (file_io, ident) = (table.file_io(), table.identifier());
+        let (current_location, version) = self.current(ident).await?;
+        let (staged, location) = if table.metadata_location() == Some(current_location.as_str()) {
+            stage_updates(table.metadata(), &current_location, &requirements, updates)?
+        } else {
+            let current = TableMetadata::read_from(file_io, &current_location).await?;
+            stage_updates(&current, &current_location, &requirements, updates)?
+        };
+        publish(
             self,
-            table.file_io(),
-            table.identifier(),
-            &requirements,
-            updates,
+            file_io,
+            ident,
+            version,
+            &current_location,
+            staged,
+            location,
         )
         .await
     }
-}
-
-/// Commits `requirements` plus `updates` to the table as `pointer` holds it now: the
-/// requirements decide whether the change still applies.
-/// Metadata files are read and written through `file_io`.
-pub async fn commit_through<P: MetadataPointer + ?Sized>(
-    pointer: &P,
-    file_io: &FileIO,
-    ident: &TableIdent,
-    requirements: &[TableRequirement],
-    updates: Vec<TableUpdate>,
-) -> Result<Table> {
-    let (current_location, version) = pointer.current(ident).await?;
-    let current = TableMetadata::read_from(file_io, &current_location).await?;
-    let (staged, location) = stage_updates(&current, &current_location, requirements, updates)?;
-    publish(
-        pointer,
-        file_io,
-        ident,
-        version,
-        &current_location,
-        staged,
-        location,
-    )
-    .await
 }
 
 /// Writes `staged` at `location` (through `file_io`) and swaps the pointer to it from
