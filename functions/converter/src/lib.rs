@@ -93,7 +93,7 @@ impl Tally {
             Ok(ObjectOutcome::Incomplete { .. }) => "incomplete",
             Ok(ObjectOutcome::Ignored { .. }) => "ignored",
             Err(e) => {
-                tracing::warn!(error = %e, retryable = e.is_retryable(), "segment not converted");
+                tracing::warn!(error = %e, kind = %e.kind(), "segment not converted");
                 "failed"
             }
         };

@@ -20,12 +20,14 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use kfs_core::{
     DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, existing_entry,
     sort_entries,
 };
+use kfs_plan::fault::ErrorKind;
 
 /// Name of the sparse work index.
 pub const WORK_INDEX: &str = "work";
@@ -63,10 +65,9 @@ impl ConditionFailed for aws_sdk_dynamodb::operation::delete_item::DeleteItemErr
 }
 
 /// Whether a conditional write applied: `Ok(false)` when its condition did not hold.
-fn applied<T, E, R>(result: Result<T, SdkError<E, R>>) -> Result<bool, LedgerError>
+fn applied<T, E>(result: Result<T, SdkError<E, HttpResponse>>) -> Result<bool, LedgerError>
 where
-    E: ConditionFailed + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    E: ConditionFailed + ProvideErrorMetadata + std::error::Error + 'static,
 {
     match result {
         Ok(_) => Ok(true),
@@ -75,34 +76,18 @@ where
     }
 }
 
-fn store_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
-    e: SdkError<E, R>,
-) -> LedgerError {
-    let retryable = match &e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            true
-        }
-        SdkError::ServiceError(service) => {
-            let text = format!("{:?}", service.err());
-            [
-                "Throttling",
-                "ProvisionedThroughputExceeded",
-                "RequestLimitExceeded",
-                "InternalServerError",
-                "TransactionConflict",
-            ]
-            .iter()
-            .any(|kind| text.contains(kind))
-        }
-        _ => false,
-    };
+fn store_error<E>(e: SdkError<E, HttpResponse>) -> LedgerError
+where
+    E: std::error::Error + ProvideErrorMetadata + 'static,
+{
+    let kind = crate::aws_error_kind(&e);
     let mut message = e.to_string();
     let mut source = std::error::Error::source(&e);
     while let Some(inner) = source {
         message.push_str(&format!(": {inner}"));
         source = inner.source();
     }
-    LedgerError::Store { message, retryable }
+    LedgerError::Store { message, kind }
 }
 
 fn s(value: &str) -> AttributeValue {
@@ -247,7 +232,7 @@ impl DynamoLedger {
                 if rounds > 20 {
                     return Err(LedgerError::Store {
                         message: "BatchGetItem kept returning unprocessed keys".into(),
-                        retryable: true,
+                        kind: ErrorKind::Transient,
                     });
                 }
                 let request = KeysAndAttributes::builder()
@@ -256,7 +241,7 @@ impl DynamoLedger {
                     .build()
                     .map_err(|e| LedgerError::Store {
                         message: e.to_string(),
-                        retryable: false,
+                        kind: ErrorKind::Config,
                     })?;
                 let response = self
                     .client

@@ -11,4 +11,4 @@ pub mod function_env;
 pub mod secrets;
 
 pub use catalog::{aws_config, open_catalog_handle};
-pub use error::ConfigError;
+pub use error::{ConfigError, aws_error_kind};

@@ -2,6 +2,7 @@
 
 use crate::commit::CommitError;
 use crate::convert::ConvertError;
+use crate::fault::ErrorKind;
 use crate::ledger::LedgerError;
 use crate::source::SourceError;
 use kfs_plan::offsets::SummaryError;
@@ -40,15 +41,20 @@ pub enum PipelineError {
 }
 
 impl PipelineError {
+    /// What the failure means (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Source(e) => e.kind,
+            Self::Ledger(e) => e.kind(),
+            Self::Catalog { source, .. } => crate::fault::iceberg_error_kind(source),
+            Self::Convert(e) => e.kind(),
+            Self::Commit(e) => e.kind(),
+            Self::Summary { .. } => ErrorKind::Config,
+        }
+    }
+
     /// Whether running the pass again may succeed without anyone acting.
     pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Source(e) => e.retryable,
-            Self::Ledger(e) => e.is_retryable(),
-            Self::Catalog { source, .. } => source.retryable(),
-            Self::Convert(e) => !e.is_permanent(),
-            Self::Commit(e) => e.is_retryable(),
-            Self::Summary { .. } => false,
-        }
+        self.kind().is_retryable()
     }
 }

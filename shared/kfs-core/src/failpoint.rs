@@ -38,6 +38,14 @@ pub enum Injection {
 pub trait FailpointHook: Send + Sync {
     /// The injection for this occurrence of `point`.
     fn inject(&self, point: Failpoint) -> Injection;
+
+    /// The error an injected failure at `point` returns: by default an unexpected,
+    /// retryable one. A hook can return what a real storage layer does instead (an
+    /// I/O error marked non-retryable, throttling), to prove it is classified right.
+    fn error(&self, point: Failpoint, message: String) -> iceberg::Error {
+        let _ = point;
+        Error::new(ErrorKind::Unexpected, message).with_retryable(true)
+    }
 }
 
 /// Runs `future` with `hook` deciding every failpoint it reaches in its own task
@@ -62,17 +70,16 @@ pub async fn apply<T, E>(
     }
 }
 
-/// Runs the storage effect `effect` at `point`; an injected failure is a retryable
-/// [`iceberg::Error`].
+/// Runs the storage effect `effect` at `point`; an injected failure is the hook's
+/// [`FailpointHook::error`].
 pub async fn around<T>(
     point: Failpoint,
     effect: impl Future<Output = iceberg::Result<T>>,
 ) -> iceberg::Result<T> {
-    let injection = HOOK
-        .try_with(|hook| hook.inject(point))
-        .unwrap_or(Injection::Pass);
-    let fail = |what: String| Error::new(ErrorKind::Unexpected, what).with_retryable(true);
-    apply(injection, fail, effect).await
+    let Ok((injection, hook)) = HOOK.try_with(|hook| (hook.inject(point), hook.clone())) else {
+        return effect.await;
+    };
+    apply(injection, |what| hook.error(point, what), effect).await
 }
 
 /// Deletes `path` from `file_io`, through the [`Failpoint::FileDelete`] failpoint.

@@ -199,7 +199,7 @@ pub async fn ingest_segment(
             entry.records = converted.records;
             entry.bytes = converted.file_bytes;
         }
-        Err(e) if e.is_permanent() => {
+        Err(e) if e.kind().quarantines() => {
             entry.state = EntryState::Quarantined {
                 error: format!("{}: {e}", source.describe(&object.key)),
             };
@@ -287,7 +287,7 @@ async fn convert_json_segment(
                         table = reloaded;
                         continue;
                     }
-                    if e.retryable() || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
+                    if !crate::fault::iceberg_error_kind(&e).quarantines() {
                         return Err(catalog_error(&target.name, e));
                     }
                     return Ok(Err(ConvertError::Unrepresentable {

@@ -6,7 +6,8 @@
 //! in `kfs-aws` and plug into the same traits.
 //!
 //! Modules, from the bottom up (each depends only on those above it in this list):
-//! `clock`, `storage` (where bytes live), `failpoint` (fault injection), `source`
+//! `clock`, `fault` (error kinds given where foreign errors enter), `storage` (where
+//! bytes live), `failpoint` (fault injection), `source`
 //! (segments in), `ledger`, `catalog` (and pointer swaps), `parquet` (writer settings
 //! and merges), `table` (layout, history, opening), `convert` (one segment to data
 //! files), `commit` (exactly-once appends), `maintenance`, `error`, `ingest` (one
@@ -20,6 +21,7 @@ mod convert;
 mod converter;
 mod error;
 pub mod failpoint;
+mod fault;
 mod ingest;
 mod ledger;
 mod maintenance;
@@ -42,6 +44,7 @@ pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome};
 pub use error::PipelineError;
+pub use fault::{ErrorKind, Fault, iceberg_error, iceberg_error_kind, opendal_error_kind};
 pub use ledger::{
     DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, MemoryLedger,
     SqliteLedger, existing_entry, sort_entries,

@@ -132,7 +132,7 @@ impl Tables {
         self.by_topic.get(topic).ok_or_else(|| {
             PipelineError::Ledger(LedgerError::Store {
                 message: "table cache".into(),
-                retryable: false,
+                kind: crate::fault::ErrorKind::Transient,
             })
         })
     }

@@ -2,6 +2,7 @@
 //! OpenDAL-backed implementation of [`SegmentSource`]. An in-memory source serves
 //! unit tests and fault injection.
 
+use crate::fault::ErrorKind;
 use crate::storage::S3Settings;
 use opendal::{EntryMode, Operator};
 use std::collections::BTreeMap;
@@ -39,8 +40,8 @@ pub struct SourceError {
     pub location: String,
     /// What failed.
     pub message: String,
-    /// Whether retrying may succeed.
-    pub retryable: bool,
+    /// What the failure means (retrying may succeed when it is transient).
+    pub kind: ErrorKind,
 }
 
 /// A bucket prefix or directory holding KafScale segments.
@@ -87,7 +88,7 @@ impl OpendalSource {
         let absolute = std::path::absolute(root).map_err(|e| SourceError {
             location: root.display().to_string(),
             message: e.to_string(),
-            retryable: false,
+            kind: ErrorKind::Config,
         })?;
         let root_text = absolute.display().to_string();
         let builder = opendal::services::Fs::default().root(&root_text);
@@ -148,7 +149,7 @@ fn modified_ms(meta: &opendal::Metadata) -> Option<i64> {
 fn error(location: &str, e: opendal::Error) -> SourceError {
     SourceError {
         location: location.to_owned(),
-        retryable: e.is_temporary() || e.kind() == opendal::ErrorKind::RateLimited,
+        kind: crate::fault::opendal_error_kind(&e),
         message: e.to_string(),
     }
 }
@@ -217,8 +218,11 @@ impl SegmentSource for OpendalSource {
         Ok(stream
             .map_err(move |e| SourceError {
                 location: location.clone(),
+                kind: e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<opendal::Error>())
+                    .map_or(ErrorKind::Transient, crate::fault::opendal_error_kind),
                 message: e.to_string(),
-                retryable: true,
             })
             .boxed())
     }
@@ -259,7 +263,7 @@ impl MemorySource {
         self.objects.lock().map(|o| f(&o)).map_err(|_| SourceError {
             location: "memory".into(),
             message: "lock poisoned".into(),
-            retryable: false,
+            kind: ErrorKind::Transient,
         })
     }
 }
@@ -284,7 +288,7 @@ impl SegmentSource for MemorySource {
             .ok_or_else(|| SourceError {
                 location: key.to_owned(),
                 message: "no such object".into(),
-                retryable: false,
+                kind: ErrorKind::Config,
             })
     }
 

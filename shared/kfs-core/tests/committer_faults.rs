@@ -204,7 +204,7 @@ async fn a_commit_whose_marking_was_lost_is_recovered_not_repeated() -> TestResu
         1,
     )
     .await;
-    assert!(first.is_err_and(|e| e.is_retryable()));
+    assert!(first.is_err_and(|e| e.kind().is_retryable()));
     assert_eq!(
         ledger.list(Some("pending"), None).await?.len(),
         3,

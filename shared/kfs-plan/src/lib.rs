@@ -9,6 +9,7 @@
 //! - [`sweep`]: which listed segments a sweep must look up, and which came too late.
 //! - [`compaction`]: which small files to rewrite together, which snapshots to expire.
 //! - [`duration`]: durations as operators write them (`0s`, `5d`).
+//! - [`fault`]: the one error taxonomy (transient, conflict, invalid data, config).
 //! - [`shard`]: which committer schedule handles which topic.
 //! - [`hash`]: the stable hash behind file names, commit ids and shards.
 //! - [`commit`]: which pending segments a commit may take, in what order, and what
@@ -22,6 +23,7 @@ pub mod compaction;
 pub mod crosscheck;
 pub mod duration;
 pub mod events;
+pub mod fault;
 pub mod hash;
 pub mod keys;
 pub mod layout;

@@ -16,7 +16,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use aws_sdk_glue::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_glue::types::{Column, StorageDescriptor, TableInput};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use iceberg::io::FileIO;
 use iceberg::spec::{NestedFieldRef, PrimitiveType, TableMetadata, TableMetadataBuilder, Type};
 use iceberg::table::Table;
@@ -27,8 +29,9 @@ use iceberg::{
 use iceberg_catalog_glue::GlueCatalog;
 use kfs_core::{
     CatalogHandle, CatalogOverrides, LOCAL_CATALOG_NAME, MetadataPointer, Overridden, S3Settings,
-    Warehouse, lost_race, publish, read_table, table_handle,
+    Warehouse, iceberg_error, lost_race, publish, read_table, table_handle,
 };
+use kfs_plan::fault::ErrorKind as FaultKind;
 
 /// The Glue catalog with timestamptz support (see the module docs).
 #[derive(Debug)]
@@ -51,8 +54,20 @@ fn database(namespace: &NamespaceIdent) -> Result<String> {
     }
 }
 
-fn glue_error(what: &str, e: impl std::fmt::Debug) -> Error {
-    Error::new(ErrorKind::Unexpected, format!("Glue {what} failed: {e:?}"))
+/// A failed Glue request, with the kind its error code or status gives it.
+fn glue_error<E>(what: &str, e: &SdkError<E, HttpResponse>) -> Error
+where
+    E: ProvideErrorMetadata + std::fmt::Debug,
+{
+    iceberg_error(
+        crate::aws_error_kind(e),
+        format!("Glue {what} failed: {e:?}"),
+    )
+}
+
+/// A request Glue would refuse, found while building it.
+fn input_error(what: &str, e: impl std::fmt::Debug) -> Error {
+    iceberg_error(FaultKind::Config, format!("Glue {what}: {e:?}"))
 }
 
 /// The Glue/Hive type of an Iceberg type.
@@ -98,7 +113,7 @@ fn column(field: &NestedFieldRef) -> Result<Column> {
         .parameters("iceberg.field.optional", (!field.required).to_string())
         .parameters("iceberg.field.current", "true")
         .build()
-        .map_err(|e| glue_error("column", e))
+        .map_err(|e| input_error("column", e))
 }
 
 fn table_input(
@@ -128,7 +143,7 @@ fn table_input(
     if let Some(previous) = previous {
         input = input.parameters("previous_metadata_location", previous);
     }
-    input.build().map_err(|e| glue_error("table input", e))
+    input.build().map_err(|e| input_error("table input", e))
 }
 
 impl GlueTables {
@@ -183,14 +198,15 @@ impl CatalogOverrides for GlueTables {
             .send()
             .await
             .map_err(|e| {
-                let service = e.into_service_error();
-                if service.is_already_exists_exception() {
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_already_exists_exception())
+                {
                     Error::new(
                         ErrorKind::TableAlreadyExists,
                         format!("table {database}.{name} already exists"),
                     )
                 } else {
-                    glue_error("CreateTable", service)
+                    glue_error("CreateTable", &e)
                 }
             })?;
         table_handle(
@@ -248,14 +264,15 @@ impl MetadataPointer for GlueTables {
             .send()
             .await
             .map_err(|e| {
-                let service = e.into_service_error();
-                if service.is_entity_not_found_exception() {
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_entity_not_found_exception())
+                {
                     Error::new(
                         ErrorKind::TableNotFound,
                         format!("table {ident} is not found"),
                     )
                 } else {
-                    glue_error("GetTable", service)
+                    glue_error("GetTable", &e)
                 }
             })?;
         let table = response.table().ok_or_else(|| {
@@ -300,11 +317,12 @@ impl MetadataPointer for GlueTables {
             request = request.version_id(version);
         }
         request.send().await.map_err(|e| {
-            let service = e.into_service_error();
-            if service.is_concurrent_modification_exception() {
+            if e.as_service_error()
+                .is_some_and(|s| s.is_concurrent_modification_exception())
+            {
                 lost_race(ident, "Glue's VersionId moved")
             } else {
-                glue_error("UpdateTable", service)
+                glue_error("UpdateTable", &e)
             }
         })?;
         Ok(())

@@ -10,12 +10,15 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
+use aws_sdk_s3tables::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3tables::operation::update_table_metadata_location::UpdateTableMetadataLocationError;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use iceberg::spec::TableMetadata;
 use iceberg::{Error, ErrorKind, Result, TableIdent};
 
 use kfs_core::{
-    CatalogHandle, LOCAL_CATALOG_NAME, MetadataPointer, S3Settings, S3TablesSettings, lost_race,
+    CatalogHandle, LOCAL_CATALOG_NAME, MetadataPointer, S3Settings, S3TablesSettings,
+    iceberg_error, lost_race,
 };
 
 /// The pointer swap of S3 Tables.
@@ -25,8 +28,12 @@ pub struct S3TablesSwap {
     table_bucket_arn: String,
 }
 
-fn service_error(what: &str, e: impl std::fmt::Debug) -> Error {
-    Error::new(ErrorKind::Unexpected, format!("S3 Tables {what}: {e:?}")).with_retryable(true)
+/// A failed S3 Tables request, with the kind its error code or status gives it.
+fn service_error<E>(what: &str, e: &SdkError<E, HttpResponse>) -> Error
+where
+    E: ProvideErrorMetadata + std::fmt::Debug,
+{
+    iceberg_error(crate::aws_error_kind(e), format!("S3 Tables {what}: {e:?}"))
 }
 
 impl S3TablesSwap {
@@ -54,7 +61,7 @@ impl MetadataPointer for S3TablesSwap {
             .name(ident.name())
             .send()
             .await
-            .map_err(|e| service_error("GetTable", e.into_service_error()))?;
+            .map_err(|e| service_error("GetTable", &e))?;
         let location = table.metadata_location().ok_or_else(|| {
             Error::new(
                 ErrorKind::DataInvalid,
@@ -81,11 +88,11 @@ impl MetadataPointer for S3TablesSwap {
             .metadata_location(staged_location)
             .send()
             .await
-            .map_err(|e| match e.into_service_error() {
-                UpdateTableMetadataLocationError::ConflictException(_) => {
+            .map_err(|e| match e.as_service_error() {
+                Some(UpdateTableMetadataLocationError::ConflictException(_)) => {
                     lost_race(ident, "the version token moved")
                 }
-                other => service_error("UpdateTableMetadataLocation", other),
+                _ => service_error("UpdateTableMetadataLocation", &e),
             })?;
         Ok(())
     }

@@ -27,9 +27,15 @@ pub struct RestTables {
     fetched: Mutex<Instant>,
 }
 
-/// True when the server refused the request's token.
+/// True when the answer may be a refused token: an unexpected answer with no cause
+/// attached, which is how iceberg-rust 0.10 reports an HTTP status it does not handle
+/// (401 among them; it keeps the status only in the text of its message, which is
+/// not read here). Renewing the token and asking once more costs one token request
+/// when the cause was another status.
 fn unauthorized(error: &iceberg::Error) -> bool {
-    error.to_string().contains("401")
+    error.kind() == iceberg::ErrorKind::Unexpected
+        && !error.retryable()
+        && std::error::Error::source(error).is_none()
 }
 
 impl RestTables {

@@ -144,15 +144,16 @@ pub enum CommitError {
 }
 
 impl CommitError {
-    /// Whether the next cycle may succeed without anyone acting.
-    pub fn is_retryable(&self) -> bool {
+    /// What the failure means.
+    pub fn kind(&self) -> crate::fault::ErrorKind {
+        use crate::fault::{ErrorKind, iceberg_error_kind};
         match self {
-            Self::Catalog { source, .. } => {
-                source.retryable() || source.kind() == ErrorKind::CatalogCommitConflicts
+            Self::Catalog { source, .. } | Self::DataFile { source, .. } => {
+                iceberg_error_kind(source)
             }
-            Self::Ledger { source, .. } => source.is_retryable(),
-            Self::Summary { .. } | Self::DataFile { .. } => false,
-            Self::Contended { .. } => true,
+            Self::Ledger { source, .. } => source.kind(),
+            Self::Summary { .. } => ErrorKind::Config,
+            Self::Contended { .. } => ErrorKind::Conflict,
         }
     }
 }
@@ -418,9 +419,7 @@ pub(crate) async fn append_and_verify(
 /// Whether a commit that did not land may be planned again and retried: a conflict,
 /// a failed requirement, or a retryable failure.
 pub(crate) fn replannable(error: &iceberg::Error) -> bool {
-    error.kind() == ErrorKind::CatalogCommitConflicts
-        || error.kind() == ErrorKind::DataInvalid
-        || error.retryable()
+    error.kind() == ErrorKind::DataInvalid || crate::fault::iceberg_error_kind(error).is_retryable()
 }
 
 enum Recover {

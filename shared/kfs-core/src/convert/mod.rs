@@ -96,12 +96,14 @@ pub enum ConvertError {
 }
 
 impl ConvertError {
-    /// Permanent failures quarantine the segment; the others may succeed on retry.
-    pub fn is_permanent(&self) -> bool {
+    /// What the failure means: broken bytes and unrepresentable records are invalid
+    /// data (the segment is quarantined); a failed write is what its cause says.
+    pub fn kind(&self) -> crate::fault::ErrorKind {
+        use crate::fault::ErrorKind;
         match self {
-            Self::Malformed { source, .. } => !source.is_retryable(),
-            Self::Unrepresentable { .. } => true,
-            Self::Write { source, .. } => !source.retryable(),
+            Self::Malformed { source, .. } if source.is_retryable() => ErrorKind::Transient,
+            Self::Malformed { .. } | Self::Unrepresentable { .. } => ErrorKind::InvalidData,
+            Self::Write { source, .. } => crate::fault::iceberg_error_kind(source),
         }
     }
 }

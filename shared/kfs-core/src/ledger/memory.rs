@@ -17,7 +17,7 @@ impl MemoryLedger {
     ) -> Result<T, LedgerError> {
         let mut guard = self.entries.lock().map_err(|_| LedgerError::Store {
             message: "memory ledger lock poisoned".into(),
-            retryable: false,
+            kind: crate::fault::ErrorKind::Transient,
         })?;
         Ok(f(&mut guard))
     }

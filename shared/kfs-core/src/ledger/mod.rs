@@ -20,6 +20,7 @@ pub use files::{from_ledger, to_ledger};
 pub use memory::MemoryLedger;
 pub use sqlite::SqliteLedger;
 
+use crate::fault::ErrorKind;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 
@@ -146,12 +147,12 @@ pub enum InsertOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     /// The backing store failed.
-    #[error("ledger store failed: {message}")]
+    #[error("ledger store failed ({kind}): {message}")]
     Store {
         /// What failed.
         message: String,
-        /// Whether retrying may succeed.
-        retryable: bool,
+        /// What the failure means.
+        kind: ErrorKind,
     },
     /// A stored entry could not be read.
     #[error("ledger entry {segment} is unreadable: {reason}")]
@@ -164,27 +165,41 @@ pub enum LedgerError {
 }
 
 impl LedgerError {
-    /// Whether retrying may succeed.
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Store {
-                retryable: true,
-                ..
-            }
-        )
+    /// What the failure means: the store's own kind; an unreadable entry is for the
+    /// operator.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Store { kind, .. } => *kind,
+            Self::Corrupt { .. } => ErrorKind::Config,
+        }
+    }
+}
+
+/// Whether SQLite answered busy or locked (result codes 5 and 6, with their extended
+/// codes): another connection holds the lock; the same statement may pass later.
+pub(crate) fn sqlite_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
+        _ => false,
     }
 }
 
 impl From<sqlx::Error> for LedgerError {
     fn from(e: sqlx::Error) -> Self {
-        let retryable = matches!(
-            e,
-            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
-        ) || e.to_string().contains("database is locked");
+        let kind = match &e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => ErrorKind::Transient,
+            _ if sqlite_busy(&e) => ErrorKind::Transient,
+            _ => ErrorKind::Config,
+        };
         Self::Store {
             message: e.to_string(),
-            retryable,
+            kind,
         }
     }
 }
@@ -247,7 +262,7 @@ pub async fn existing_entry(
         Some(existing) => Ok(InsertOutcome::Exists(Box::new(existing))),
         None => Err(LedgerError::Store {
             message: format!("{segment} exists by its insert condition but cannot be read"),
-            retryable: true,
+            kind: ErrorKind::Transient,
         }),
     }
 }

@@ -44,7 +44,7 @@ impl SqliteLedger {
         loop {
             attempt += 1;
             match Self::try_open(path).await {
-                Err(sqlx::Error::Database(e)) if e.message().contains("locked") && attempt < 10 => {
+                Err(e) if super::sqlite_busy(&e) && attempt < 10 => {
                     tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
                 }
                 result => return Ok(result?),
@@ -77,10 +77,14 @@ impl SqliteLedger {
                 .execute(&pool)
                 .await;
             // A process opening the ledger at the same moment may have added it.
-            if let Err(e) = added
-                && !e.to_string().contains("duplicate column")
-            {
-                return Err(e);
+            if let Err(e) = added {
+                let columns: Vec<String> =
+                    sqlx::query_scalar("SELECT name FROM pragma_table_info('ledger')")
+                        .fetch_all(&pool)
+                        .await?;
+                if !columns.iter().any(|c| c == "dead_letters") {
+                    return Err(e);
+                }
             }
         }
         Ok(Self { pool })

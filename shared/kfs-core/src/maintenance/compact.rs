@@ -172,7 +172,7 @@ pub(crate) async fn commit_replace(
                 if let Some(id) = find_maintenance(table, &change.maintenance_id) {
                     return Ok(Some(id));
                 }
-                if e.kind() != ErrorKind::CatalogCommitConflicts && !e.retryable() {
+                if !crate::fault::iceberg_error_kind(&e).is_retryable() {
                     return Err(e);
                 }
                 last_error = Some(e);

@@ -19,7 +19,7 @@ use crate::catalog::CatalogAccess;
 use crate::catalog::TableSwap;
 use crate::ledger::Ledger;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, ErrorKind, TableIdent};
+use iceberg::{Catalog, TableIdent};
 use kfs_plan::compaction::ExpiryRule;
 use kfs_plan::naming::TableName;
 use std::collections::BTreeMap;
@@ -55,14 +55,12 @@ pub enum MaintenanceError {
 }
 
 impl MaintenanceError {
-    /// Whether running again may succeed without anyone acting.
-    pub fn is_retryable(&self) -> bool {
+    /// What the failure means.
+    pub fn kind(&self) -> crate::fault::ErrorKind {
         match self {
-            Self::Iceberg { source, .. } => {
-                source.retryable() || source.kind() == ErrorKind::CatalogCommitConflicts
-            }
-            Self::Listing { source, .. } => source.retryable,
-            Self::Ledger { source, .. } => source.is_retryable(),
+            Self::Iceberg { source, .. } => crate::fault::iceberg_error_kind(source),
+            Self::Listing { source, .. } => source.kind,
+            Self::Ledger { source, .. } => source.kind(),
         }
     }
 }

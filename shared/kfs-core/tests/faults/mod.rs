@@ -74,15 +74,22 @@ pub enum Mode {
     ErrorBefore,
     ErrorAfter,
     TimeoutAfter,
+    /// A transient I/O failure that arrives marked non-retryable, as iceberg-rust's
+    /// storage layer reports every opendal error.
+    UnmarkedIoBefore,
+    /// Throttling (S3 SlowDown, a throttled catalog or ledger), arriving unmarked.
+    ThrottledBefore,
 }
 
 /// Every fault mode.
-pub const MODES: [Mode; 5] = [
+pub const MODES: [Mode; 7] = [
     Mode::CrashBefore,
     Mode::CrashAfter,
     Mode::ErrorBefore,
     Mode::ErrorAfter,
     Mode::TimeoutAfter,
+    Mode::UnmarkedIoBefore,
+    Mode::ThrottledBefore,
 ];
 
 /// One fault: `mode` at the `occurrence`-th call of `step`; shared by the wrappers of
@@ -135,7 +142,9 @@ impl Faults {
                 self.crashed.store(true, Ordering::SeqCst);
                 Injection::FailBefore(what)
             }
-            Mode::ErrorBefore => Injection::FailBefore(what),
+            Mode::ErrorBefore | Mode::UnmarkedIoBefore | Mode::ThrottledBefore => {
+                Injection::FailBefore(what)
+            }
             Mode::CrashAfter => {
                 self.crashed.store(true, Ordering::SeqCst);
                 Injection::FailAfter(what)
@@ -144,12 +153,23 @@ impl Faults {
         }
     }
 
+    /// The error of an injected failure, as the real component would return it: the
+    /// storage modes as iceberg-rust's storage layer does (unexpected, not retryable,
+    /// the opendal error attached), the others unexpected and retryable.
     fn iceberg_error(&self, what: String) -> Error {
-        let kind = match self.mode {
-            Mode::TimeoutAfter => "timed out",
-            _ => "failed",
+        let storage = |kind: opendal::ErrorKind, text: &str| {
+            Error::new(ErrorKind::Unexpected, "Failure in doing io operation")
+                .with_source(opendal::Error::new(kind, format!("{what}: {text}")))
         };
-        Error::new(ErrorKind::Unexpected, format!("{what}: {kind}")).with_retryable(true)
+        match self.mode {
+            _ if self.crashed() => Error::new(ErrorKind::Unexpected, what).with_retryable(true),
+            Mode::UnmarkedIoBefore => storage(opendal::ErrorKind::Unexpected, "connection reset"),
+            Mode::ThrottledBefore => storage(opendal::ErrorKind::RateLimited, "SlowDown"),
+            Mode::TimeoutAfter => {
+                Error::new(ErrorKind::Unexpected, format!("{what}: timed out")).with_retryable(true)
+            }
+            _ => Error::new(ErrorKind::Unexpected, format!("{what}: failed")).with_retryable(true),
+        }
     }
 }
 
@@ -160,6 +180,10 @@ impl FailpointHook for Faults {
             Failpoint::DataFileWrite => Step::DataFileWrite,
             Failpoint::FileDelete => Step::FileDelete,
         })
+    }
+
+    fn error(&self, _: Failpoint, message: String) -> Error {
+        self.iceberg_error(message)
     }
 }
 
@@ -191,7 +215,7 @@ pub fn source_error(message: String) -> SourceError {
     SourceError {
         location: "memory".into(),
         message,
-        retryable: true,
+        kind: kfs_core::ErrorKind::Transient,
     }
 }
 
@@ -243,7 +267,7 @@ pub struct FaultyLedger<'a> {
 pub fn ledger_error(message: String) -> LedgerError {
     LedgerError::Store {
         message,
-        retryable: true,
+        kind: kfs_core::ErrorKind::Transient,
     }
 }
 
@@ -418,14 +442,18 @@ impl TableSwap for FaultySwap {
 /// again.
 #[derive(Debug)]
 pub struct TickError {
+    pub kind: kfs_core::ErrorKind,
     pub retryable: bool,
     pub message: String,
 }
 
-fn permanent(e: impl std::fmt::Display) -> TickError {
-    TickError {
-        retryable: false,
-        message: e.to_string(),
+impl TickError {
+    fn of(kind: kfs_core::ErrorKind, e: impl std::fmt::Display) -> Self {
+        Self {
+            kind,
+            retryable: kind.is_retryable(),
+            message: e.to_string(),
+        }
     }
 }
 
@@ -511,10 +539,7 @@ impl<'a> Process<'a> {
                 &|_| {},
             )
             .await
-            .map_err(|e| TickError {
-                retryable: e.is_retryable(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| TickError::of(e.kind(), &e))?;
             let Some(policy) = maintenance else {
                 return Ok(());
             };
@@ -531,10 +556,7 @@ impl<'a> Process<'a> {
             )
             .await
             .map(|_| ())
-            .map_err(|e| TickError {
-                retryable: e.is_retryable(),
-                message: e.to_string(),
-            })
+            .map_err(|e| TickError::of(e.kind(), &e))
         })
         .await
     }
@@ -582,10 +604,7 @@ impl<'a> Process<'a> {
         );
         let hook: Arc<dyn FailpointHook> = self.faults.clone();
         for outcome in failpoint::scoped(hook, service.handle(&events)).await {
-            outcome.map_err(|e| TickError {
-                retryable: e.is_retryable(),
-                message: e.to_string(),
-            })?;
+            outcome.map_err(|e| TickError::of(e.kind(), &e))?;
         }
         Ok(())
     }
