@@ -154,7 +154,14 @@ fn json_values_become_typed_columns_that_grow_with_a_dead_letter_table_for_the_r
             "--retain-last",
             "1",
         ],
-        &["remove-orphans", "--warehouse", &wh, "--older-than", "0s"],
+        &[
+            "remove-orphans",
+            "--warehouse",
+            &wh,
+            "--older-than",
+            "0s",
+            "--force",
+        ],
     ] {
         succeed(kfs().args(command), command[0]);
     }

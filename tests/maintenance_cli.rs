@@ -172,6 +172,7 @@ fn compaction_expiry_orphans_and_manifest_rewrite_keep_every_row() {
         &wh,
         "--older-than",
         "0s",
+        "--force",
         "--dry-run",
     ]);
     assert!(
@@ -179,7 +180,25 @@ fn compaction_expiry_orphans_and_manifest_rewrite_keep_every_row() {
         "{dry}"
     );
     assert!(stray.exists());
-    kfs_ok(&["remove-orphans", "--warehouse", &wh, "--older-than", "0s"]);
+    // Without --force, an age below the floor is refused, and nothing is deleted.
+    let refused = kfs()
+        .args(["remove-orphans", "--warehouse", &wh, "--older-than", "0s"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("floor of 1h"),
+        "{stderr}"
+    );
+    assert!(stray.exists());
+    kfs_ok(&[
+        "remove-orphans",
+        "--warehouse",
+        &wh,
+        "--older-than",
+        "0s",
+        "--force",
+    ]);
     assert!(!stray.exists());
     kfs_ok(&["rewrite-manifests", "--warehouse", &wh]);
     let last = verify(&warehouse, &source);

@@ -47,9 +47,13 @@ pub struct MaintainArgs {
     #[arg(long, default_value_t = 10)]
     max_manifests: usize,
     /// Delete unreferenced files older than this (`off`: no orphan cleanup). Keep it
-    /// longer than any conversion takes.
+    /// longer than any conversion takes; below 1h it is refused without `--force`.
     #[arg(long, default_value = "3d")]
     orphan_age: String,
+    /// Allow an orphan age below 1h, and cleaning a table whose pending files are
+    /// recorded in another ledger than this one. Only when nothing writes the tables.
+    #[arg(long)]
+    force: bool,
 }
 
 /// Arguments of `compact`.
@@ -85,9 +89,14 @@ pub struct OrphanArgs {
     #[command(flatten)]
     target: Target,
     /// Only delete unreferenced files older than this. Keep it longer than any
-    /// conversion takes: a file being written is not in the ledger yet.
+    /// conversion takes: a file being written is not in the ledger yet. Below 1h it
+    /// is refused without `--force`.
     #[arg(long, default_value = "3d")]
     older_than: String,
+    /// Allow `--older-than` below 1h, and cleaning a table whose pending files are
+    /// recorded in another ledger than this one. Only when nothing writes the tables.
+    #[arg(long)]
+    force: bool,
 }
 
 /// Arguments of `rewrite-manifests`.
@@ -155,10 +164,20 @@ pub async fn maintain(args: &MaintainArgs) -> Result<(), CliError> {
             "off" => None,
             text => Some(duration("orphan-age", text)?),
         },
+        force_orphan_age: args.force,
         // On demand: orphan cleanup runs whenever asked, not once per interval.
         orphan_interval: std::time::Duration::ZERO,
         ..MaintenancePolicy::default()
     };
+    if policy
+        .orphan_age
+        .is_some_and(|age| age < kfs_core::MIN_ORPHAN_AGE && !args.force)
+    {
+        return Err(CliError::Usage(format!(
+            "--orphan-age {}: below the floor of 1h, files still being written would be deleted; add --force only when nothing writes the tables",
+            args.orphan_age
+        )));
+    }
     let embedded = args.target.warehouse.open().await?;
     let names: Vec<TableName> = tables(&embedded, &args.target)
         .await?
@@ -297,7 +316,19 @@ pub async fn expire(args: &ExpireArgs) -> Result<(), CliError> {
 /// Runs `remove-orphans`.
 pub async fn orphans(args: &OrphanArgs) -> Result<(), CliError> {
     let embedded = args.target.warehouse.open().await?;
-    let older_than = cutoff(&args.older_than)?;
+    let rule = kfs_core::OrphanRule {
+        older_than: parse_duration(&args.older_than)
+            .map_err(|e| CliError::Usage(format!("--older-than {e}")))?,
+        now_ms: now_ms(),
+        force: args.force,
+        dry_run: args.target.dry_run,
+    };
+    if rule.older_than < kfs_core::MIN_ORPHAN_AGE && !rule.force {
+        return Err(CliError::Usage(format!(
+            "--older-than {}: below the floor of 1h, files still being written would be deleted; add --force only when nothing writes the tables",
+            args.older_than
+        )));
+    }
     let s3 = kfs_core::S3Settings::from_env();
     for ident in tables(&embedded, &args.target).await? {
         let report = remove_orphans(
@@ -305,8 +336,7 @@ pub async fn orphans(args: &OrphanArgs) -> Result<(), CliError> {
             &embedded.ledger,
             &ident,
             &s3,
-            older_than,
-            args.target.dry_run,
+            &rule,
         )
         .await
         .map_err(pipeline)?;

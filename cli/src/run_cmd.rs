@@ -149,6 +149,9 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
         })?;
         naming.overrides.insert(topic, name);
     }
+    naming
+        .validate()
+        .map_err(|e| CliError::Usage(format!("{origin}: {e}")))?;
     let mut start_offsets = BTreeMap::new();
     for (topic, partitions) in file.start_offsets {
         let mut map = BTreeMap::new();
@@ -217,14 +220,19 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     .map_err(|e| CliError::Pipeline(e.to_string()))?;
     bar.finish_and_clear();
     print_report(&report);
-    if report.failed_tables.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::Pipeline(format!(
+    if !report.failed_tables.is_empty() {
+        return Err(CliError::Pipeline(format!(
             "{} table(s) could not be committed; their files stay pending for the next run",
             report.failed_tables.len()
-        )))
+        )));
     }
+    if !report.refused.is_empty() {
+        return Err(CliError::Pipeline(format!(
+            "{} topic(s) refused their table (see above); their segments wait until the mapping is fixed",
+            report.refused.len()
+        )));
+    }
+    Ok(())
 }
 
 fn print_report(report: &RunReport) {
@@ -244,6 +252,9 @@ fn print_report(report: &RunReport) {
     }
     for (table, error) in &report.failed_tables {
         println!("table {table}: commit failed: {error}");
+    }
+    for (feed, reason) in &report.refused {
+        println!("topic {feed}: refused: {reason}");
     }
     for segment in &report.rewritten {
         println!(
@@ -306,6 +317,9 @@ fn print_report(report: &RunReport) {
                 }
                 HoldReason::NoStartingPoint => "no segment listed to start from".into(),
                 HoldReason::SegmentLimit => "segment limit of this cycle reached".into(),
+                HoldReason::OffsetOverflow { id } => {
+                    format!("{id} ends at the largest offset; no watermark can follow it")
+                }
             };
             println!("  partition {} held at {at}: {why}", hold.partition);
         }

@@ -124,6 +124,9 @@ fn log_problems(report: &TickReport) {
     for (table, error) in &report.pass.failed_tables {
         tracing::error!(table = %table, error = %error, "commit failed; files stay pending");
     }
+    for (feed, reason) in &report.pass.refused {
+        tracing::error!(topic = %feed, error = %reason, "topic refused its table; its segments wait until the mapping is fixed");
+    }
 }
 
 /// The tick's metrics: per table committed, per table maintained, the backlog per
@@ -197,7 +200,7 @@ pub fn metric_sets(report: &TickReport) -> Vec<MetricSet> {
             .put("SegmentsDeferred", count(report.pass.deferred), "Count")
             .put(
                 "CommitFailures",
-                count(report.pass.failed_tables.len()),
+                count(report.pass.failed_tables.len() + report.pass.refused.len()),
                 "Count",
             )
             .put(
@@ -285,6 +288,7 @@ fn answer(report: &TickReport, shard: Shard) -> Value {
         "deferred": report.pass.deferred,
         "tables": tables,
         "failed_tables": report.pass.failed_tables,
+        "refused_topics": report.pass.refused,
         "maintenance": maintenance,
     })
 }

@@ -23,6 +23,7 @@ async fn main() -> Result<(), Error> {
             naming: env.naming.clone(),
             limits: DecodeLimits::default(),
             concurrency: env.convert_concurrency,
+            retry: kfs_core::RetryPolicy::default(),
         },
     ));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {

@@ -317,6 +317,10 @@ impl DynamoLedger {
 }
 
 impl Ledger for DynamoLedger {
+    fn identity(&self) -> String {
+        format!("dynamodb:{}", self.table)
+    }
+
     async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
         let response = self
             .client

@@ -12,6 +12,7 @@ use kfs_segment::DecodeLimits;
 
 use crate::clock::now_ms;
 use crate::error::PipelineError;
+use crate::fault::RetryPolicy;
 use crate::ingest::{TopicTable, ingest_segment};
 use crate::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry};
 use crate::source::SegmentSource;
@@ -30,6 +31,8 @@ pub struct ConverterSettings {
     pub limits: DecodeLimits,
     /// Segments converted at the same time (bounds memory: each holds one segment).
     pub concurrency: usize,
+    /// Tries of one segment after transient failures, before its event fails.
+    pub retry: RetryPolicy,
 }
 
 /// What became of one announced object.
@@ -139,18 +142,30 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         if let Some(entry) = self.ledger.get(&kfs_key).await? {
             return self.known(entry, kfs.etag.as_deref()).await;
         }
-        let target =
-            TopicTable::open(self.catalog.access(), &self.settings.naming, &key.topic).await?;
-        let entry = ingest_segment(
-            self.catalog.access(),
-            &self.source,
-            &target,
-            &self.ledger,
-            &key,
-            &kfs,
-            self.settings.limits,
-        )
-        .await?;
+        let (key, kfs) = (&key, &kfs);
+        let entry = self
+            .settings
+            .retry
+            .run(PipelineError::kind, || async move {
+                let access = self.catalog.access();
+                let feed = crate::table::Feed {
+                    namespace: &key.namespace,
+                    topic: &key.topic,
+                };
+                let ledger = self.ledger.identity();
+                let target = TopicTable::open(access, &self.settings.naming, feed, &ledger).await?;
+                ingest_segment(
+                    access,
+                    &self.source,
+                    &target,
+                    &self.ledger,
+                    key,
+                    kfs,
+                    self.settings.limits,
+                )
+                .await
+            })
+            .await?;
         Ok(match entry.state {
             EntryState::Quarantined { error } => ObjectOutcome::Quarantined {
                 segment: entry.segment,

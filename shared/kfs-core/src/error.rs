@@ -30,6 +30,13 @@ pub enum PipelineError {
     /// A commit cycle failed.
     #[error("{0}")]
     Commit(#[from] CommitError),
+    /// A feed was refused its table (another feed owns it, or kfs-iceberg did not
+    /// create it); only that feed waits.
+    #[error("{0}")]
+    Ownership(#[from] crate::table::OwnershipError),
+    /// The configuration is refused (two topics mapped to one table, ...).
+    #[error("configuration: {0}")]
+    Config(String),
     /// A table's snapshot summary is unreadable.
     #[error("table {table}: {source}")]
     Summary {
@@ -49,7 +56,7 @@ impl PipelineError {
             Self::Catalog { source, .. } => crate::fault::iceberg_error_kind(source),
             Self::Convert(e) => e.kind(),
             Self::Commit(e) => e.kind(),
-            Self::Summary { .. } => ErrorKind::Config,
+            Self::Summary { .. } | Self::Ownership(_) | Self::Config(_) => ErrorKind::Config,
         }
     }
 

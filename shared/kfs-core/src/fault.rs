@@ -77,6 +77,67 @@ pub fn iceberg_error(kind: ErrorKind, message: impl Into<String>) -> iceberg::Er
         .with_source(Fault::new(kind, message))
 }
 
+/// How often, and how patiently, a unit of work (one segment's ingestion) is tried
+/// again after a transient failure before the failure fails the attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries in all (at least one).
+    pub attempts: u32,
+    /// Delay before the second try; each later one doubles it.
+    pub base_delay: std::time::Duration,
+    /// The longest delay.
+    pub max_delay: std::time::Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Three tries, 200 ms then 400 ms apart (with jitter).
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            base_delay: std::time::Duration::from_millis(200),
+            max_delay: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Tries `work` until it succeeds, fails with a kind other than transient, or
+    /// has had its tries; the delays double from `base_delay`, each drawn at random
+    /// from its upper half (jitter, so that throttled workers spread out).
+    pub async fn run<T, E, F, Fut>(
+        &self,
+        kind: impl Fn(&E) -> ErrorKind,
+        mut work: F,
+    ) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match work().await {
+                Err(e) if kind(&e) == ErrorKind::Transient && attempt < self.attempts => {
+                    tokio::time::sleep(self.delay(attempt)).await;
+                    attempt += 1;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// The delay after failed try `attempt` (from 1).
+    fn delay(&self, attempt: u32) -> std::time::Duration {
+        use std::hash::BuildHasher;
+        let full = self
+            .base_delay
+            .saturating_mul(1 << (attempt - 1).min(16))
+            .min(self.max_delay);
+        let random = std::collections::hash_map::RandomState::new().hash_one(attempt);
+        let half = full / 2;
+        half + half.mul_f64((random % 1_000) as f64 / 1_000.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +158,39 @@ mod tests {
             opendal::Error::new(opendal::ErrorKind::PermissionDenied, "403"),
         );
         assert_eq!(iceberg_error_kind(&denied), ErrorKind::Config);
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_tried_again_the_others_are_not() {
+        let policy = RetryPolicy {
+            attempts: 3,
+            base_delay: std::time::Duration::from_millis(1),
+            max_delay: std::time::Duration::from_millis(2),
+        };
+        for (kind, tries) in [
+            (ErrorKind::Transient, 3),
+            (ErrorKind::Conflict, 1),
+            (ErrorKind::InvalidData, 1),
+            (ErrorKind::Config, 1),
+        ] {
+            let calls = std::sync::atomic::AtomicU32::new(0);
+            let out: Result<(), ErrorKind> = policy
+                .run(
+                    |kind| *kind,
+                    || async {
+                        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Err(kind)
+                    },
+                )
+                .await;
+            assert_eq!(out, Err(kind));
+            assert_eq!(calls.into_inner(), tries, "{kind}");
+        }
+        let delay = RetryPolicy::default().delay(2);
+        assert!(
+            delay >= std::time::Duration::from_millis(200)
+                && delay <= std::time::Duration::from_millis(400)
+        );
     }
 
     #[test]

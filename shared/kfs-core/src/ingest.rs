@@ -12,7 +12,7 @@ use crate::ledger::converted_paths;
 use crate::ledger::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry};
 use crate::source::{SegmentSource, SourceObject};
 use crate::table::table_progress;
-use crate::table::{ensure_topic_table, evolve_partition_spec};
+use crate::table::{Feed, claim_table, ensure_topic_table, evolve_partition_spec};
 use futures::TryStreamExt;
 use iceberg::table::Table;
 use kfs_plan::keys::SegmentKey;
@@ -49,21 +49,29 @@ pub struct TopicTable {
 }
 
 impl TopicTable {
-    /// Opens the table of `topic`, creating it on first sight; an existing table whose
-    /// partition spec differs from the one configured evolves to it.
+    /// Opens the table of `feed`, creating it on first sight; an existing table whose
+    /// partition spec differs from the one configured evolves to it. Fails with
+    /// [`PipelineError::Ownership`] when another feed owns the table or kfs-iceberg
+    /// did not create it. A table with no owner's namespace or ledger recorded gets
+    /// `feed`'s and `ledger`'s ([`Ledger::identity`]).
     pub async fn open(
         catalog: CatalogAccess<'_>,
         naming: &TableNaming,
-        topic: &str,
+        feed: Feed<'_>,
+        ledger: &str,
     ) -> Result<Self, PipelineError> {
+        let topic = feed.topic;
         let name = naming.table_for(topic);
         let catalog_error = |source: iceberg::Error| PipelineError::Catalog {
             table: name.to_string(),
             source: Box::new(source),
         };
-        let mut table = ensure_topic_table(catalog.catalog, &name, topic, naming)
+        let table = ensure_topic_table(catalog.catalog, &name, topic, naming)
             .await
             .map_err(catalog_error)?;
+        let mut table = claim_table(catalog.swap, catalog.catalog, table, feed, ledger)
+            .await
+            .map_err(catalog_error)??;
         if let Some(fields) = naming.configured_partition(topic) {
             table = match evolve_partition_spec(catalog.swap, &table, fields).await {
                 Ok(table) => table,

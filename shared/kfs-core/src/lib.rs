@@ -44,15 +44,17 @@ pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome};
 pub use error::PipelineError;
-pub use fault::{ErrorKind, Fault, iceberg_error, iceberg_error_kind, opendal_error_kind};
+pub use fault::{
+    ErrorKind, Fault, RetryPolicy, iceberg_error, iceberg_error_kind, opendal_error_kind,
+};
 pub use ledger::{
     DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, MemoryLedger,
     SqliteLedger, existing_entry, sort_entries,
 };
 pub use maintenance::{
-    CompactionReport, ExpiryReport, MaintenanceError, MaintenancePolicy, MaintenanceSummary,
-    OrphanReport, compact_table, expire_snapshots, maintain_table, maintain_tables, remove_orphans,
-    rewrite_manifests,
+    CompactionReport, ExpiryReport, MIN_ORPHAN_AGE, MaintenanceError, MaintenancePolicy,
+    MaintenanceSummary, OrphanReport, OrphanRule, compact_table, expire_snapshots, maintain_table,
+    maintain_tables, remove_orphans, rewrite_manifests,
 };
 pub use pass::{PipelineConfig, Progress, RunReport, run_once};
 pub use source::{
@@ -60,6 +62,7 @@ pub use source::{
 };
 pub use storage::{S3Settings, Warehouse};
 pub use table::{
-    compression, live_entries, table_ident, table_progress, table_watermarks, target_file_size,
+    Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, compression, live_entries,
+    table_ident, table_progress, table_watermarks, target_file_size,
 };
 pub use tick::{Backlog, TickMaintenance, TickReport, backlog, run_tick};

@@ -7,12 +7,14 @@ use crate::catalog::TableSwap;
 use crate::clock::now_ms;
 use crate::commit::{CommitOutcome, CommitSettings, commit_table};
 use crate::error::PipelineError;
+use crate::fault::RetryPolicy;
 use crate::ingest::{TopicTable, ingest_segment};
 use crate::ledger::{EntryState, Ledger, LedgerError};
 use crate::source::{SegmentSource, SourceObject};
+use crate::table::{Feed, OwnershipError};
 use futures::StreamExt;
 use iceberg::Catalog;
-use kfs_plan::keys::{SegmentFile, SegmentListing};
+use kfs_plan::keys::{SegmentFile, SegmentKey, SegmentListing};
 use kfs_plan::naming::TableNaming;
 use kfs_plan::shard::Shard;
 use kfs_plan::sweep::ListedSegment;
@@ -46,6 +48,8 @@ pub struct PipelineConfig {
     pub crosscheck: kfs_plan::crosscheck::CrossCheckPolicy,
     /// The topics this pass handles (all by default; see [`Shard`]).
     pub shard: Shard,
+    /// Tries of one segment after transient failures, before the pass fails.
+    pub retry: RetryPolicy,
 }
 
 /// Progress of a pass, for progress bars and logs.
@@ -110,31 +114,55 @@ pub struct RunReport {
     pub failed_tables: BTreeMap<String, String>,
     /// New segments left for the next pass (conversion bound or deadline reached).
     pub deferred: usize,
+    /// Feeds (`namespace/topic`) refused their table, with the reason: another feed
+    /// owns it, or kfs-iceberg did not create it. Their segments wait, unconverted and
+    /// uncommitted, until the mapping is fixed.
+    pub refused: BTreeMap<String, String>,
 }
 
-/// Tables opened in this pass, by topic.
+/// Tables opened in this pass, by feed (namespace, topic); a feed refused its table
+/// is remembered with the reason, and its segments wait.
 #[derive(Default)]
 struct Tables {
-    by_topic: HashMap<String, TopicTable>,
+    by_feed: HashMap<(String, String), Result<TopicTable, OwnershipError>>,
 }
 
 impl Tables {
+    /// The table of `feed`, or why the feed was refused it.
     async fn get(
         &mut self,
         catalog: CatalogAccess<'_>,
         naming: &TableNaming,
-        topic: &str,
-    ) -> Result<&TopicTable, PipelineError> {
-        if !self.by_topic.contains_key(topic) {
-            let opened = TopicTable::open(catalog, naming, topic).await?;
-            self.by_topic.insert(topic.to_owned(), opened);
+        feed: Feed<'_>,
+        ledger: &str,
+    ) -> Result<Result<&TopicTable, &OwnershipError>, PipelineError> {
+        let id = (feed.namespace.to_owned(), feed.topic.to_owned());
+        if !self.by_feed.contains_key(&id) {
+            let opened = match TopicTable::open(catalog, naming, feed, ledger).await {
+                Ok(opened) => Ok(opened),
+                Err(PipelineError::Ownership(refused)) => Err(refused),
+                Err(e) => return Err(e),
+            };
+            self.by_feed.insert(id.clone(), opened);
         }
-        self.by_topic.get(topic).ok_or_else(|| {
-            PipelineError::Ledger(LedgerError::Store {
+        match self.by_feed.get(&id) {
+            Some(opened) => Ok(opened.as_ref()),
+            None => Err(PipelineError::Ledger(LedgerError::Store {
                 message: "table cache".into(),
                 kind: crate::fault::ErrorKind::Transient,
+            })),
+        }
+    }
+
+    /// The feeds refused their tables, with the reasons.
+    fn refused(&self) -> BTreeMap<String, String> {
+        self.by_feed
+            .iter()
+            .filter_map(|((namespace, topic), opened)| {
+                let refused = opened.as_ref().err()?;
+                Some((format!("{namespace}/{topic}"), refused.to_string()))
             })
-        })
+            .collect()
     }
 }
 
@@ -147,6 +175,7 @@ pub async fn run_once(
     config: &PipelineConfig,
     progress: &(dyn Fn(&Progress) + Sync),
 ) -> Result<RunReport, PipelineError> {
+    config.naming.validate().map_err(PipelineError::Config)?;
     let objects = source.list().await?;
     let listing = SegmentListing::from_keys(objects.iter().map(|o| o.key.as_str()));
     let by_key: HashMap<&str, &SourceObject> =
@@ -160,6 +189,7 @@ pub async fn run_once(
     };
     let mut work = Vec::new();
     let mut tables = Tables::default();
+    let ledger_id = ledger.identity();
     for key in &listing.complete {
         if !config.shard.owns(&key.topic) {
             report.other_shards += 1;
@@ -171,10 +201,18 @@ pub async fn run_once(
         };
         // Segments below the watermark are in the table: no ledger read for them, so a
         // sweep costs one read per segment not yet committed, not per segment listed.
-        let progress = &tables
-            .get(CatalogAccess { catalog, swap }, &config.naming, &key.topic)
+        let Ok(target) = tables
+            .get(
+                CatalogAccess { catalog, swap },
+                &config.naming,
+                feed_of(key),
+                &ledger_id,
+            )
             .await?
-            .progress;
+        else {
+            continue;
+        };
+        let progress = &target.progress;
         if progress.classify(key.partition, key.base_offset) == ListedSegment::Committed {
             report.known += 1;
             continue;
@@ -202,19 +240,31 @@ pub async fn run_once(
             report.deferred = work.len() - done;
             break;
         }
-        let target = tables
-            .get(CatalogAccess { catalog, swap }, &config.naming, &key.topic)
+        let Ok(target) = tables
+            .get(
+                CatalogAccess { catalog, swap },
+                &config.naming,
+                feed_of(key),
+                &ledger_id,
+            )
+            .await?
+        else {
+            continue;
+        };
+        let entry = config
+            .retry
+            .run(PipelineError::kind, || {
+                ingest_segment(
+                    CatalogAccess { catalog, swap },
+                    source,
+                    target,
+                    ledger,
+                    key,
+                    object,
+                    config.limits,
+                )
+            })
             .await?;
-        let entry = ingest_segment(
-            CatalogAccess { catalog, swap },
-            source,
-            target,
-            ledger,
-            key,
-            object,
-            config.limits,
-        )
-        .await?;
         match &entry.state {
             EntryState::Quarantined { error } => {
                 progress(&Progress::Quarantined {
@@ -235,33 +285,50 @@ pub async fn run_once(
             }
         }
     }
-    // Commit every table that has pending work, with the listing of its topic.
+    // Commit every table that has pending work, with the listing of its feed.
     let pending = ledger.list(Some("pending"), None).await?;
-    let topics: BTreeSet<&str> = pending
+    let feeds: BTreeSet<(String, &str)> = pending
         .iter()
-        .map(|e| e.topic.as_str())
-        .filter(|topic| config.shard.owns(topic))
+        .filter(|e| config.shard.owns(&e.topic))
+        .map(|e| (entry_namespace(e), e.topic.as_str()))
         .collect();
     let mut jobs = Vec::new();
-    for topic in topics {
+    for (namespace, topic) in &feeds {
+        let feed = Feed { namespace, topic };
         let mut topic_listing: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
-        for key in listing.complete.iter().filter(|k| k.topic == topic) {
+        for key in listing
+            .complete
+            .iter()
+            .filter(|k| k.topic == *topic && k.namespace == *namespace)
+        {
             topic_listing
                 .entry(key.partition)
                 .or_default()
                 .insert(key.base_offset);
         }
-        let name = &tables
-            .get(CatalogAccess { catalog, swap }, &config.naming, topic)
+        let Ok(target) = tables
+            .get(
+                CatalogAccess { catalog, swap },
+                &config.naming,
+                feed,
+                &ledger_id,
+            )
             .await?
-            .name;
+        else {
+            continue;
+        };
+        let name = &target.name;
         let settings = CommitSettings {
-            start_offsets: config.start_offsets.get(topic).cloned().unwrap_or_default(),
+            start_offsets: config
+                .start_offsets
+                .get(*topic)
+                .cloned()
+                .unwrap_or_default(),
             etcd: config.etcd.view(topic),
             crosscheck: config.crosscheck,
             ..config.commit.clone()
         };
-        jobs.push((topic.to_owned(), name.clone(), topic_listing, settings));
+        jobs.push((topic.to_string(), name.clone(), topic_listing, settings));
     }
     let results: Vec<_> = futures::stream::iter(jobs)
         .map(|(topic, name, topic_listing, settings)| async move {
@@ -303,5 +370,19 @@ pub async fn run_once(
             }
         }
     }
+    report.refused = tables.refused();
     Ok(report)
+}
+
+/// The feed of a listed segment.
+fn feed_of(key: &SegmentKey) -> Feed<'_> {
+    Feed {
+        namespace: &key.namespace,
+        topic: &key.topic,
+    }
+}
+
+/// The KafScale namespace of a ledger entry (the first part of its segment key).
+fn entry_namespace(entry: &crate::ledger::LedgerEntry) -> String {
+    SegmentKey::parse(&entry.segment).map_or_else(String::new, |(key, _)| key.namespace)
 }

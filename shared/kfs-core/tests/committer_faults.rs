@@ -78,7 +78,11 @@ async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResu
             swap: &setup.swap,
         },
         &TableNaming::default(),
-        "orders",
+        kfs_core::Feed {
+            namespace: "ns",
+            topic: "orders",
+        },
+        &ledger.identity(),
     )
     .await?;
     for &base in bases {

@@ -69,6 +69,7 @@ async fn the_pipeline_runs_on_the_memory_catalog() -> Result<(), BoxError> {
     let policy = MaintenancePolicy {
         max_snapshots: Some(1),
         orphan_age: Some(std::time::Duration::ZERO),
+        force_orphan_age: true,
         orphan_interval: std::time::Duration::ZERO,
         ..MaintenancePolicy::default()
     };

@@ -49,7 +49,11 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> Result<(
     run_once(source, catalog, swap, ledger, &unpartitioned, &|_| {}).await?;
     // Converted unpartitioned, still pending when the spec changes.
     let key = local.put("orders", 10, &VALUES, SPACING_MS)?;
-    let target = TopicTable::open(access, &unpartitioned.naming, "orders").await?;
+    let feed = kfs_core::Feed {
+        namespace: &key.namespace,
+        topic: "orders",
+    };
+    let target = TopicTable::open(access, &unpartitioned.naming, feed, &ledger.identity()).await?;
     let object = SourceObject {
         key: key.object_key(SegmentFile::Data),
         size: 0,

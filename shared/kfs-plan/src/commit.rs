@@ -74,6 +74,12 @@ pub enum HoldReason {
     NoStartingPoint,
     /// The commit reached its segment limit.
     SegmentLimit,
+    /// A pending segment ends at the largest offset: the watermark after it cannot be
+    /// represented (the converter refuses such segments; this guards the plan).
+    OffsetOverflow {
+        /// The segment's ledger id.
+        id: String,
+    },
 }
 
 /// A partition held back, with the offset it waits at.
@@ -274,8 +280,14 @@ pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
                     reason,
                 });
             }
+            let Some(after) = segment.last_offset.checked_add(1) else {
+                plan.holds.push(hold(HoldReason::OffsetOverflow {
+                    id: segment.id.clone(),
+                }));
+                break;
+            };
             first_taken.get_or_insert(next);
-            next = segment.last_offset + 1;
+            next = after;
             plan.take.push(segment.clone());
         }
         if let Some(first) = first_taken {
@@ -424,5 +436,21 @@ mod tests {
         assert_eq!(a.commit_id("t"), b.commit_id("t"));
         assert_ne!(a.commit_id("t"), c.commit_id("t"));
         assert_ne!(a.commit_id("t"), a.commit_id("u"));
+    }
+
+    #[test]
+    fn a_segment_at_the_largest_offset_holds_instead_of_wrapping() {
+        let top = seg(0, i64::MAX - 9, i64::MAX);
+        let p = plan(
+            &[(0, i64::MAX - 9)],
+            std::slice::from_ref(&top),
+            &[(0, &[i64::MAX - 9])],
+        );
+        assert!(p.take.is_empty(), "{p:?}");
+        assert_eq!(
+            p.holds[0].reason,
+            HoldReason::OffsetOverflow { id: top.id.clone() }
+        );
+        assert_eq!(p.offsets, BTreeMap::from([(0, i64::MAX - 9)]));
     }
 }

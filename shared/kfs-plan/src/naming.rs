@@ -173,6 +173,22 @@ impl TablePattern {
 }
 
 impl TableNaming {
+    /// Refuses a mapping that sends two topics to one table by name (a table is fed by
+    /// one topic: its offsets are per partition). Collisions a rule or sanitizing
+    /// makes (`Orders_0` and `orders_0`, one topic under two namespaces) are found when
+    /// the second feed opens the table, which refuses it with both named.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut fed: BTreeMap<String, &str> = BTreeMap::new();
+        for (topic, table) in &self.overrides {
+            if let Some(other) = fed.insert(table.to_string(), topic) {
+                return Err(format!(
+                    "topics {other:?} and {topic:?} both map to table {table}: a table is fed by one topic; give each its own table"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The partition spec of `topic`'s table (empty: unpartitioned).
     pub fn partition_for(&self, topic: &str) -> &[PartitionField] {
         self.partitioning
@@ -234,6 +250,20 @@ pub fn sanitize(topic: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_topics_named_to_one_table_are_refused() {
+        let mut naming = TableNaming::default();
+        let orders = TableName::parse("sales.orders").unwrap_or_else(|| unreachable!());
+        naming.overrides.insert("orders-eu".into(), orders.clone());
+        assert_eq!(naming.validate(), Ok(()));
+        naming.overrides.insert("orders-us".into(), orders);
+        let refused = naming.validate().unwrap_err();
+        assert!(
+            refused.contains("orders-eu") && refused.contains("orders-us"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn default_names_are_sanitized_and_overrides_win() {

@@ -237,6 +237,7 @@ impl LocalStack {
                 naming: kfs_core::PipelineConfig::default().naming,
                 limits: kfs_segment::DecodeLimits::default(),
                 concurrency,
+                retry: kfs_core::RetryPolicy::default(),
             },
         )
     }

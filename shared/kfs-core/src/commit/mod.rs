@@ -15,7 +15,9 @@ pub(crate) mod replace;
 use crate::ledger::{Ledger, LedgerEntry, LedgerError};
 use crate::table::history::newest_in_files;
 use crate::table::table_ident;
-use crate::table::{ancestry, find_commit, newest_record_ms, table_progress, table_watermarks};
+use crate::table::{
+    ATTEMPT_ID_KEY, ancestry, find_commit, newest_record_ms, table_progress, table_watermarks,
+};
 use coalesce::{coalesce, relayout};
 use dead_letters::commit_dead_letters;
 use iceberg::table::Table;
@@ -28,7 +30,7 @@ use kfs_plan::offsets::{
     Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, gaps_from_summary, ranges_from_summary,
 };
 use kfs_plan::sweep::TableProgress;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// Settings of the committer.
 #[derive(Debug, Clone)]
@@ -133,6 +135,14 @@ pub enum CommitError {
         /// Why.
         source: Box<iceberg::Error>,
     },
+    /// The table belongs to another feed, or kfs-iceberg did not create it.
+    #[error("{source}")]
+    Ownership {
+        /// The table.
+        table: String,
+        /// Why the commit was refused.
+        source: crate::table::OwnershipError,
+    },
     /// Concurrent commits kept winning; the next cycle will try again.
     #[error("table {table}: gave up after {attempts} conflicting attempts")]
     Contended {
@@ -152,9 +162,49 @@ impl CommitError {
                 iceberg_error_kind(source)
             }
             Self::Ledger { source, .. } => source.kind(),
-            Self::Summary { .. } => ErrorKind::Config,
+            Self::Summary { .. } | Self::Ownership { .. } => ErrorKind::Config,
             Self::Contended { .. } => ErrorKind::Conflict,
         }
+    }
+}
+
+/// The feed a table records as its owner, as the commit filters ledger entries by it.
+struct Owner {
+    topic: String,
+    /// `None` for a table from before namespaces were recorded: any namespace.
+    namespace: Option<String>,
+}
+
+impl Owner {
+    /// The owner of `table`, which must be `topic`.
+    fn of(table: &Table, topic: &str) -> Result<Self, crate::table::OwnershipError> {
+        let (owner_topic, namespace) = crate::table::table_owner(table).ok_or_else(|| {
+            crate::table::OwnershipError::Foreign {
+                table: table.identifier().to_string(),
+                feed: format!("topic {topic:?}"),
+            }
+        })?;
+        if owner_topic != topic {
+            return Err(crate::table::OwnershipError::Taken {
+                table: table.identifier().to_string(),
+                owner_topic,
+                owner_namespace: namespace.unwrap_or_else(|| "(any)".into()),
+                feed: format!("topic {topic:?}"),
+            });
+        }
+        Ok(Self {
+            topic: owner_topic,
+            namespace,
+        })
+    }
+
+    /// Whether `entry` belongs to the owner.
+    fn feeds(&self, entry: &LedgerEntry) -> bool {
+        entry.topic == self.topic
+            && self.namespace.as_ref().is_none_or(|namespace| {
+                kfs_plan::keys::SegmentKey::parse(&entry.segment)
+                    .is_some_and(|(key, _)| key.namespace == *namespace)
+            })
     }
 }
 
@@ -214,16 +264,25 @@ pub async fn commit_table(
         source,
     };
     let ident = table_ident(name);
-    let pending_entries = ledger
+    let mut table = catalog.load_table(&ident).await.map_err(catalog_error)?;
+    // Only the owner's entries: another feed's pending files (converted before its
+    // mapping collided) are never appended here.
+    let owner = Owner::of(&table, topic).map_err(|source| CommitError::Ownership {
+        table: table_name.clone(),
+        source,
+    })?;
+    let pending_entries: Vec<LedgerEntry> = ledger
         .list(Some("pending"), Some(&table_name))
         .await
-        .map_err(ledger_error)?;
+        .map_err(ledger_error)?
+        .into_iter()
+        .filter(|e| owner.feeds(e))
+        .collect();
     let entries: HashMap<&str, &LedgerEntry> = pending_entries
         .iter()
         .map(|e| (e.segment.as_str(), e))
         .collect();
     let mut outcome = CommitOutcome::default();
-    let mut table = catalog.load_table(&ident).await.map_err(catalog_error)?;
     // The etcd cross-check decides which pending segments this cycle may consider;
     // a held segment stays listed, so the planner holds its partition behind it.
     let aged: Vec<AgedSegment> = pending_entries
@@ -247,6 +306,8 @@ pub async fn commit_table(
         .list(Some("skipped"), Some(&table_name))
         .await
         .map_err(ledger_error)?
+        .into_iter()
+        .filter(|e| owner.feeds(e))
     {
         skipped
             .entry(entry.partition)
@@ -313,6 +374,10 @@ pub async fn commit_table(
         };
         merged_away.extend(relaid);
         let file_count = data_files.len();
+        let appended: HashSet<String> = data_files
+            .iter()
+            .map(|f| f.file_path().to_owned())
+            .collect();
         let newest = previous_newest.max(newest_in_files(&data_files));
         let mut properties = plan.summary(topic, &progress.gaps).properties();
         if let Some(newest) = newest {
@@ -323,8 +388,13 @@ pub async fn commit_table(
                 .await
                 .map_err(catalog_error)?
             {
-                Appended::Landed(landed, snapshot_id) => {
+                Appended::Landed(landed, snapshot_id, ours) => {
                     table = landed;
+                    if !ours {
+                        // Another attempt at this commit landed, with its own layout:
+                        // its snapshot may reference what this one merged away.
+                        merged_away.clear();
+                    }
                     snapshot_id
                 }
                 // Someone else committed first, or the swap silently failed: re-plan.
@@ -338,9 +408,9 @@ pub async fn commit_table(
             .mark_committed(&ids, snapshot_id, now_ms)
             .await
             .map_err(ledger_error)?;
-        // The merged files are in the table: the small ones are garbage now (a crash
-        // before this leaves them to orphan cleanup).
-        for path in &merged_away {
+        // This attempt's snapshot landed, holding the merged files: the small ones are
+        // garbage now (a crash before this leaves them to orphan cleanup).
+        for path in merged_away.iter().filter(|path| !appended.contains(*path)) {
             let _ = crate::failpoint::delete_file(table.file_io(), path).await;
         }
         outcome.snapshot_id = Some(snapshot_id);
@@ -387,8 +457,10 @@ pub(crate) async fn pinned_append(
 
 /// What a pinned append came to, by the table re-read after it.
 pub(crate) enum Appended {
-    /// The commit is in the table: the table as re-read, and the commit's snapshot.
-    Landed(Table, i64),
+    /// The commit is in the table: the table as re-read, the commit's snapshot, and
+    /// whether that snapshot is this attempt's (by its attempt id) rather than another
+    /// process's attempt at the same commit, which may have laid files out otherwise.
+    Landed(Table, i64, bool),
     /// It is not (another commit came first, or the swap silently failed): the table as
     /// re-read, to plan again on.
     Replan(Table),
@@ -405,10 +477,18 @@ pub(crate) async fn append_and_verify(
     properties: HashMap<String, String>,
     commit_id: &str,
 ) -> Result<Appended, iceberg::Error> {
+    let mut properties = properties;
+    let attempt_id = uuid::Uuid::new_v4().simple().to_string();
+    properties.insert(ATTEMPT_ID_KEY.to_owned(), attempt_id.clone());
     let answer = pinned_append(catalog, table, files, properties).await?;
     let table = catalog.load_table(table.identifier()).await?;
     if let Some(snapshot_id) = find_commit(&table, commit_id) {
-        return Ok(Appended::Landed(table, snapshot_id));
+        let ours = table
+            .metadata()
+            .snapshot_by_id(snapshot_id)
+            .and_then(|s| s.summary().additional_properties.get(ATTEMPT_ID_KEY))
+            == Some(&attempt_id);
+        return Ok(Appended::Landed(table, snapshot_id, ours));
     }
     match answer {
         Some(e) if !replannable(&e) => Err(e),

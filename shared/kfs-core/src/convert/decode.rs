@@ -93,6 +93,15 @@ fn decode_records(
         }
     }
     let last_offset = decoder.summary().map_or(key.base_offset, |s| s.last_offset);
+    if last_offset.checked_add(1).is_none() {
+        // The watermark after it (the next offset) cannot be represented.
+        return Err(ConvertError::Unrepresentable {
+            segment: key.to_string(),
+            offset: last_offset,
+            reason: "the offset after it does not fit in 64 bits, so no watermark can follow it"
+                .into(),
+        });
+    }
     Ok(RecordScan {
         records,
         last_offset,

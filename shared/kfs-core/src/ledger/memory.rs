@@ -24,6 +24,10 @@ impl MemoryLedger {
 }
 
 impl Ledger for MemoryLedger {
+    fn identity(&self) -> String {
+        format!("memory:{:p}", self)
+    }
+
     async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
         self.with(|m| m.get(segment).cloned())
     }

@@ -206,6 +206,11 @@ impl From<sqlx::Error> for LedgerError {
 
 /// The ledger interface every backend implements.
 pub trait Ledger: Send + Sync {
+    /// Which ledger this is (`sqlite:<path>`, `dynamodb:<table>`, `memory:<id>`):
+    /// recorded in the tables it protects, so that orphan cleanup refuses to run
+    /// where it cannot see their pending files.
+    fn identity(&self) -> String;
+
     /// The entry of a segment, if any.
     fn get(
         &self,

@@ -11,6 +11,7 @@ use std::path::Path;
 #[derive(Debug, Clone)]
 pub struct SqliteLedger {
     pool: SqlitePool,
+    identity: String,
 }
 
 const SCHEMA: &str = "
@@ -87,7 +88,13 @@ impl SqliteLedger {
                 }
             }
         }
-        Ok(Self { pool })
+        let identity = format!(
+            "sqlite:{}",
+            std::path::absolute(path)
+                .unwrap_or_else(|_| path.to_owned())
+                .display()
+        );
+        Ok(Self { pool, identity })
     }
 
     fn row_to_entry(row: &sqlx::sqlite::SqliteRow) -> Result<LedgerEntry, LedgerError> {
@@ -141,6 +148,10 @@ impl SqliteLedger {
 }
 
 impl Ledger for SqliteLedger {
+    fn identity(&self) -> String {
+        self.identity.clone()
+    }
+
     async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
         let row = sqlx::query("SELECT * FROM ledger WHERE segment = ?")
             .bind(segment)

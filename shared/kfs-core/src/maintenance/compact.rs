@@ -63,6 +63,7 @@ pub async fn compact_table(
         source: Box::new(source),
     };
     let mut table = catalog.load_table(ident).await.map_err(iceberg)?;
+    super::ensure_ours(&table)?;
     let policy = policy.unwrap_or_else(|| CompactionPolicy::for_target(target_file_size(&table)));
     let mut report = CompactionReport::default();
     // Merged files compress far better than their tiny inputs, so one round can leave

@@ -65,6 +65,7 @@ pub async fn expire_snapshots(
         source: Box::new(source),
     };
     let table = catalog.load_table(ident).await.map_err(iceberg)?;
+    super::ensure_ours(&table)?;
     let metadata = table.metadata();
     let lineage: Vec<i64> = ancestry(&table).map(|s| s.snapshot_id()).collect();
     let all: Vec<SnapshotStat> = metadata

@@ -13,7 +13,7 @@ mod orphans;
 pub use compact::{CompactionReport, compact_table};
 pub use expire::{ExpiryReport, expire_snapshots};
 pub use manifests::rewrite_manifests;
-pub use orphans::{OrphanReport, remove_orphans};
+pub use orphans::{MIN_ORPHAN_AGE, OrphanReport, OrphanRule, remove_orphans};
 
 use crate::catalog::CatalogAccess;
 use crate::catalog::TableSwap;
@@ -52,6 +52,29 @@ pub enum MaintenanceError {
         /// The error.
         source: crate::ledger::LedgerError,
     },
+    /// Maintenance refused to run: the table is not kfs-iceberg's, or orphan cleanup
+    /// could not protect its pending files (an age below the floor, another ledger).
+    #[error("table {table}: refused: {reason}")]
+    Refused {
+        /// Table.
+        table: String,
+        /// Why, and what would allow it.
+        reason: String,
+    },
+}
+
+/// Refuses maintenance of a table kfs-iceberg did not create (no topic recorded).
+pub(crate) fn ensure_ours(table: &iceberg::table::Table) -> Result<(), MaintenanceError> {
+    match crate::table::table_owner(table) {
+        Some(_) => Ok(()),
+        None => Err(MaintenanceError::Refused {
+            table: table.identifier().to_string(),
+            reason: format!(
+                "it has no {} property: kfs-iceberg did not create it and does not compact, expire or clean it",
+                crate::table::TOPIC_PROPERTY
+            ),
+        }),
+    }
 }
 
 impl MaintenanceError {
@@ -61,6 +84,7 @@ impl MaintenanceError {
             Self::Iceberg { source, .. } => crate::fault::iceberg_error_kind(source),
             Self::Listing { source, .. } => source.kind,
             Self::Ledger { source, .. } => source.kind(),
+            Self::Refused { .. } => crate::fault::ErrorKind::Config,
         }
     }
 }
@@ -85,8 +109,12 @@ pub struct MaintenancePolicy {
     /// Merge manifests when a table has more than this many.
     pub max_manifests: usize,
     /// Remove orphans older than this (`None`: never); must exceed the longest a
-    /// file may stay pending.
+    /// file may stay pending, and is refused below [`MIN_ORPHAN_AGE`] unless
+    /// `force_orphan_age`.
     pub orphan_age: Option<std::time::Duration>,
+    /// Allow an `orphan_age` below [`MIN_ORPHAN_AGE`] (tests; an operator who knows no
+    /// file is being written).
+    pub force_orphan_age: bool,
     /// How often orphan cleanup runs per table.
     pub orphan_interval: std::time::Duration,
 }
@@ -100,6 +128,7 @@ impl Default for MaintenancePolicy {
             max_snapshots: Some(1000),
             max_manifests: 10,
             orphan_age: Some(std::time::Duration::from_secs(3 * 86_400)),
+            force_orphan_age: false,
             orphan_interval: std::time::Duration::from_secs(3600),
         }
     }
@@ -139,6 +168,14 @@ pub async fn maintain_table(
 ) -> Result<MaintenanceSummary, MaintenanceError> {
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
     let mut summary = MaintenanceSummary::default();
+    let table = catalog
+        .load_table(ident)
+        .await
+        .map_err(|source| MaintenanceError::Iceberg {
+            table: ident.to_string(),
+            source: Box::new(source),
+        })?;
+    ensure_ours(&table)?;
     if policy.compact {
         let report = compact_table(catalog, swap, ident, None, deadline, now_ms).await?;
         summary.files_compacted = report.files_removed;
@@ -189,8 +226,12 @@ pub async fn maintain_table(
         ledger,
         ident,
         s3,
-        now_ms.saturating_sub(millis(orphan_age)),
-        false,
+        &OrphanRule {
+            older_than: orphan_age,
+            now_ms,
+            force: policy.force_orphan_age,
+            dry_run: false,
+        },
     )
     .await?;
     summary.orphan_cleanup = true;

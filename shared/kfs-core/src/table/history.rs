@@ -17,6 +17,11 @@ use std::collections::BTreeSet;
 /// unknown commit outcome.
 pub const MAINTENANCE_ID_KEY: &str = "kfs.maintenance-id";
 
+/// Summary key of an append: an id unique to the attempt that wrote it. Two processes
+/// may plan the same commit (same commit id) and lay its files out differently; only
+/// the one whose attempt id is in the snapshot found deletes what it merged away.
+pub const ATTEMPT_ID_KEY: &str = "kfs.attempt-id";
+
 /// Snapshots an ancestry walk visits at most (a bound on a corrupt parent chain).
 const HISTORY_LIMIT: usize = 10_000;
 

@@ -1,11 +1,12 @@
 //! The topic table: its layout (schema, partition spec, properties), how it is opened
-//! and evolved through the catalog, its history and progress read from snapshot
+//! and evolved through the catalog, the feed that owns it, its history and progress read from snapshot
 //! summaries, and its data files as the planners see them.
 
 mod ensure;
 pub(crate) mod files;
 pub(crate) mod history;
 mod layout;
+mod ownership;
 mod properties;
 
 pub use ensure::{
@@ -13,8 +14,11 @@ pub use ensure::{
 };
 pub use files::{file_stat, live_entries, live_entries_in, target_file_size};
 pub use history::{
-    MAINTENANCE_ID_KEY, ancestry, find_commit, find_maintenance, newest_record_ms, table_progress,
-    table_watermarks,
+    ATTEMPT_ID_KEY, MAINTENANCE_ID_KEY, ancestry, find_commit, find_maintenance, newest_record_ms,
+    table_progress, table_watermarks,
 };
 pub use layout::*;
+pub use ownership::{
+    Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, claim_table, table_owner,
+};
 pub use properties::compression;

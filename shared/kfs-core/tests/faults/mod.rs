@@ -38,6 +38,13 @@ use kfs_segment::Compression;
 use kfs_workload::{encode_records, simple_records};
 
 pub const PARTITIONS: i32 = 2;
+
+/// Retries of transient failures, without the production delays.
+pub const FAST_RETRY: kfs_core::RetryPolicy = kfs_core::RetryPolicy {
+    attempts: 3,
+    base_delay: std::time::Duration::from_millis(1),
+    max_delay: std::time::Duration::from_millis(4),
+};
 pub const SEGMENTS: i64 = 3;
 pub const RECORDS: i64 = 10;
 
@@ -272,6 +279,10 @@ pub fn ledger_error(message: String) -> LedgerError {
 }
 
 impl Ledger for FaultyLedger<'_> {
+    fn identity(&self) -> String {
+        self.inner.identity()
+    }
+
     async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
         self.inner.get(segment).await
     }
@@ -528,6 +539,7 @@ impl<'a> Process<'a> {
                 naming: self.naming.clone(),
                 etcd: read_etcd(&self.faults, etcd),
                 crosscheck,
+                retry: FAST_RETRY,
                 ..PipelineConfig::default()
             };
             run_once(
@@ -600,6 +612,7 @@ impl<'a> Process<'a> {
                 naming: self.naming.clone(),
                 limits: Default::default(),
                 concurrency: 2,
+                retry: FAST_RETRY,
             },
         );
         let hook: Arc<dyn FailpointHook> = self.faults.clone();
@@ -635,6 +648,7 @@ pub async fn quiesce(
     let (mut clean, mut attempts) = (0, 0);
     let mut policy = Some(MaintenancePolicy {
         orphan_age: Some(std::time::Duration::ZERO),
+        force_orphan_age: true,
         orphan_interval: std::time::Duration::ZERO,
         ..MaintenancePolicy::default()
     });

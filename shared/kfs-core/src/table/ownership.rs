@@ -1,0 +1,159 @@
+//! Which feed (a KafScale namespace and topic) a table belongs to: recorded in its
+//! properties, checked before anything is appended to, compacted in, expired from or
+//! cleaned out of it. A table belongs to exactly one feed: a second feed that maps to
+//! it (two topics that sanitize alike, a many-to-one mapping, one topic under two
+//! namespaces) is refused with both named, and only the newcomer waits; a table that
+//! kfs-iceberg did not create is never written.
+
+use crate::catalog::TableSwap;
+use crate::table::TOPIC_PROPERTY;
+use iceberg::table::Table;
+use iceberg::{TableRequirement, TableUpdate};
+use std::collections::HashMap;
+
+/// Table property recording the KafScale namespace of the table's topic. Tables
+/// created before it existed have none; the first feed to open one records its own.
+pub const SOURCE_NAMESPACE_PROPERTY: &str = "kfs.source-namespace";
+
+/// Table property recording the ledger that holds the table's pending files
+/// ([`crate::ledger::Ledger::identity`]): orphan cleanup runs only where that ledger
+/// is the one it reads.
+pub const LEDGER_PROPERTY: &str = "kfs.ledger";
+
+/// A feed: a topic of one KafScale namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Feed<'a> {
+    /// The KafScale namespace (the first part of a segment's key).
+    pub namespace: &'a str,
+    /// The topic.
+    pub topic: &'a str,
+}
+
+impl std::fmt::Display for Feed<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "topic {:?} of namespace {:?}",
+            self.topic, self.namespace
+        )
+    }
+}
+
+/// A feed was refused a table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OwnershipError {
+    /// The table was not created by kfs-iceberg.
+    #[error(
+        "table {table} has no {TOPIC_PROPERTY} property: kfs-iceberg did not create it and does not write, compact, expire or clean it; {feed} is held: map it to another table"
+    )]
+    Foreign {
+        /// The table.
+        table: String,
+        /// The feed refused.
+        feed: String,
+    },
+    /// Another feed owns the table.
+    #[error(
+        "table {table} belongs to topic {owner_topic:?} of namespace {owner_namespace}; {feed} maps to it too and is held (nothing of it is written): map one of the two topics to another table"
+    )]
+    Taken {
+        /// The table.
+        table: String,
+        /// The owner's topic.
+        owner_topic: String,
+        /// The owner's namespace (`"(any)"` when the table records none yet).
+        owner_namespace: String,
+        /// The feed refused.
+        feed: String,
+    },
+}
+
+/// The table's owner as its properties record it: the topic, and the namespace when
+/// recorded; `None` for a table kfs-iceberg did not create.
+pub fn table_owner(table: &Table) -> Option<(String, Option<String>)> {
+    let properties = table.metadata().properties();
+    let topic = properties.get(TOPIC_PROPERTY)?.clone();
+    Some((topic, properties.get(SOURCE_NAMESPACE_PROPERTY).cloned()))
+}
+
+/// Whether `feed` may write `table`: `Ok(true)` when the table records it as owner,
+/// `Ok(false)` when the topic matches and no namespace is recorded yet (a table from
+/// before namespaces were recorded: [`claim_table`] records one), or why not.
+fn check_owner(table: &Table, feed: Feed<'_>) -> Result<bool, OwnershipError> {
+    let name = table.identifier().to_string();
+    let Some((topic, namespace)) = table_owner(table) else {
+        return Err(OwnershipError::Foreign {
+            table: name,
+            feed: feed.to_string(),
+        });
+    };
+    let taken = |owner_namespace: String| OwnershipError::Taken {
+        table: name.clone(),
+        owner_topic: topic.clone(),
+        owner_namespace,
+        feed: feed.to_string(),
+    };
+    match namespace {
+        _ if topic != feed.topic => Err(taken(
+            namespace.map_or_else(|| "(any)".to_owned(), |ns| format!("{ns:?}")),
+        )),
+        Some(ns) if ns == feed.namespace => Ok(true),
+        Some(ns) => Err(taken(format!("{ns:?}"))),
+        None => Ok(false),
+    }
+}
+
+/// Opens `table` for `feed`: checks the owner, and records the feed's namespace and
+/// `ledger` ([`LEDGER_PROPERTY`]) on a table that has none yet (through the pointer
+/// swap; after a lost race the table is read again and checked again, so two
+/// namespaces claiming one table at once end with one owner, and the commit takes
+/// only the owner's entries whatever an opener saw). Returns the table as it stands
+/// after the claim.
+pub async fn claim_table(
+    swap: &dyn TableSwap,
+    catalog: &dyn iceberg::Catalog,
+    table: Table,
+    feed: Feed<'_>,
+    ledger: &str,
+) -> Result<Result<Table, OwnershipError>, iceberg::Error> {
+    const ATTEMPTS: usize = 5;
+    let mut table = table;
+    for _ in 0..ATTEMPTS {
+        let mut missing = HashMap::new();
+        match check_owner(&table, feed) {
+            Err(refused) => return Ok(Err(refused)),
+            Ok(true) => {}
+            Ok(false) => {
+                missing.insert(
+                    SOURCE_NAMESPACE_PROPERTY.to_owned(),
+                    feed.namespace.to_owned(),
+                );
+            }
+        }
+        if !table.metadata().properties().contains_key(LEDGER_PROPERTY) {
+            missing.insert(LEDGER_PROPERTY.to_owned(), ledger.to_owned());
+        }
+        if missing.is_empty() {
+            return Ok(Ok(table));
+        }
+        let updates = vec![TableUpdate::SetProperties { updates: missing }];
+        let requirements = vec![TableRequirement::UuidMatch {
+            uuid: table.metadata().uuid(),
+        }];
+        match swap.commit(&table, requirements, updates).await {
+            // Read back: a claim that raced another lands last-writer-wins, and the
+            // check after it is what decides.
+            Ok(_) => {}
+            Err(e) if crate::fault::iceberg_error_kind(&e).is_retryable() => {}
+            Err(e) => return Err(e),
+        }
+        table = catalog.load_table(table.identifier()).await?;
+    }
+    Err(crate::fault::iceberg_error(
+        crate::fault::ErrorKind::Conflict,
+        format!(
+            "table {}: the owner's namespace kept changing while {feed} claimed it",
+            table.identifier()
+        ),
+    ))
+}
