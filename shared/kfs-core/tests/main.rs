@@ -14,4 +14,5 @@ mod memory_catalog;
 mod parquet_merge;
 mod partition_evolution;
 mod quarantine_corpus;
+mod safety;
 mod simulation;

@@ -347,7 +347,8 @@ fn order_json(rng: &mut Rng, offset: i64, later_fields: bool) -> Vec<u8> {
 
 /// The records of a small fixed segment, for tests and benchmarks that need exact
 /// contents rather than a realistic workload: offsets `base..base + count`, timestamps
-/// `1_700_000_000_000 + offset`, key `k<offset>`, the value `value(offset)`, no headers.
+/// `1_700_000_000_000 + offset` (offset modulo 10⁹, so that offsets near `i64::MAX`
+/// keep ordinary timestamps), key `k<offset>`, the value `value(offset)`, no headers.
 /// Adjust the records before [`encode_records`] where a test needs other keys or
 /// headers.
 pub fn simple_records(
@@ -355,10 +356,11 @@ pub fn simple_records(
     count: i64,
     value: impl Fn(i64) -> Option<Vec<u8>>,
 ) -> Vec<OwnedRecord> {
-    (base..base + count)
+    (0..count)
+        .map(|index| base + index)
         .map(|offset| OwnedRecord {
             offset,
-            timestamp_ms: 1_700_000_000_000 + offset,
+            timestamp_ms: 1_700_000_000_000 + offset % 1_000_000_000,
             key: Some(format!("k{offset}").into_bytes()),
             value: value(offset),
             headers: Vec::new(),

@@ -74,16 +74,28 @@ impl Local {
         values: &[&str],
         spacing_ms: i64,
     ) -> Result<SegmentKey, BoxError> {
+        self.put_in("ns", topic, base, values, spacing_ms)
+    }
+
+    /// [`Local::put`] under the KafScale namespace `namespace`.
+    pub fn put_in(
+        &self,
+        namespace: &str,
+        topic: &str,
+        base: i64,
+        values: &[&str],
+        spacing_ms: i64,
+    ) -> Result<SegmentKey, BoxError> {
         let mut records = simple_records(base, values.len() as i64, |offset| {
             values
                 .get(usize::try_from(offset - base).ok()?)
                 .map(|v| v.as_bytes().to_vec())
         });
         for record in &mut records {
-            record.timestamp_ms = 1_700_000_000_000 + record.offset * spacing_ms;
+            record.timestamp_ms = 1_700_000_000_000 + (record.offset % 1_000_000_000) * spacing_ms;
         }
         let key = SegmentKey {
-            namespace: "ns".into(),
+            namespace: namespace.into(),
             topic: topic.into(),
             partition: 0,
             base_offset: base,
