@@ -548,17 +548,21 @@ async fn an_attempt_that_lost_to_another_layout_deletes_nothing_the_winner_refer
             assert!(outcome.is_ok_and(|o| o.segments == 2 && o.coalesced == 0));
         }))),
     });
+    let merging = CommitSettings {
+        coalesce: true,
+        ..CommitSettings::default()
+    };
     let loser = commit_table(
         &racing,
         &local.ledger,
         &table,
         "orders",
         &listing(&[0, 5]),
-        &CommitSettings::default(),
+        &merging,
         now_ms(),
     )
     .await?;
-    assert_eq!(loser.snapshot_id.is_some(), true);
+    assert!(loser.snapshot_id.is_some());
     let loaded = local.catalog.load_table(&table_ident(&table)).await?;
     assert_eq!(loaded.metadata().snapshots().count(), 1);
     referenced_files_exist(&loaded).await?;
