@@ -62,7 +62,7 @@ async fn case(step: Step, mode: faults::Mode, occurrence: usize) -> Result<bool,
     let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
         .await
         .map_err(|e| text(&e))?;
-    quiesce(dir.path(), &source, &ledger).await?;
+    quiesce(dir.path(), &source, &ledger, &Default::default()).await?;
     let late = check(&open_catalog(dir.path()).await?, &ledger).await?;
     if late != 0 {
         return Err(format!("{late} segments quarantined as late"));

@@ -10,12 +10,22 @@
 //!   read, catalog commit, marking committed, compaction commit, file delete) or none;
 //!   some ticks compact the table and expire snapshots beside the appends;
 //! - etcd lags the uploads by up to two segments, is unreachable, or is off, with a
-//!   grace period that holds or lets unconfirmed segments through.
+//!   grace period that holds or lets unconfirmed segments through;
+//! - faults include transient failures that arrive marked non-retryable (as
+//!   iceberg-rust's storage layer reports them) and throttling;
+//! - in three quarters of the seeds a second feed collides with the table (a topic that
+//!   sanitizes alike, one mapped to it by a many-to-one rule, or the same topic under
+//!   another namespace) and uploads segments beside it; whichever creates the table
+//!   owns it, the other is refused;
+//! - processes differ in whether their commits merge small files, so two attempts at
+//!   one commit lay it out differently; in half the seeds, maintenance also removes
+//!   orphans (an age window of one to three seconds) beside the appends.
 //!
 //! After every round no partition watermark has moved backwards; after quiescence
-//! (plain ticks with etcd caught up, then orphan cleanup) every record is in the table
-//! exactly once or its segment is quarantined as late, no file is registered twice,
-//! every referenced file exists, and the ledger agrees with the table.
+//! (plain ticks with etcd caught up, then orphan cleanup) every record of the table's
+//! owner is in the table exactly once or its segment is quarantined as late (never for
+//! a transient fault), no file is registered twice, every referenced file exists, the
+//! ledger agrees with the table, and no entry of the refused feed is committed.
 //!
 //! `KFS_SIM_SEEDS` seeds from `KFS_SIM_FIRST_SEED` (default 0): by default 100 in a
 //! debug build (every `cargo test`) and 1,000 in a release build; CI runs 1,000 on the
@@ -33,9 +43,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use faults::{
-    Faults, MODES, PARTITIONS, Process, RECORDS, SEGMENTS, STEPS, check, open_catalog, put_segment,
-    quiesce, watermarks,
+    Faults, MODES, PARTITIONS, Process, RECORDS, SEGMENTS, STEPS, TOPICS, check, open_catalog,
+    put_feed_segment, put_segment, quiesce, watermarks,
 };
+use kfs_plan::naming::{TablePattern, TableNaming};
 use futures::StreamExt;
 use kfs_core::MaintenancePolicy;
 use kfs_core::MemorySource;
@@ -81,8 +92,9 @@ fn random_fault(rng: &mut Rng, none_in: u64) -> Arc<Faults> {
 /// What one process does in a round.
 #[derive(Debug)]
 enum Work {
-    /// A committer tick, maintaining the table after it or not.
-    Tick { maintain: bool },
+    /// A committer tick, maintaining the table after it or not, merging small files
+    /// in its commits or not.
+    Tick { maintain: bool, coalesce: bool },
     /// The converter, handling S3 events for these segments.
     Events(Vec<String>),
 }
@@ -103,6 +115,21 @@ async fn simulate(seed: u64) -> SeedOutcome {
     // The broker uploads a partition's segments in order, partitions interleaved at
     // random; in a quarter of the seeds, out of order as well.
     let in_order = rng.below(4) != 0;
+    // A second feed of the same table, if any: (namespace, topic), and the naming
+    // that maps it there.
+    let mut naming = TableNaming::default();
+    let collider: Option<(&str, &str)> = match rng.below(4) {
+        0 => None,
+        1 => Some(("ns", "Orders")),
+        2 => {
+            let rule = TablePattern::new("orders(-eu)?", "orders").map_err(|e| text(&e))?;
+            naming.patterns.push(rule);
+            Some(("ns", "orders-eu"))
+        }
+        _ => Some(("ns2", "orders")),
+    };
+    let orphan_age = (rng.below(2) == 0)
+        .then(|| std::time::Duration::from_millis(1000 + rng.below(2000)));
     let mut remaining: Vec<Vec<i64>> = (0..PARTITIONS).map(|_| (0..SEGMENTS).collect()).collect();
     let mut arrivals: Vec<(i32, i64)> = Vec::new();
     while arrivals.len() < (PARTITIONS as i64 * SEGMENTS) as usize {
@@ -141,17 +168,31 @@ async fn simulate(seed: u64) -> SeedOutcome {
             } else {
                 1
             };
-            let key = SegmentKey {
+            let mut keys = vec![SegmentKey {
                 namespace: "ns".into(),
                 topic: "orders".into(),
                 partition,
                 base_offset: index * RECORDS,
-            };
+            }];
+            // The other feed uploads the same layout (whichever feed owns the table,
+            // all of its records are due there).
+            if let Some((namespace, topic)) = collider {
+                put_feed_segment(&source, namespace, topic, partition, index)
+                    .map_err(|e| text(&e))?;
+                keys.push(SegmentKey {
+                    namespace: namespace.into(),
+                    topic: topic.into(),
+                    partition,
+                    base_offset: index * RECORDS,
+                });
+            }
             // Each object's event is delivered (perhaps twice) or dropped.
-            for file in [SegmentFile::Data, SegmentFile::Index] {
-                for _ in 0..times {
-                    if rng.below(3) != 0 {
-                        events.push(key.object_key(file));
+            for key in &keys {
+                for file in [SegmentFile::Data, SegmentFile::Index] {
+                    for _ in 0..times {
+                        if rng.below(3) != 0 {
+                            events.push(key.object_key(file));
+                        }
                     }
                 }
             }
@@ -168,11 +209,15 @@ async fn simulate(seed: u64) -> SeedOutcome {
             0 => EtcdState::Disabled,
             1 => EtcdState::Unreachable("simulated outage".into()),
             _ => EtcdState::Read {
-                topics: BTreeSet::from(["orders".to_owned()]),
-                next_offsets: etcd_next
+                topics: TOPICS.iter().map(|t| (*t).to_owned()).collect::<BTreeSet<_>>(),
+                next_offsets: TOPICS
                     .iter()
-                    .enumerate()
-                    .map(|(p, next)| (("orders".to_owned(), p as i32), *next))
+                    .flat_map(|topic| {
+                        etcd_next
+                            .iter()
+                            .enumerate()
+                            .map(|(p, next)| (((*topic).to_owned(), p as i32), *next))
+                    })
                     .collect(),
             },
         };
@@ -187,7 +232,9 @@ async fn simulate(seed: u64) -> SeedOutcome {
         let maintenance = MaintenancePolicy {
             max_snapshots: Some(2 + rng.below(4) as usize),
             max_manifests: 2,
-            orphan_age: None,
+            orphan_age,
+            force_orphan_age: true,
+            orphan_interval: std::time::Duration::ZERO,
             ..MaintenancePolicy::default()
         };
         let processes = 1 + rng.below(4);
@@ -195,7 +242,8 @@ async fn simulate(seed: u64) -> SeedOutcome {
             .map(|_| {
                 let faults = random_fault(&mut rng, 3);
                 let maintain = rng.below(3) == 0;
-                (Work::Tick { maintain }, faults)
+                let coalesce = rng.below(2) == 0;
+                (Work::Tick { maintain, coalesce }, faults)
             })
             .collect();
         if !events.is_empty() {
@@ -206,13 +254,17 @@ async fn simulate(seed: u64) -> SeedOutcome {
             eprintln!("round {round}: {take} arrivals, {etcd:?}, {crosscheck:?}, {work:?}");
         }
         let runs = work.iter().map(|(work, faults)| {
-            let (dir, source, ledger, etcd, maintenance) =
-                (dir.path(), &source, &ledger, &etcd, &maintenance);
+            let (dir, source, ledger, etcd, maintenance, naming) =
+                (dir.path(), &source, &ledger, &etcd, &maintenance, &naming);
             async move {
-                let process = Process::open(dir, source, ledger, faults.clone()).await?;
+                let mut process = Process::open(dir, source, ledger, faults.clone()).await?;
+                process.naming = naming.clone();
+                if let Work::Tick { coalesce, .. } = work {
+                    process.coalesce = *coalesce;
+                }
                 // A process that fails (injected, or losing a race) leaves what it leaves.
                 let outcome = match work {
-                    Work::Tick { maintain } => {
+                    Work::Tick { maintain, .. } => {
                         process
                             .tick(etcd, crosscheck, maintain.then_some(maintenance))
                             .await
@@ -252,7 +304,7 @@ async fn simulate(seed: u64) -> SeedOutcome {
         }
         last_marks = marks;
     }
-    quiesce(dir.path(), &source, &ledger).await?;
+    quiesce(dir.path(), &source, &ledger, &naming).await?;
     let late = check(&open_catalog(dir.path()).await?, &ledger).await?;
     Ok((fired, late))
 }

@@ -473,6 +473,9 @@ impl TickError {
 pub struct Process<'a> {
     /// How tables are named and laid out (new tables only).
     pub naming: TableNaming,
+    /// Whether its commits merge small files (processes that differ here lay the same
+    /// commit out differently).
+    pub coalesce: bool,
     pub source: FaultySource<'a>,
     pub catalog: FaultyCatalog,
     pub swap: FaultySwap,
@@ -504,6 +507,7 @@ impl<'a> Process<'a> {
             .map_err(|e| e.to_string())?;
         Ok(Self {
             naming: TableNaming::default(),
+            coalesce: false,
             source: FaultySource {
                 inner: source,
                 faults: faults.clone(),
@@ -540,6 +544,10 @@ impl<'a> Process<'a> {
                 etcd: read_etcd(&self.faults, etcd),
                 crosscheck,
                 retry: FAST_RETRY,
+                commit: kfs_core::CommitSettings {
+                    coalesce: self.coalesce,
+                    ..Default::default()
+                },
                 ..PipelineConfig::default()
             };
             run_once(
@@ -629,12 +637,17 @@ pub const BUCKET: &str = "segments";
 /// What the brokers have written to etcd once every segment is uploaded.
 pub fn etcd_caught_up() -> EtcdState {
     EtcdState::Read {
-        topics: BTreeSet::from(["orders".to_owned()]),
-        next_offsets: (0..PARTITIONS)
-            .map(|p| (("orders".to_owned(), p), SEGMENTS * RECORDS))
+        topics: TOPICS.iter().map(|t| (*t).to_owned()).collect(),
+        next_offsets: TOPICS
+            .iter()
+            .flat_map(|topic| (0..PARTITIONS).map(move |p| (((*topic).to_owned(), p), SEGMENTS * RECORDS)))
             .collect(),
     }
 }
+
+/// The topics of the workload: `orders`, and the ones the simulation makes collide
+/// with its table (sanitizing alike, or mapped to it by a rule).
+pub const TOPICS: [&str; 3] = ["orders", "Orders", "orders-eu"];
 
 /// Plain ticks until two in a row succeed (a retryable failure, such as a busy
 /// database, is followed by the next tick, as the schedule would), then a maintenance
@@ -643,8 +656,10 @@ pub async fn quiesce(
     dir: &Path,
     source: &MemorySource,
     ledger: &SqliteLedger,
+    naming: &TableNaming,
 ) -> Result<(), String> {
-    let process = Process::open(dir, source, ledger, Faults::none()).await?;
+    let mut process = Process::open(dir, source, ledger, Faults::none()).await?;
+    process.naming = naming.clone();
     let (mut clean, mut attempts) = (0, 0);
     let mut policy = Some(MaintenancePolicy {
         orphan_age: Some(std::time::Duration::ZERO),
@@ -695,9 +710,20 @@ pub fn put_segment(
     partition: i32,
     index: i64,
 ) -> Result<(), kfs_segment::EncodeError> {
+    put_feed_segment(source, "ns", "orders", partition, index)
+}
+
+/// [`put_segment`] for the topic `topic` of the KafScale namespace `namespace`.
+pub fn put_feed_segment(
+    source: &MemorySource,
+    namespace: &str,
+    topic: &str,
+    partition: i32,
+    index: i64,
+) -> Result<(), kfs_segment::EncodeError> {
     let key = SegmentKey {
-        namespace: "ns".into(),
-        topic: "orders".into(),
+        namespace: namespace.into(),
+        topic: topic.into(),
         partition,
         base_offset: index * RECORDS,
     };
@@ -731,7 +757,10 @@ pub async fn watermarks(catalog: &dyn Catalog) -> Result<kfs_plan::offsets::Offs
 }
 
 /// Checks the invariants; returns how many segments were quarantined as late, or a
-/// description of the first violation.
+/// description of the first violation. The table belongs to one feed (whichever
+/// created it, when others collide with it): only that feed's entries are checked
+/// against it; another feed's entries may only be pending (a converter that claimed
+/// the table in a race), never committed.
 ///
 /// Every segment is in the table exactly once, or quarantined because it arrived after
 /// the table moved past it (below its partition's start, or inside a recorded gap):
@@ -751,7 +780,25 @@ pub async fn check(catalog: &dyn Catalog, ledger: &SqliteLedger) -> Result<i64, 
         }
     }
     let mut late = 0;
+    let owner = (
+        table.metadata().properties().get("kfs.topic").cloned(),
+        table
+            .metadata()
+            .properties()
+            .get(kfs_core::SOURCE_NAMESPACE_PROPERTY)
+            .cloned(),
+    );
     for entry in ledger.list(None, None).await.map_err(|e| fail(&e))? {
+        let namespace = SegmentKey::parse(&entry.segment).map(|(key, _)| key.namespace);
+        if owner.0.as_deref() != Some(entry.topic.as_str()) || owner.1 != namespace {
+            if !matches!(entry.state, EntryState::Pending) {
+                return Err(format!(
+                    "{}: an entry of a feed that does not own the table ({owner:?}) is {:?}",
+                    entry.segment, entry.state
+                ));
+            }
+            continue;
+        }
         let below_watermark = watermarks
             .get(&entry.partition)
             .is_some_and(|&next| entry.last_offset < next);
