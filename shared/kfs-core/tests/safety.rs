@@ -168,7 +168,12 @@ async fn a_many_to_one_rule_is_refused_with_both_topics_named_then_split() -> Te
         Some("orders-eu") => "us",
         _ => "eu",
     };
-    exactly_once(&local.catalog, &name(&format!("sales.orders_{newcomer}")), 10).await?;
+    exactly_once(
+        &local.catalog,
+        &name(&format!("sales.orders_{newcomer}")),
+        10,
+    )
+    .await?;
     exactly_once(&local.catalog, &name("sales.orders"), 10).await?;
     Ok(())
 }
@@ -223,7 +228,12 @@ async fn a_table_kfs_iceberg_did_not_create_is_never_written_compacted_or_cleane
         )
         .await?;
     two_segments(&local, "ns", "orders")?;
-    refused_once(&local, &TableNaming::default(), &["kafscale.orders", "orders"]).await?;
+    refused_once(
+        &local,
+        &TableNaming::default(),
+        &["kafscale.orders", "orders"],
+    )
+    .await?;
     let ident = table_ident(&name("kafscale.orders"));
     let table = local.catalog.load_table(&ident).await?;
     assert!(table.metadata().current_snapshot().is_none());
@@ -289,7 +299,10 @@ fn listing(bases: &[i64]) -> BTreeMap<i32, BTreeSet<i64>> {
 async fn referenced_files_exist(table: &Table) -> TestResult {
     for entry in kfs_core::live_entries(table).await? {
         let path = entry.data_file().file_path();
-        assert!(table.file_io().exists(path).await?, "{path} is referenced but gone");
+        assert!(
+            table.file_io().exists(path).await?,
+            "{path} is referenced but gone"
+        );
     }
     Ok(())
 }
@@ -369,10 +382,7 @@ impl Ledger for CommitWhileListing<'_> {
     async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
         self.inner.get(segment).await
     }
-    async fn insert(
-        &self,
-        entry: &LedgerEntry,
-    ) -> Result<kfs_core::InsertOutcome, LedgerError> {
+    async fn insert(&self, entry: &LedgerEntry) -> Result<kfs_core::InsertOutcome, LedgerError> {
         self.inner.insert(entry).await
     }
     async fn list(
@@ -392,7 +402,9 @@ impl Ledger for CommitWhileListing<'_> {
         snapshot_id: i64,
         now_ms: i64,
     ) -> Result<usize, LedgerError> {
-        self.inner.mark_committed(segments, snapshot_id, now_ms).await
+        self.inner
+            .mark_committed(segments, snapshot_id, now_ms)
+            .await
     }
     async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
         self.inner.release_quarantined(segment).await
@@ -463,22 +475,32 @@ async fn orphan_cleanup_refuses_young_ages_and_ledgers_that_cannot_see_the_pendi
     let s3 = S3Settings::default();
     let young = remove_orphans(&local.catalog, &local.ledger, &ident, &s3, &rule(0, false)).await;
     assert!(
-        young
-            .as_ref()
-            .is_err_and(|e| e.kind() == kfs_core::ErrorKind::Config
-                && e.to_string().contains("floor")),
+        young.as_ref().is_err_and(
+            |e| e.kind() == kfs_core::ErrorKind::Config && e.to_string().contains("floor")
+        ),
         "{young:?}"
     );
     // A ledger other than the one that protects the table (a fresh local ledger
     // against a deployed table) sees none of its pending files: refused.
     let other = SqliteLedger::open(&local.dir.path().join("other.db")).await?;
     let blind = remove_orphans(&local.catalog, &other, &ident, &s3, &rule(7200, false)).await;
-    let text = blind.as_ref().err().map(ToString::to_string).unwrap_or_default();
+    let text = blind
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
     assert!(
         text.contains(&local.ledger.identity()) && text.contains(&other.identity()),
         "{blind:?}"
     );
-    remove_orphans(&local.catalog, &local.ledger, &ident, &s3, &rule(7200, false)).await?;
+    remove_orphans(
+        &local.catalog,
+        &local.ledger,
+        &ident,
+        &s3,
+        &rule(7200, false),
+    )
+    .await?;
     Ok(())
 }
 
@@ -513,8 +535,8 @@ impl CatalogOverrides for CommitFirst<'_> {
 }
 
 #[tokio::test]
-async fn an_attempt_that_lost_to_another_layout_deletes_nothing_the_winner_references()
--> TestResult {
+async fn an_attempt_that_lost_to_another_layout_deletes_nothing_the_winner_references() -> TestResult
+{
     let local = Local::open().await?;
     convert(&local, &[0, 5]).await?;
     let table = name("kafscale.orders");
@@ -584,9 +606,6 @@ async fn a_segment_ending_at_the_largest_offset_is_quarantined_not_wrapped() -> 
         .load_table(&table_ident(&name("kafscale.edge")))
         .await?;
     let watermarks = kfs_core::table_watermarks(&loaded)?;
-    assert!(
-        watermarks.values().all(|&next| next >= 0),
-        "{watermarks:?}"
-    );
+    assert!(watermarks.values().all(|&next| next >= 0), "{watermarks:?}");
     Ok(())
 }

@@ -46,13 +46,13 @@ use faults::{
     Faults, MODES, PARTITIONS, Process, RECORDS, SEGMENTS, STEPS, TOPICS, check, open_catalog,
     put_feed_segment, put_segment, quiesce, watermarks,
 };
-use kfs_plan::naming::{TablePattern, TableNaming};
 use futures::StreamExt;
 use kfs_core::MaintenancePolicy;
 use kfs_core::MemorySource;
 use kfs_core::SqliteLedger;
 use kfs_plan::crosscheck::{CrossCheckPolicy, EtcdState, UnreachablePolicy};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
+use kfs_plan::naming::{TableNaming, TablePattern};
 
 const ROUNDS: usize = 3;
 
@@ -128,8 +128,8 @@ async fn simulate(seed: u64) -> SeedOutcome {
         }
         _ => Some(("ns2", "orders")),
     };
-    let orphan_age = (rng.below(2) == 0)
-        .then(|| std::time::Duration::from_millis(1000 + rng.below(2000)));
+    let orphan_age =
+        (rng.below(2) == 0).then(|| std::time::Duration::from_millis(1000 + rng.below(2000)));
     let mut remaining: Vec<Vec<i64>> = (0..PARTITIONS).map(|_| (0..SEGMENTS).collect()).collect();
     let mut arrivals: Vec<(i32, i64)> = Vec::new();
     while arrivals.len() < (PARTITIONS as i64 * SEGMENTS) as usize {
@@ -209,7 +209,10 @@ async fn simulate(seed: u64) -> SeedOutcome {
             0 => EtcdState::Disabled,
             1 => EtcdState::Unreachable("simulated outage".into()),
             _ => EtcdState::Read {
-                topics: TOPICS.iter().map(|t| (*t).to_owned()).collect::<BTreeSet<_>>(),
+                topics: TOPICS
+                    .iter()
+                    .map(|t| (*t).to_owned())
+                    .collect::<BTreeSet<_>>(),
                 next_offsets: TOPICS
                     .iter()
                     .flat_map(|topic| {

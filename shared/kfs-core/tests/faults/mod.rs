@@ -640,7 +640,9 @@ pub fn etcd_caught_up() -> EtcdState {
         topics: TOPICS.iter().map(|t| (*t).to_owned()).collect(),
         next_offsets: TOPICS
             .iter()
-            .flat_map(|topic| (0..PARTITIONS).map(move |p| (((*topic).to_owned(), p), SEGMENTS * RECORDS)))
+            .flat_map(|topic| {
+                (0..PARTITIONS).map(move |p| (((*topic).to_owned(), p), SEGMENTS * RECORDS))
+            })
             .collect(),
     }
 }
