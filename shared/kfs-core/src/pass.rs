@@ -122,23 +122,33 @@ pub struct RunReport {
 
 /// Tables opened in this pass, by feed (namespace, topic); a feed refused its table
 /// is remembered with the reason, and its segments wait.
-#[derive(Default)]
-struct Tables {
+struct Tables<'a> {
+    catalog: CatalogAccess<'a>,
+    naming: &'a TableNaming,
+    /// The ledger's identity, recorded in the tables it protects.
+    ledger: String,
     by_feed: HashMap<(String, String), Result<TopicTable, OwnershipError>>,
 }
 
-impl Tables {
+impl<'a> Tables<'a> {
+    fn new(catalog: CatalogAccess<'a>, naming: &'a TableNaming, ledger: String) -> Self {
+        Self {
+            catalog,
+            naming,
+            ledger,
+            by_feed: HashMap::new(),
+        }
+    }
+
     /// The table of `feed`, or why the feed was refused it.
     async fn get(
         &mut self,
-        catalog: CatalogAccess<'_>,
-        naming: &TableNaming,
         feed: Feed<'_>,
-        ledger: &str,
     ) -> Result<Result<&TopicTable, &OwnershipError>, PipelineError> {
         let id = (feed.namespace.to_owned(), feed.topic.to_owned());
         if !self.by_feed.contains_key(&id) {
-            let opened = match TopicTable::open(catalog, naming, feed, ledger).await {
+            let opened = match TopicTable::open(self.catalog, self.naming, feed, &self.ledger).await
+            {
                 Ok(opened) => Ok(opened),
                 Err(PipelineError::Ownership(refused)) => Err(refused),
                 Err(e) => return Err(e),
@@ -188,8 +198,11 @@ pub async fn run_once(
         ..RunReport::default()
     };
     let mut work = Vec::new();
-    let mut tables = Tables::default();
-    let ledger_id = ledger.identity();
+    let mut tables = Tables::new(
+        CatalogAccess { catalog, swap },
+        &config.naming,
+        ledger.identity(),
+    );
     for key in &listing.complete {
         if !config.shard.owns(&key.topic) {
             report.other_shards += 1;
@@ -201,15 +214,7 @@ pub async fn run_once(
         };
         // Segments below the watermark are in the table: no ledger read for them, so a
         // sweep costs one read per segment not yet committed, not per segment listed.
-        let Ok(target) = tables
-            .get(
-                CatalogAccess { catalog, swap },
-                &config.naming,
-                feed_of(key),
-                &ledger_id,
-            )
-            .await?
-        else {
+        let Ok(target) = tables.get(feed_of(key)).await? else {
             continue;
         };
         let progress = &target.progress;
@@ -240,15 +245,7 @@ pub async fn run_once(
             report.deferred = work.len() - done;
             break;
         }
-        let Ok(target) = tables
-            .get(
-                CatalogAccess { catalog, swap },
-                &config.naming,
-                feed_of(key),
-                &ledger_id,
-            )
-            .await?
-        else {
+        let Ok(target) = tables.get(feed_of(key)).await? else {
             continue;
         };
         let entry = config
@@ -306,15 +303,7 @@ pub async fn run_once(
                 .or_default()
                 .insert(key.base_offset);
         }
-        let Ok(target) = tables
-            .get(
-                CatalogAccess { catalog, swap },
-                &config.naming,
-                feed,
-                &ledger_id,
-            )
-            .await?
-        else {
+        let Ok(target) = tables.get(feed).await? else {
             continue;
         };
         let name = &target.name;

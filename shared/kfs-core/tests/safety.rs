@@ -49,19 +49,7 @@ fn two_segments(local: &Local, namespace: &str, topic: &str) -> TestResult {
 /// Runs a pass with `naming`; checks that exactly one feed was refused, that its
 /// reason names `both`, and that nothing was quarantined.
 async fn refused_once(local: &Local, naming: &TableNaming, both: &[&str]) -> TestResult {
-    let config = PipelineConfig {
-        naming: naming.clone(),
-        ..PipelineConfig::default()
-    };
-    let report = run_once(
-        &local.source,
-        &local.catalog,
-        &local.swap,
-        &local.ledger,
-        &config,
-        &|_| {},
-    )
-    .await?;
+    let report = run(local, naming).await?;
     assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
     assert_eq!(report.refused.len(), 1, "{:?}", report.refused);
     let reason = report.refused.values().next().cloned().unwrap_or_default();
