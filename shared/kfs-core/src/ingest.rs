@@ -12,7 +12,7 @@ use crate::ledger::converted_paths;
 use crate::ledger::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry};
 use crate::source::{SegmentSource, SourceObject};
 use crate::table::table_progress;
-use crate::table::{Feed, claim_table, ensure_topic_table, evolve_partition_spec};
+use crate::table::{Feed, claim_table, ensure_owned_table, evolve_partition_spec};
 use futures::TryStreamExt;
 use iceberg::table::Table;
 use kfs_plan::keys::SegmentKey;
@@ -52,8 +52,8 @@ impl TopicTable {
     /// Opens the table of `feed`, creating it on first sight; an existing table whose
     /// partition spec differs from the one configured evolves to it. Fails with
     /// [`PipelineError::Ownership`] when another feed owns the table or kfs-iceberg
-    /// did not create it. A table with no owner's namespace or ledger recorded gets
-    /// `feed`'s and `ledger`'s ([`Ledger::identity`]).
+    /// did not create it. A new table records `feed`'s namespace and `ledger`
+    /// ([`Ledger::identity`]); an older one without a ledger recorded gets `ledger`.
     pub async fn open(
         catalog: CatalogAccess<'_>,
         naming: &TableNaming,
@@ -66,7 +66,14 @@ impl TopicTable {
             table: name.to_string(),
             source: Box::new(source),
         };
-        let table = ensure_topic_table(catalog.catalog, &name, topic, naming)
+        let owner = std::collections::HashMap::from([
+            (
+                crate::table::SOURCE_NAMESPACE_PROPERTY.to_owned(),
+                feed.namespace.to_owned(),
+            ),
+            (crate::table::LEDGER_PROPERTY.to_owned(), ledger.to_owned()),
+        ]);
+        let table = ensure_owned_table(catalog.catalog, &name, topic, owner, naming)
             .await
             .map_err(catalog_error)?;
         let mut table = claim_table(catalog.swap, catalog.catalog, table, feed, ledger)

@@ -597,3 +597,25 @@ async fn a_segment_ending_at_the_largest_offset_is_quarantined_not_wrapped() -> 
     assert!(watermarks.values().all(|&next| next >= 0), "{watermarks:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_table_from_before_feeds_were_recorded_keeps_working_and_records_its_ledger() -> TestResult
+{
+    let local = Local::open().await?;
+    let table = name("kafscale.orders");
+    // Created as earlier versions did: the topic recorded, no namespace, no ledger.
+    kfs_core::testing::ensure_topic_table(&local.catalog, &table, "orders", &Default::default())
+        .await?;
+    two_segments(&local, "ns", "orders")?;
+    let report = run(&local, &TableNaming::default()).await?;
+    assert!(report.refused.is_empty(), "{:?}", report.refused);
+    exactly_once(&local.catalog, &table, 10).await?;
+    let loaded = local.catalog.load_table(&table_ident(&table)).await?;
+    let properties = loaded.metadata().properties();
+    assert_eq!(
+        properties.get(LEDGER_PROPERTY),
+        Some(&local.ledger.identity())
+    );
+    assert!(!properties.contains_key(SOURCE_NAMESPACE_PROPERTY));
+    Ok(())
+}

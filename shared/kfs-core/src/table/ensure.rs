@@ -29,11 +29,25 @@ pub async fn ensure_topic_table(
     topic: &str,
     layout: &TableNaming,
 ) -> iceberg::Result<Table> {
+    ensure_owned_table(catalog, name, topic, HashMap::new(), layout).await
+}
+
+/// [`ensure_topic_table`], a new table created with the `owner` properties too (its
+/// feed's namespace and ledger): set in the creation itself, which one process wins,
+/// so two feeds racing to create one table never both own it.
+pub async fn ensure_owned_table(
+    catalog: &dyn Catalog,
+    name: &TableName,
+    topic: &str,
+    owner: HashMap<String, String>,
+    layout: &TableNaming,
+) -> iceberg::Result<Table> {
     ensure_table(catalog, name, || {
         let declared = layout.value_columns_for(topic);
         let schema = crate::table::schema_for(layout.value_format, declared)?;
         let spec = crate::table::topic_partition_spec(&schema, layout.partition_for(topic))?;
         let mut properties = topic_table_properties(topic);
+        properties.extend(owner);
         properties.extend(layout.properties.clone());
         properties.insert(
             VALUE_FORMAT_PROPERTY.to_owned(),

@@ -10,7 +10,8 @@ mod ownership;
 mod properties;
 
 pub use ensure::{
-    ensure_dead_letter_table, ensure_topic_table, evolve_partition_spec, evolve_schema, table_ident,
+    ensure_dead_letter_table, ensure_owned_table, ensure_topic_table, evolve_partition_spec,
+    evolve_schema, table_ident,
 };
 pub use files::{file_stat, live_entries, live_entries_in, target_file_size};
 pub use history::{

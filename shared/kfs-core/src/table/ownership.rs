@@ -11,8 +11,9 @@ use iceberg::table::Table;
 use iceberg::{TableRequirement, TableUpdate};
 use std::collections::HashMap;
 
-/// Table property recording the KafScale namespace of the table's topic. Tables
-/// created before it existed have none; the first feed to open one records its own.
+/// Table property recording the KafScale namespace of the table's topic, set when the
+/// table is created. Tables created before it existed have none: any namespace's
+/// topic of that name feeds them, as before.
 pub const SOURCE_NAMESPACE_PROPERTY: &str = "kfs.source-namespace";
 
 /// Table property recording the ledger that holds the table's pending files
@@ -76,10 +77,9 @@ pub fn table_owner(table: &Table) -> Option<(String, Option<String>)> {
     Some((topic, properties.get(SOURCE_NAMESPACE_PROPERTY).cloned()))
 }
 
-/// Whether `feed` may write `table`: `Ok(true)` when the table records it as owner,
-/// `Ok(false)` when the topic matches and no namespace is recorded yet (a table from
-/// before namespaces were recorded: [`claim_table`] records one), or why not.
-fn check_owner(table: &Table, feed: Feed<'_>) -> Result<bool, OwnershipError> {
+/// Whether `feed` may write `table`: the topic matches and the namespace recorded
+/// (if any: tables from before namespaces were recorded have none) too; or why not.
+fn check_owner(table: &Table, feed: Feed<'_>) -> Result<(), OwnershipError> {
     let name = table.identifier().to_string();
     let Some((topic, namespace)) = table_owner(table) else {
         return Err(OwnershipError::Foreign {
@@ -97,18 +97,17 @@ fn check_owner(table: &Table, feed: Feed<'_>) -> Result<bool, OwnershipError> {
         _ if topic != feed.topic => Err(taken(
             namespace.map_or_else(|| "(any)".to_owned(), |ns| format!("{ns:?}")),
         )),
-        Some(ns) if ns == feed.namespace => Ok(true),
-        Some(ns) => Err(taken(format!("{ns:?}"))),
-        None => Ok(false),
+        Some(ns) if ns != feed.namespace => Err(taken(format!("{ns:?}"))),
+        _ => Ok(()),
     }
 }
 
-/// Opens `table` for `feed`: checks the owner, and records the feed's namespace and
-/// `ledger` ([`LEDGER_PROPERTY`]) on a table that has none yet (through the pointer
-/// swap; after a lost race the table is read again and checked again, so two
-/// namespaces claiming one table at once end with one owner, and the commit takes
-/// only the owner's entries whatever an opener saw). Returns the table as it stands
-/// after the claim.
+/// Opens `table` for `feed`: checks the owner, and records `ledger`
+/// ([`LEDGER_PROPERTY`]) on a table from before ledgers were recorded (through the
+/// pointer swap, read back after a lost race). The owner itself is never claimed
+/// after creation: a property update cannot be made conditional on the property's
+/// absence, so two feeds claiming at once could both believe they own the table.
+/// Returns the table as it stands after the claim.
 pub async fn claim_table(
     swap: &dyn TableSwap,
     catalog: &dyn iceberg::Catalog,
@@ -120,15 +119,8 @@ pub async fn claim_table(
     let mut table = table;
     for _ in 0..ATTEMPTS {
         let mut missing = HashMap::new();
-        match check_owner(&table, feed) {
-            Err(refused) => return Ok(Err(refused)),
-            Ok(true) => {}
-            Ok(false) => {
-                missing.insert(
-                    SOURCE_NAMESPACE_PROPERTY.to_owned(),
-                    feed.namespace.to_owned(),
-                );
-            }
+        if let Err(refused) = check_owner(&table, feed) {
+            return Ok(Err(refused));
         }
         if !table.metadata().properties().contains_key(LEDGER_PROPERTY) {
             missing.insert(LEDGER_PROPERTY.to_owned(), ledger.to_owned());
