@@ -21,11 +21,16 @@ pub fn aws_error_kind<E: ProvideErrorMetadata>(error: &SdkError<E, HttpResponse>
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             ErrorKind::Transient
         }
-        SdkError::ServiceError(service) => service
-            .err()
-            .code()
-            .and_then(code_kind)
-            .unwrap_or_else(|| ErrorKind::of_http_status(service.raw().status().as_u16())),
+        // An AWS service answers nearly every refusal with 400: an unknown code is for
+        // the operator, never a verdict on the segment's data.
+        SdkError::ServiceError(service) => {
+            service.err().code().and_then(code_kind).unwrap_or_else(|| {
+                match ErrorKind::of_http_status(service.raw().status().as_u16()) {
+                    ErrorKind::InvalidData => ErrorKind::Config,
+                    kind => kind,
+                }
+            })
+        }
         _ => ErrorKind::Transient,
     }
 }
@@ -48,6 +53,7 @@ fn code_kind(code: &str) -> Option<ErrorKind> {
         | "InternalServerException"
         | "ServiceUnavailable"
         | "ServiceUnavailableException"
+        | "ResourceNotReadyException"
         | "OperationTimeoutException"
         | "TransactionConflictException"
         | "TransactionInProgressException"

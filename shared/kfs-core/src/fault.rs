@@ -90,7 +90,8 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// Three tries, 200 ms then 400 ms apart (with jitter).
+    /// Three tries, 100-200 ms then 200-400 ms apart (jitter: each delay drawn from
+    /// the upper half of 200 ms, then 400 ms).
     fn default() -> Self {
         Self {
             attempts: 3,

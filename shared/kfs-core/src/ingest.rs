@@ -62,6 +62,13 @@ impl TopicTable {
     ) -> Result<Self, PipelineError> {
         let topic = feed.topic;
         let name = naming.table_for(topic);
+        if name.dead_letter_parent().is_some() {
+            return Err(crate::table::OwnershipError::Reserved {
+                table: name.to_string(),
+                feed: feed.to_string(),
+            }
+            .into());
+        }
         let catalog_error = |source: iceberg::Error| PipelineError::Catalog {
             table: name.to_string(),
             source: Box::new(source),
@@ -76,9 +83,7 @@ impl TopicTable {
         let table = ensure_owned_table(catalog.catalog, &name, topic, owner, naming)
             .await
             .map_err(catalog_error)?;
-        let mut table = claim_table(catalog.swap, catalog.catalog, table, feed, ledger)
-            .await
-            .map_err(catalog_error)??;
+        let mut table = claim_table(catalog.swap, table, feed, ledger).await?;
         if let Some(fields) = naming.configured_partition(topic) {
             table = match evolve_partition_spec(catalog.swap, &table, fields).await {
                 Ok(table) => table,

@@ -289,37 +289,41 @@ pub async fn run_once(
         .filter(|e| config.shard.owns(&e.topic))
         .map(|e| (entry_namespace(e), e.topic.as_str()))
         .collect();
-    let mut jobs = Vec::new();
+    // One job per table: feeds that share one (only a table from before namespaces
+    // were recorded accepts a topic from several) commit together, on the listing of
+    // them all.
+    let mut jobs: BTreeMap<String, CommitJob> = BTreeMap::new();
     for (namespace, topic) in &feeds {
         let feed = Feed { namespace, topic };
-        let mut topic_listing: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
+        let Ok(target) = tables.get(feed).await? else {
+            continue;
+        };
+        let name = target.name.clone();
+        let (_, _, table_listing, _) = jobs.entry(name.to_string()).or_insert_with(|| {
+            let settings = CommitSettings {
+                start_offsets: config
+                    .start_offsets
+                    .get(*topic)
+                    .cloned()
+                    .unwrap_or_default(),
+                etcd: config.etcd.view(topic),
+                crosscheck: config.crosscheck,
+                ..config.commit.clone()
+            };
+            (topic.to_string(), name, BTreeMap::new(), settings)
+        });
         for key in listing
             .complete
             .iter()
             .filter(|k| k.topic == *topic && k.namespace == *namespace)
         {
-            topic_listing
+            table_listing
                 .entry(key.partition)
                 .or_default()
                 .insert(key.base_offset);
         }
-        let Ok(target) = tables.get(feed).await? else {
-            continue;
-        };
-        let name = &target.name;
-        let settings = CommitSettings {
-            start_offsets: config
-                .start_offsets
-                .get(*topic)
-                .cloned()
-                .unwrap_or_default(),
-            etcd: config.etcd.view(topic),
-            crosscheck: config.crosscheck,
-            ..config.commit.clone()
-        };
-        jobs.push((topic.to_string(), name.clone(), topic_listing, settings));
     }
-    let results: Vec<_> = futures::stream::iter(jobs)
+    let results: Vec<_> = futures::stream::iter(jobs.into_values())
         .map(|(topic, name, topic_listing, settings)| async move {
             if config.deadline.is_some_and(|d| Instant::now() >= d) {
                 return (name, None);
@@ -362,6 +366,14 @@ pub async fn run_once(
     report.refused = tables.refused();
     Ok(report)
 }
+
+/// One table's commit: its topic, name, the listing of its feeds, and the settings.
+type CommitJob = (
+    String,
+    kfs_plan::naming::TableName,
+    BTreeMap<i32, BTreeSet<i64>>,
+    CommitSettings,
+);
 
 /// The feed of a listed segment.
 fn feed_of(key: &SegmentKey) -> Feed<'_> {

@@ -619,3 +619,16 @@ async fn a_table_from_before_feeds_were_recorded_keeps_working_and_records_its_l
     assert!(!properties.contains_key(SOURCE_NAMESPACE_PROPERTY));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_topic_named_like_a_dead_letter_table_is_refused() -> TestResult {
+    let local = Local::open().await?;
+    two_segments(&local, "ns", "orders__dlq")?;
+    refused_once(&local, &TableNaming::default(), &["orders__dlq", "__dlq"]).await?;
+    let exists = local
+        .catalog
+        .table_exists(&table_ident(&name("kafscale.orders__dlq")))
+        .await?;
+    assert!(!exists, "the reserved table was created");
+    Ok(())
+}

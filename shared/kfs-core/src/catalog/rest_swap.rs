@@ -238,8 +238,8 @@ impl TableSwap for RestTableSwap {
                         ErrorKind::TableNotFound,
                         format!("commit to {ident}: {message}"),
                     ),
-                    _ => Error::new(
-                        ErrorKind::Unexpected,
+                    _ => crate::fault::iceberg_error(
+                        crate::fault::ErrorKind::of_http_status(status.as_u16()),
                         format!("commit to {ident} failed with HTTP {status}: {message}"),
                     ),
                 });
@@ -263,8 +263,12 @@ impl TableSwap for RestTableSwap {
 
 /// `base` with the given path segments appended, each percent-encoded.
 fn url<'a>(base: &str, segments: impl IntoIterator<Item = &'a str>) -> Result<Url> {
-    let invalid =
-        |what: String| Error::new(ErrorKind::DataInvalid, format!("REST catalog uri: {what}"));
+    let invalid = |what: String| {
+        crate::fault::iceberg_error(
+            crate::fault::ErrorKind::Config,
+            format!("REST catalog uri: {what}"),
+        )
+    };
     let mut url = Url::parse(base).map_err(|e| invalid(e.to_string()))?;
     url.path_segments_mut()
         .map_err(|()| invalid("not a base URI".to_owned()))?
@@ -287,13 +291,11 @@ async fn send(request: RequestBuilder, what: &str) -> Result<Response> {
     if status.is_success() {
         return Ok(response);
     }
-    let retryable = status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS;
     let message = server_message(response).await;
-    Err(Error::new(
-        ErrorKind::Unexpected,
+    Err(crate::fault::iceberg_error(
+        crate::fault::ErrorKind::of_http_status(status.as_u16()),
         format!("{what} failed with HTTP {status}: {message}"),
-    )
-    .with_retryable(retryable))
+    ))
 }
 
 fn transport(what: &str, e: reqwest::Error) -> Error {

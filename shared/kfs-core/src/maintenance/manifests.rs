@@ -21,6 +21,7 @@ pub async fn rewrite_manifests(
         source: Box::new(source),
     };
     let mut table = catalog.load_table(ident).await.map_err(iceberg)?;
+    super::ensure_ours(&table)?;
     let Some(current) = table.metadata().current_snapshot().cloned() else {
         return Ok(None);
     };

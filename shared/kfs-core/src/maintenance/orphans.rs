@@ -96,7 +96,23 @@ pub async fn remove_orphans(
     }
     let table = catalog.load_table(ident).await.map_err(iceberg)?;
     super::ensure_ours(&table)?;
-    let recorded = table.metadata().properties().get(LEDGER_PROPERTY);
+    // A dead-letter table created before ledgers were recorded: its parent's.
+    let recorded = match (table.metadata().properties().get(LEDGER_PROPERTY), &parent) {
+        (Some(recorded), _) => Some(recorded.clone()),
+        (None, Some(parent)) => match kfs_plan::naming::TableName::parse(parent) {
+            Some(parent) => catalog
+                .load_table(&crate::table::table_ident(&parent))
+                .await
+                .map_err(iceberg)?
+                .metadata()
+                .properties()
+                .get(LEDGER_PROPERTY)
+                .cloned(),
+            None => None,
+        },
+        (None, None) => None,
+    };
+    let recorded = recorded.as_ref();
     if recorded != Some(&ledger.identity()) && !rule.force {
         return Err(refused(match recorded {
             Some(recorded) => format!(
@@ -104,7 +120,7 @@ pub async fn remove_orphans(
                 ledger.identity()
             ),
             None => format!(
-                "it records no ledger ({LEDGER_PROPERTY}; the next conversion into it records one), so its pending files cannot be seen"
+                "it records no ledger ({LEDGER_PROPERTY}; the next conversion of its topic records one), so its pending files cannot be seen"
             ),
         }));
     }

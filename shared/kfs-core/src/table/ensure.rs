@@ -4,7 +4,9 @@
 //! pointer swap.
 
 use crate::catalog::TableSwap;
-use crate::table::{COMMIT_RETRIES_PROPERTY, VALUE_FORMAT_PROPERTY, topic_table_properties};
+use crate::table::{
+    COMMIT_RETRIES_PROPERTY, TOPIC_PROPERTY, VALUE_FORMAT_PROPERTY, topic_table_properties,
+};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
@@ -47,8 +49,10 @@ pub async fn ensure_owned_table(
         let schema = crate::table::schema_for(layout.value_format, declared)?;
         let spec = crate::table::topic_partition_spec(&schema, layout.partition_for(topic))?;
         let mut properties = topic_table_properties(topic);
-        properties.extend(owner);
         properties.extend(layout.properties.clone());
+        // What the table belongs to is not a setting.
+        properties.insert(crate::table::TOPIC_PROPERTY.to_owned(), topic.to_owned());
+        properties.extend(owner);
         properties.insert(
             VALUE_FORMAT_PROPERTY.to_owned(),
             layout.value_format.name().to_owned(),
@@ -79,7 +83,7 @@ pub async fn ensure_dead_letter_table(
     table: &Table,
 ) -> iceberg::Result<Table> {
     let name = name.dead_letters();
-    ensure_table(catalog, &name, || {
+    let dead_letters = ensure_table(catalog, &name, || {
         let mut properties = table.metadata().properties().clone();
         properties.remove(VALUE_FORMAT_PROPERTY);
         Ok(TableCreation::builder()
@@ -88,7 +92,21 @@ pub async fn ensure_dead_letter_table(
             .properties(properties)
             .build())
     })
-    .await
+    .await?;
+    // A table of that name fed by a topic of its own (`orders__dlq`) is not ours to
+    // write dead letters into.
+    let topic = |t: &Table| t.metadata().properties().get(TOPIC_PROPERTY).cloned();
+    if topic(&dead_letters) != topic(table) {
+        return Err(crate::fault::iceberg_error(
+            crate::fault::ErrorKind::Config,
+            format!(
+                "table {name} is not the dead-letter table of {}: it belongs to topic {:?}",
+                table.identifier(),
+                topic(&dead_letters)
+            ),
+        ));
+    }
+    Ok(dead_letters)
 }
 
 /// Makes `evolved` (the table's current schema grown by JSON values: columns added,

@@ -53,6 +53,17 @@ pub enum OwnershipError {
         /// The feed refused.
         feed: String,
     },
+    /// The table's name is reserved for the dead-letter table of another.
+    #[error(
+        "table {table} ends in {}, the dead-letter tables' suffix; {feed} is held: map it to another table",
+        kfs_plan::naming::DEAD_LETTER_SUFFIX
+    )]
+    Reserved {
+        /// The table.
+        table: String,
+        /// The feed refused.
+        feed: String,
+    },
     /// Another feed owns the table.
     #[error(
         "table {table} belongs to topic {owner_topic:?} of namespace {owner_namespace}; {feed} maps to it too and is held (nothing of it is written): map one of the two topics to another table"
@@ -103,49 +114,30 @@ fn check_owner(table: &Table, feed: Feed<'_>) -> Result<(), OwnershipError> {
 }
 
 /// Opens `table` for `feed`: checks the owner, and records `ledger`
-/// ([`LEDGER_PROPERTY`]) on a table from before ledgers were recorded (through the
-/// pointer swap, read back after a lost race). The owner itself is never claimed
-/// after creation: a property update cannot be made conditional on the property's
-/// absence, so two feeds claiming at once could both believe they own the table.
-/// Returns the table as it stands after the claim.
+/// ([`LEDGER_PROPERTY`]) on a table from before ledgers were recorded, best effort
+/// (only orphan cleanup needs it, and refuses to run without it). The owner itself is
+/// never claimed after creation: a property update cannot be made conditional on the
+/// property's absence, so two feeds claiming at once could both believe they own the
+/// table. Returns the table as it stands after the claim.
 pub async fn claim_table(
     swap: &dyn TableSwap,
-    catalog: &dyn iceberg::Catalog,
     table: Table,
     feed: Feed<'_>,
     ledger: &str,
-) -> Result<Result<Table, OwnershipError>, iceberg::Error> {
-    const ATTEMPTS: usize = 5;
-    let mut table = table;
-    for _ in 0..ATTEMPTS {
-        let mut missing = HashMap::new();
-        if let Err(refused) = check_owner(&table, feed) {
-            return Ok(Err(refused));
-        }
-        if !table.metadata().properties().contains_key(LEDGER_PROPERTY) {
-            missing.insert(LEDGER_PROPERTY.to_owned(), ledger.to_owned());
-        }
-        if missing.is_empty() {
-            return Ok(Ok(table));
-        }
-        let updates = vec![TableUpdate::SetProperties { updates: missing }];
-        let requirements = vec![TableRequirement::UuidMatch {
-            uuid: table.metadata().uuid(),
-        }];
-        match swap.commit(&table, requirements, updates).await {
-            // Read back: a claim that raced another lands last-writer-wins, and the
-            // check after it is what decides.
-            Ok(_) => {}
-            Err(e) if crate::fault::iceberg_error_kind(&e).is_retryable() => {}
-            Err(e) => return Err(e),
-        }
-        table = catalog.load_table(table.identifier()).await?;
+) -> Result<Table, OwnershipError> {
+    check_owner(&table, feed)?;
+    if table.metadata().properties().contains_key(LEDGER_PROPERTY) {
+        return Ok(table);
     }
-    Err(crate::fault::iceberg_error(
-        crate::fault::ErrorKind::Conflict,
-        format!(
-            "table {}: the owner's namespace kept changing while {feed} claimed it",
-            table.identifier()
-        ),
-    ))
+    let updates = vec![TableUpdate::SetProperties {
+        updates: HashMap::from([(LEDGER_PROPERTY.to_owned(), ledger.to_owned())]),
+    }];
+    let requirements = vec![TableRequirement::UuidMatch {
+        uuid: table.metadata().uuid(),
+    }];
+    match swap.commit(&table, requirements, updates).await {
+        Ok(claimed) => Ok(claimed),
+        // Orphan cleanup refuses the table until a later open records it.
+        Err(_) => Ok(table),
+    }
 }
