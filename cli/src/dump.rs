@@ -113,7 +113,11 @@ pub fn run(args: &DumpArgs) -> Result<(), CliError> {
 
 #[derive(Serialize)]
 struct JsonHeader<'a> {
-    key: &'a str,
+    /// The key as Kafka's Java consumer decodes it.
+    key: std::borrow::Cow<'a, str>,
+    /// The key's bytes (base64), only where they are not UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_bytes: Option<String>,
     value: Option<String>,
 }
 
@@ -137,9 +141,13 @@ impl<'a> JsonRecord<'a> {
             headers: record
                 .headers
                 .iter()
-                .map(|h| JsonHeader {
-                    key: h.key,
-                    value: b64(h.value),
+                .map(|h| {
+                    let (key, key_bytes) = h.key_text();
+                    JsonHeader {
+                        key,
+                        key_bytes: b64(key_bytes),
+                        value: b64(h.value),
+                    }
                 })
                 .collect(),
         }
@@ -205,7 +213,12 @@ fn write_text_batch(out: &mut impl Write, batch: &Batch<'_>) -> std::io::Result<
             preview(record.value)
         )?;
         for header in &record.headers {
-            write!(out, " header {:?}={}", header.key, preview(header.value))?;
+            write!(
+                out,
+                " header {}={}",
+                preview(Some(header.key)),
+                preview(header.value)
+            )?;
         }
         writeln!(out)?;
     }

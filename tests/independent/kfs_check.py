@@ -21,7 +21,7 @@ import cramjam
 
 from kfs_writer import (BATCH_HEADER_LEN, BATCH_MAGIC, FOOTER_LEN, FOOTER_MAGIC, HEADER_LEN,
                         INDEX_ENTRY_LEN, INDEX_HEADER_LEN, INDEX_MAGIC, SEGMENT_MAGIC,
-                        XERIAL_MAGIC, crc32c, expected_row)
+                        XERIAL_MAGIC, crc32c, expected_row, wrap_i64)
 
 MAX_DECOMPRESSED = 64 << 20   # per batch; refuse larger (decompression bombs)
 
@@ -183,18 +183,15 @@ def _records(section: bytes, count: int, base_offset: int, last_offset_delta: in
             hk = rec.nbytes("header key")
             if hk is None:
                 raise KfsError("negative-length", "null header key")
-            try:
-                hks = hk.decode("utf-8")
-            except UnicodeDecodeError:
-                raise KfsError("header-key-utf8", repr(hk)) from None
-            headers.append((hks, rec.nbytes("header value")))
+            # Kept as bytes: Kafka does not check that header keys are UTF-8.
+            headers.append((hk, rec.nbytes("header value")))
         if rec.pos != rec.end:
             raise KfsError("record-length-mismatch", f"{rec.end - rec.pos} unread bytes in record")
         r.pos = rec.end
         if off_delta <= prev_delta or off_delta > last_offset_delta:
             raise KfsError("offset-delta", f"{off_delta} after {prev_delta}, last {last_offset_delta}")
         prev_delta = off_delta
-        rows.append(expected_row(base_offset + off_delta, max_ts if log_append else base_ts + ts_delta,
+        rows.append(expected_row(base_offset + off_delta, max_ts if log_append else wrap_i64(base_ts + ts_delta),
                                  key, value, headers))
     if r.pos != r.end:
         raise KfsError("records-trailing", f"{r.end - r.pos} bytes after {count} records")

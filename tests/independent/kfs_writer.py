@@ -266,12 +266,28 @@ def _b64(b: Optional[bytes]) -> Optional[str]:
     return None if b is None else base64.b64encode(b).decode("ascii")
 
 
+def wrap_i64(n: int) -> int:
+    """`n` as Java's `long` arithmetic leaves it (Kafka adds timestamp deltas so)."""
+    return ((n + 2**63) % 2**64) - 2**63
+
+
+def _header(key, value: Optional[bytes]) -> dict:
+    """A header as the dump prints it: the key decoded as Kafka's Java consumer does
+    (invalid UTF-8 replaced by U+FFFD) and, where that lost something, its bytes."""
+    raw = key.encode("utf-8") if isinstance(key, str) else key
+    try:
+        return {"key": raw.decode("utf-8"), "value": _b64(value)}
+    except UnicodeDecodeError:
+        return {"key": raw.decode("utf-8", errors="replace"), "key_bytes": _b64(raw),
+                "value": _b64(value)}
+
+
 def expected_row(offset: int, timestamp_ms: int, key: Optional[bytes],
                  value: Optional[bytes], headers: Iterable[tuple]) -> dict:
     """One line of a `.expected.jsonl` file."""
     return {"offset": offset, "timestamp_ms": timestamp_ms, "key": _b64(key),
             "value": _b64(value),
-            "headers": [{"key": k, "value": _b64(v)} for k, v in headers]}
+            "headers": [_header(k, v) for k, v in headers]}
 
 
 # ---------------------------------------------------------------- batch bytes helpers

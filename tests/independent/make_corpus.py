@@ -272,9 +272,6 @@ def build_corpus() -> tuple[dict, dict, dict]:
         with_segment(raw_batch(100, [rec([f[0], f[1], uvarint(1 << 34), f[3], f[4], f[5]])])),
         "varint-range", "record offsetDelta varint decodes to 2^33, outside i32")
     hk = lambda k: [f[0], f[1], f[2], f[3], f[4], varint(1), k]  # noqa: E731
-    add("header-key-not-utf8.kfs",
-        with_segment(raw_batch(100, [rec(hk(varint(3) + b"\xff\xfeh" + varint(1) + b"x"))])),
-        "header-key-utf8", "record header key bytes ff fe 68 (not UTF-8)")
     add("header-key-null.kfs",
         with_segment(raw_batch(100, [rec(hk(varint(-1) + varint(1) + b"x"))])),
         "negative-length", "record header key length -1 (header keys cannot be null)")

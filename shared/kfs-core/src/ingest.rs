@@ -13,7 +13,7 @@ use crate::ledger::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry}
 use crate::source::{SegmentSource, SourceObject};
 use crate::table::table_progress;
 use crate::table::{Feed, claim_table, ensure_owned_table, evolve_partition_spec};
-use futures::TryStreamExt;
+use futures::{TryFutureExt, TryStreamExt};
 use iceberg::table::Table;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
@@ -83,7 +83,10 @@ impl TopicTable {
         let table = ensure_owned_table(catalog.catalog, &name, topic, owner, naming)
             .await
             .map_err(catalog_error)?;
-        let mut table = claim_table(catalog.swap, table, feed, ledger).await?;
+        let table = claim_table(catalog.swap, table, feed, ledger).await?;
+        let mut table = crate::table::upgrade_record_layout(catalog.catalog, catalog.swap, table)
+            .await
+            .map_err(catalog_error)?;
         if let Some(fields) = naming.configured_partition(topic) {
             table = match evolve_partition_spec(catalog.swap, &table, fields).await {
                 Ok(table) => table,
@@ -269,12 +272,21 @@ async fn convert_json_segment(
         let schema = table.metadata().current_schema().clone();
         let last_column_id = table.metadata().last_column_id();
         let declared = crate::table::declared_columns(&table);
+        let caps = crate::convert::json::ColumnCaps::of(&table);
         let scanned = {
             let bytes = bytes.clone();
             let key = input.key.clone();
             let schema = schema.clone();
             tokio::task::spawn_blocking(move || {
-                scan_json_segment(&bytes, &key, limits, &schema, last_column_id, declared)
+                scan_json_segment(
+                    &bytes,
+                    &key,
+                    limits,
+                    &schema,
+                    last_column_id,
+                    declared,
+                    caps,
+                )
             })
             .await
             .map_err(|join| {
@@ -324,6 +336,7 @@ async fn convert_json_segment(
         let dead_letter_table = if scan.rejected > 0 {
             Some(
                 crate::table::ensure_dead_letter_table(catalog, &target.name, &table)
+                    .and_then(|dlq| crate::table::upgrade_record_layout(catalog, swap, dlq))
                     .await
                     .map_err(|source| catalog_error(&target.name.dead_letters(), source))?,
             )

@@ -42,6 +42,9 @@ pub use catalog::{
 };
 pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};
+pub use convert::json::{
+    ColumnCaps, MAX_COLUMN_NAME_BYTES, MAX_FIELDS_PROPERTY, MAX_NEW_FIELDS_PROPERTY, column_for,
+};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome};
 pub use error::PipelineError;
 pub use fault::{

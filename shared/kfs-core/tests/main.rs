@@ -13,6 +13,7 @@ mod json_widening;
 mod memory_catalog;
 mod parquet_merge;
 mod partition_evolution;
+mod poison_records;
 mod quarantine_corpus;
 mod safety;
 mod simulation;

@@ -120,13 +120,29 @@ impl BatchHeader {
     }
 }
 
-/// One record header: a UTF-8 key and a nullable value.
+/// One record header: a key and a nullable value.
+///
+/// Kafka's protocol calls the key a string, but no broker checks it: librdkafka and Go
+/// clients send any bytes. The key is kept as sent; [`RecordHeader::key_text`] decodes it
+/// as Kafka's Java consumer does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader<'a> {
-    /// Header key.
-    pub key: &'a str,
+    /// Header key, as sent (usually UTF-8, not always).
+    pub key: &'a [u8],
     /// Header value; `None` is null, distinct from empty.
     pub value: Option<&'a [u8]>,
+}
+
+impl<'a> RecordHeader<'a> {
+    /// The key as text, decoded as Kafka's Java consumer decodes it (UTF-8, each invalid
+    /// sequence replaced by U+FFFD), with the raw bytes when that decoding lost
+    /// something (`None` for a valid UTF-8 key).
+    pub fn key_text(&self) -> (std::borrow::Cow<'a, str>, Option<&'a [u8]>) {
+        match std::str::from_utf8(self.key) {
+            Ok(text) => (std::borrow::Cow::Borrowed(text), None),
+            Err(_) => (String::from_utf8_lossy(self.key), Some(self.key)),
+        }
+    }
 }
 
 /// One data record, borrowing its bytes from the batch.
@@ -388,8 +404,6 @@ fn decode_record<'a>(
                 },
             )
         })?;
-        let key = std::str::from_utf8(key)
-            .map_err(|_| DecodeError::at(key_at, DecodeErrorKind::HeaderKeyNotUtf8))?;
         let value = body.nullable_bytes("record header value")?;
         headers.push(RecordHeader { key, value });
     }
@@ -405,17 +419,10 @@ fn decode_record<'a>(
     let offset = header.base_offset + i64::from(offset_delta);
     let timestamp_ms = match header.timestamp_type() {
         TimestampType::LogAppendTime => header.max_timestamp,
-        TimestampType::CreateTime => header
-            .base_timestamp
-            .checked_add(timestamp_delta)
-            .ok_or_else(|| {
-                DecodeError::at(
-                    body_at,
-                    DecodeErrorKind::Overflow {
-                        what: "record timestamp",
-                    },
-                )
-            })?,
+        // Kafka's own arithmetic (Java's `long`, which wraps): a producer computes
+        // the delta as `timestamp - baseTimestamp`, so a batch holding CreateTimes at
+        // both ends of i64 is valid and reads back exactly.
+        TimestampType::CreateTime => header.base_timestamp.wrapping_add(timestamp_delta),
     };
     Ok(Record {
         offset,

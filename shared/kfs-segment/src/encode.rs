@@ -21,8 +21,8 @@ pub struct OwnedRecord {
     pub key: Option<Vec<u8>>,
     /// Value; `None` is null.
     pub value: Option<Vec<u8>>,
-    /// Headers in order; a `None` value is null.
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// Headers in order: key bytes (usually UTF-8) and value; a `None` value is null.
+    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl OwnedRecord {
@@ -36,7 +36,7 @@ impl OwnedRecord {
             headers: record
                 .headers
                 .iter()
-                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                .map(|h| (h.key.to_vec(), h.value.map(<[u8]>::to_vec)))
                 .collect(),
         }
     }
@@ -114,13 +114,9 @@ fn encode_record(
 ) -> Result<(), EncodeError> {
     body.clear();
     body.push(0); // attributes
-    let timestamp_delta =
-        record
-            .timestamp_ms
-            .checked_sub(base_timestamp)
-            .ok_or(EncodeError::TooLarge {
-                what: "timestamp delta",
-            })?;
+    // As Kafka's producer computes it (Java's `long` wraps); the reader adds it back
+    // the same way.
+    let timestamp_delta = record.timestamp_ms.wrapping_sub(base_timestamp);
     put_varlong(body, timestamp_delta);
     let offset_delta =
         i32::try_from(record.offset - base_offset).map_err(|_| EncodeError::TooLarge {
@@ -131,7 +127,7 @@ fn encode_record(
     put_nullable(body, record.value.as_deref(), "value")?;
     put_varint(body, to_i32(record.headers.len(), "header count")?);
     for (key, value) in &record.headers {
-        put_nullable(body, Some(key.as_bytes()), "header key")?;
+        put_nullable(body, Some(key), "header key")?;
         put_nullable(body, value.as_deref(), "header value")?;
     }
     put_varint(out, to_i32(body.len(), "record")?);

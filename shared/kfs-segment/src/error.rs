@@ -188,9 +188,6 @@ pub enum DecodeErrorKind {
         /// Bytes the fields used.
         used: i64,
     },
-    /// A header key is not valid UTF-8.
-    #[error("record header key is not valid UTF-8")]
-    HeaderKeyNotUtf8,
     /// An offset delta is out of order or out of the batch's range.
     #[error("record offset delta {delta} is invalid: {reason}")]
     OffsetDelta {

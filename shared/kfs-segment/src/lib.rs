@@ -11,7 +11,8 @@
 //! - header and footer magic, version, flags;
 //! - the body CRC-32C in the footer and every batch's CRC-32C;
 //! - batch magic 2, codec ids, each batch's record count against the records decoded,
-//!   record lengths against their fields, header keys UTF-8;
+//!   record lengths against their fields (header keys are kept as bytes: Kafka does
+//!   not check them);
 //! - offsets strictly increasing within and across batches, the first batch at the
 //!   header's base offset, the header's message count, the footer's last offset;
 //! - index entries land on batch starts with matching offsets.

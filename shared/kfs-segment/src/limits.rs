@@ -15,7 +15,10 @@ pub struct DecodeLimits {
     /// Largest accepted ratio of decompressed to compressed size, applied on top of
     /// `max_decompressed_batch_bytes` once the output passes `ratio_free_bytes`.
     pub max_compression_ratio: u64,
-    /// Output size up to which the compression ratio is not checked.
+    /// Output size up to which the compression ratio is not checked: 16 MiB by
+    /// default, 16 times a producer's default `max.request.size`, so that a batch of
+    /// legitimate but very compressible records (a 1 MiB key of one repeated byte
+    /// compresses 2,500 to 1) is never taken for a bomb.
     pub ratio_free_bytes: u64,
 }
 
@@ -25,7 +28,7 @@ impl Default for DecodeLimits {
             max_batch_bytes: 256 << 20,
             max_decompressed_batch_bytes: 256 << 20,
             max_compression_ratio: 512,
-            ratio_free_bytes: 1 << 20,
+            ratio_free_bytes: 16 << 20,
         }
     }
 }
@@ -47,8 +50,8 @@ mod tests {
     #[test]
     fn cap_is_bounded_by_ratio_and_absolute_limit() {
         let limits = DecodeLimits::default();
-        assert_eq!(limits.decompressed_cap(10), 1 << 20);
-        assert_eq!(limits.decompressed_cap(4096), 4096 * 512);
+        assert_eq!(limits.decompressed_cap(10), 16 << 20);
+        assert_eq!(limits.decompressed_cap(65536), 65536 * 512);
         assert_eq!(limits.decompressed_cap(u64::MAX), 256 << 20);
     }
 }

@@ -15,7 +15,7 @@ fn worked_example_record() -> OwnedRecord {
         timestamp_ms: 1_700_000_000_000,
         key: Some(b"k1".to_vec()),
         value: Some(b"v1".to_vec()),
-        headers: vec![("h".to_owned(), Some(b"x".to_vec()))],
+        headers: vec![(b"h".to_vec(), Some(b"x".to_vec()))],
     }
 }
 

@@ -51,7 +51,7 @@ struct RecordDraft {
     ts_jitter: i64,
     key: Option<Vec<u8>>,
     value: Option<Vec<u8>>,
-    headers: Vec<(String, Option<Vec<u8>>)>,
+    headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 fn record_draft() -> impl Strategy<Value = RecordDraft> {
@@ -60,7 +60,17 @@ fn record_draft() -> impl Strategy<Value = RecordDraft> {
         -5_000i64..5_000,
         bytes_or_null(),
         bytes_or_null(),
-        proptest::collection::vec(("\\PC{0,8}", bytes_or_null()), 0..4),
+        // Header keys as any producer may send them: text, or bytes that are not UTF-8.
+        proptest::collection::vec(
+            (
+                prop_oneof![
+                    "\\PC{0,8}".prop_map(String::into_bytes),
+                    proptest::collection::vec(any::<u8>(), 0..8),
+                ],
+                bytes_or_null(),
+            ),
+            0..4,
+        ),
     )
         .prop_map(|(gap, ts_jitter, key, value, headers)| RecordDraft {
             gap,

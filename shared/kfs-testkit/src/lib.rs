@@ -112,7 +112,7 @@ impl Drop for Moto {
 pub fn sample_segment(base: i64, count: i64, value_byte: u8) -> kfs_segment::EncodedSegment {
     let mut records = kfs_workload::simple_records(base, count, |_| Some(vec![value_byte; 100]));
     for record in &mut records {
-        record.headers = vec![("h".to_owned(), Some(b"x".to_vec()))];
+        record.headers = vec![(b"h".to_vec(), Some(b"x".to_vec()))];
     }
     let batch = kfs_segment::BatchSpec::new(records, kfs_segment::Compression::Zstd);
     kfs_segment::encode_segment(&[batch], 1_700_000_000_000)

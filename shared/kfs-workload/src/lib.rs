@@ -291,18 +291,15 @@ fn generate_record(
     let mut headers = Vec::new();
     if rng.chance(70) {
         headers.push((
-            "trace-id".to_owned(),
+            b"trace-id".to_vec(),
             Some(format!("{:016x}{:016x}", rng.next_u64(), rng.next_u64()).into_bytes()),
         ));
     }
     if rng.chance(40) {
-        headers.push((
-            "content-type".to_owned(),
-            Some(b"application/json".to_vec()),
-        ));
+        headers.push((b"content-type".to_vec(), Some(b"application/json".to_vec())));
     }
     if rng.chance(5) {
-        headers.push(("retry".to_owned(), None));
+        headers.push((b"retry".to_vec(), None));
     }
     OwnedRecord {
         offset,

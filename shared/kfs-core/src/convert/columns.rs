@@ -27,7 +27,12 @@ pub struct RecordColumns {
     header_offsets: OffsetBufferBuilder<i32>,
     header_keys: StringBuilder,
     header_values: LargeBinaryBuilder,
-    timestamp_us: Vec<i64>,
+    /// The header keys' bytes where they are not UTF-8; `None` for a table of an older
+    /// layout, which cannot hold them.
+    header_key_bytes: Option<LargeBinaryBuilder>,
+    timestamp_us: Vec<Option<i64>>,
+    /// Whether `timestamp` may be null (the current layout; an older one requires it).
+    timestamp_nullable: bool,
     has_value: bool,
     rows: usize,
 }
@@ -51,8 +56,17 @@ impl RecordColumns {
             return Err(unexpected());
         };
         let has_value = schema.field_with_name("value").is_ok();
+        let timestamp_nullable = schema
+            .field_with_name("timestamp")
+            .map_err(|_| unexpected())?
+            .is_nullable();
+        let header_key_bytes = header_entry_fields
+            .find(crate::table::HEADER_KEY_BYTES)
+            .map(|_| LargeBinaryBuilder::new());
         Ok(Self {
             has_value,
+            timestamp_nullable,
+            header_key_bytes,
             header_field: header_field.clone(),
             header_entry_fields: header_entry_fields.clone(),
             schema,
@@ -76,14 +90,28 @@ impl RecordColumns {
         self.rows
     }
 
-    /// Appends one record; fails (with the reason) when it cannot be represented.
+    /// Appends one record. In the current layout every record has a row; a table of an
+    /// older layout refuses (with the reason) a header key that is not UTF-8 or a
+    /// timestamp beyond microseconds, before anything is appended.
     pub fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
-        let micros = record.timestamp_ms.checked_mul(1000).ok_or_else(|| {
-            format!(
-                "timestamp {} ms does not fit microseconds",
+        let micros = record.timestamp_ms.checked_mul(1000);
+        if micros.is_none() && !self.timestamp_nullable {
+            return Err(format!(
+                "timestamp {} ms does not fit microseconds, and the table's timestamp column is required",
                 record.timestamp_ms
-            )
-        })?;
+            ));
+        }
+        if self.header_key_bytes.is_none()
+            && let Some(header) = record
+                .headers
+                .iter()
+                .find(|h| std::str::from_utf8(h.key).is_err())
+        {
+            return Err(format!(
+                "header key {:?} is not UTF-8, and the table has no column for its bytes",
+                header.key_text().0
+            ));
+        }
         // Written straight into the builder's buffer: no string per record.
         let _ = write!(self.record_id, "{topic}:{partition}:{}", record.offset);
         self.record_id.append_value("");
@@ -96,8 +124,12 @@ impl RecordColumns {
             self.value.append_option(record.value);
         }
         for header in &record.headers {
-            self.header_keys.append_value(header.key);
+            let (text, bytes) = header.key_text();
+            self.header_keys.append_value(text);
             self.header_values.append_option(header.value);
+            if let Some(key_bytes) = &mut self.header_key_bytes {
+                key_bytes.append_option(bytes);
+            }
         }
         self.header_offsets.push_length(record.headers.len());
         self.timestamp_us.push(micros);
@@ -114,14 +146,26 @@ impl RecordColumns {
     /// columns (a JSON table's payload, a dead-letter table's reason) taken from
     /// `other`, in schema order; the builders start over.
     pub fn finish_with(&mut self, other: Vec<ArrayRef>) -> iceberg::Result<RecordBatch> {
-        let entries = StructArray::try_new(
-            self.header_entry_fields.clone(),
-            vec![
-                Arc::new(self.header_keys.finish()) as ArrayRef,
-                Arc::new(self.header_values.finish()),
-            ],
-            None,
-        )?;
+        let mut entry_columns: HashMap<&str, ArrayRef> = HashMap::from([
+            ("key", Arc::new(self.header_keys.finish()) as ArrayRef),
+            ("value", Arc::new(self.header_values.finish())),
+        ]);
+        if let Some(key_bytes) = &mut self.header_key_bytes {
+            entry_columns.insert(crate::table::HEADER_KEY_BYTES, Arc::new(key_bytes.finish()));
+        }
+        let entry_columns = self
+            .header_entry_fields
+            .iter()
+            .map(|field| {
+                entry_columns.remove(field.name().as_str()).ok_or_else(|| {
+                    iceberg::Error::new(
+                        iceberg::ErrorKind::DataInvalid,
+                        format!("no data for header field {:?}", field.name()),
+                    )
+                })
+            })
+            .collect::<iceberg::Result<Vec<_>>>()?;
+        let entries = StructArray::try_new(self.header_entry_fields.clone(), entry_columns, None)?;
         let offsets = std::mem::replace(
             &mut self.header_offsets,
             OffsetBufferBuilder::new(ROWS_PER_BATCH),

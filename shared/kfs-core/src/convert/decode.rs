@@ -167,8 +167,10 @@ pub fn scan_json_segment(
     schema: &iceberg::spec::Schema,
     last_column_id: i32,
     declared: bool,
+    caps: crate::convert::json::ColumnCaps,
 ) -> Result<JsonScan, ConvertError> {
-    let mut evolving = crate::convert::json::EvolvingSchema::new(schema, last_column_id);
+    let mut evolving =
+        crate::convert::json::EvolvingSchema::new(schema, last_column_id).with_caps(caps);
     if declared {
         evolving = evolving.declared();
     }

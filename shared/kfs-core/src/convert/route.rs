@@ -123,9 +123,10 @@ impl RecordRouter for JsonRouter {
                 value
             };
             crate::convert::json::fits(&self.schema, &value)?;
-            let mut value = value;
-            crate::convert::json::conform(&mut value, self.schema.as_struct().fields());
-            Ok(value)
+            Ok(crate::convert::json::conform(
+                value,
+                self.schema.as_struct().fields(),
+            ))
         });
         match parsed {
             Ok(value) => {

@@ -9,11 +9,12 @@ use crate::table::arrow_schema;
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::DataFile;
+use iceberg::spec::PartitionKey;
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
-    DefaultLocationGenerator, FileNameGenerator,
+    DefaultLocationGenerator, FileNameGenerator, LocationGenerator,
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::partitioning::PartitioningWriter;
@@ -57,9 +58,39 @@ impl FileNameGenerator for FixedFileName {
     }
 }
 
+/// Longest partition directory written, in bytes. A longer one (`identity(key)` of a
+/// long key) is written as `partition-{hash of the directory}`, so that object keys stay
+/// within what stores accept (S3: 1,024 bytes). Readers take partition values from
+/// the manifests, never from paths.
+pub(crate) const MAX_PARTITION_PATH_BYTES: usize = 256;
+
+/// Iceberg's default locations (`data/{partition path}/{file}`), with the partition
+/// directory bounded by [`MAX_PARTITION_PATH_BYTES`].
+#[derive(Debug, Clone)]
+pub(crate) struct BoundedLocation(DefaultLocationGenerator);
+
+impl LocationGenerator for BoundedLocation {
+    fn generate_location(&self, partition_key: Option<&PartitionKey>, file_name: &str) -> String {
+        match partition_key {
+            Some(key) if !PartitionKey::is_effectively_none(partition_key) => {
+                let directory = key.to_path();
+                if directory.len() <= MAX_PARTITION_PATH_BYTES {
+                    return self.0.generate_location(partition_key, file_name);
+                }
+                let flat = self.0.generate_location(None, file_name);
+                let data = flat.strip_suffix(file_name).unwrap_or(&flat);
+                format!(
+                    "{data}partition-{:016x}/{file_name}",
+                    kfs_plan::hash::fnv1a(directory.as_bytes())
+                )
+            }
+            _ => self.0.generate_location(None, file_name),
+        }
+    }
+}
+
 /// The builder of one data file, through iceberg-rust's writer stack.
-type FileBuilder =
-    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, FixedFileName>;
+type FileBuilder = DataFileWriterBuilder<ParquetWriterBuilder, BoundedLocation, FixedFileName>;
 
 /// Where a segment's batches go: one Parquet file named `{stem}.parquet` in the table's
 /// data directory, or, for a partitioned table, one such file per partition value in
@@ -79,7 +110,7 @@ impl SegmentWriter {
     /// `{stem}.parquet`.
     pub(crate) async fn new(table: &Table, stem: String) -> iceberg::Result<Self> {
         let metadata = table.metadata();
-        let location = DefaultLocationGenerator::new(metadata)?;
+        let location = BoundedLocation(DefaultLocationGenerator::new(metadata)?);
         let parquet = ParquetWriterBuilder::new(
             writer_properties(metadata.properties())?,
             metadata.current_schema().clone(),

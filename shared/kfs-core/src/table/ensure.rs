@@ -109,6 +109,43 @@ pub async fn ensure_dead_letter_table(
     Ok(dead_letters)
 }
 
+/// Brings `table` to the current record layout ([`crate::table::record_layout_upgrade`]:
+/// an optional `timestamp`, header keys' bytes) through the catalog's pointer swap, once;
+/// a table already there is returned as it is. A concurrent schema change makes it
+/// look again at the table as that change left it.
+pub async fn upgrade_record_layout(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    mut table: Table,
+) -> iceberg::Result<Table> {
+    /// Concurrent schema changes raced before giving up (retryably).
+    const ATTEMPTS: usize = 5;
+    for _ in 0..ATTEMPTS {
+        let metadata = table.metadata();
+        let Some(upgraded) = crate::table::record_layout_upgrade(
+            metadata.current_schema(),
+            metadata.last_column_id(),
+        ) else {
+            return Ok(table);
+        };
+        match evolve_schema(swap, &table, upgraded).await {
+            Ok(evolved) => return Ok(evolved),
+            Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
+                table = catalog.load_table(table.identifier()).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(iceberg::Error::new(
+        iceberg::ErrorKind::CatalogCommitConflicts,
+        format!(
+            "the schema of {} changed under {ATTEMPTS} attempts to upgrade its record layout",
+            table.identifier()
+        ),
+    )
+    .with_retryable(true))
+}
+
 /// Makes `evolved` (the table's current schema grown by JSON values: columns added,
 /// int widened to long, float to double) the table's current schema, through the
 /// catalog's pointer swap; fails if the table's schema changed meanwhile.

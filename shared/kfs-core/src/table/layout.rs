@@ -9,16 +9,23 @@
 //! | 5 | `timestamp_ms` | long, required |
 //! | 6 | `key` | binary, optional (null stays null, empty stays empty) |
 //! | 7 | `value` | binary, optional (null is a tombstone) |
-//! | 8 | `headers` | list (element 10) of struct {`key` (11) string required, `value` (12) binary optional}, required |
-//! | 9 | `timestamp` | timestamptz (µs), required |
+//! | 8 | `headers` | list (element 10) of struct {`key` (11) string required, `value` (12) binary optional, `key_bytes` (13) binary optional}, required |
+//! | 9 | `timestamp` | timestamptz (µs), optional |
 //!
 //! Ids 1-7 match the upstream Go processor's columns; `headers` is typed instead of its
 //! lossy JSON string; `timestamp` makes time partitioning and time queries natural.
+//!
+//! Every record a broker accepts has a row: a header key that is not UTF-8 is decoded
+//! as Kafka's Java consumer decodes it (invalid sequences become U+FFFD) and its bytes
+//! are kept in `key_bytes` (null for a valid key); a CreateTime beyond the microsecond
+//! range (Kafka does not bound it) keeps its exact `timestamp_ms`, and `timestamp` is
+//! null. Tables created before `key_bytes` existed and with a required `timestamp`
+//! are evolved to this layout when they are opened ([`record_layout_upgrade`]).
 //! Ids are numbered breadth-first, the way Iceberg reassigns them on table creation,
 //! so they survive unchanged.
 //!
 //! A JSON table (`kfs.value-format` = `json`) has the same columns without `value`
-//! (`headers` 7, `timestamp` 8, the header fields 9-11), plus one column per field of
+//! (`headers` 7, `timestamp` 8, the header fields 9-12), plus one column per field of
 //! its values, added as they appear (`convert::json`). Its dead-letter table
 //! `<table>__dlq` has the raw table's columns plus `error` and `segment`.
 
@@ -86,9 +93,12 @@ pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Res
         )),
         ValueFormat::Json => {
             use kfs_plan::value_columns::ColumnType;
-            let columns: Vec<(String, bool, Type)> = declared
+            let columns: Vec<ExtraColumn> = declared
                 .iter()
                 .map(|column| {
+                    let name = crate::convert::json::column_for(&column.name, true);
+                    let doc = (name != crate::table::column_name(&column.name))
+                        .then(|| crate::convert::json::field_doc(&column.name));
                     let primitive = match column.column_type {
                         ColumnType::Boolean => PrimitiveType::Boolean,
                         ColumnType::Int => PrimitiveType::Int,
@@ -97,7 +107,7 @@ pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Res
                         ColumnType::Double => PrimitiveType::Double,
                         ColumnType::String => PrimitiveType::String,
                     };
-                    (column_name(&column.name), false, Type::Primitive(primitive))
+                    (name.into_owned(), false, Type::Primitive(primitive), doc)
                 })
                 .collect();
             record_schema(false, &columns)
@@ -118,8 +128,8 @@ pub fn dead_letter_schema() -> iceberg::Result<Schema> {
     record_schema(
         true,
         &[
-            (DEAD_LETTER_ERROR_COLUMN.to_owned(), true, text()),
-            (DEAD_LETTER_SEGMENT_COLUMN.to_owned(), true, text()),
+            (DEAD_LETTER_ERROR_COLUMN.to_owned(), true, text(), None),
+            (DEAD_LETTER_SEGMENT_COLUMN.to_owned(), true, text(), None),
         ],
     )
 }
@@ -127,30 +137,38 @@ pub fn dead_letter_schema() -> iceberg::Result<Schema> {
 /// The record columns (with or without `value`) plus required string columns
 /// `extra`, numbered breadth-first: top-level columns first, then the headers' element
 /// and its fields.
-fn record_schema(with_value: bool, extra: &[(String, bool, Type)]) -> iceberg::Result<Schema> {
+/// A column after the record columns: name, required, type, doc.
+type ExtraColumn = (String, bool, Type, Option<String>);
+
+fn record_schema(with_value: bool, extra: &[ExtraColumn]) -> iceberg::Result<Schema> {
     use PrimitiveType::{Binary, Int, Long, String as Text, Timestamptz};
-    let mut top: Vec<(&str, bool, Option<Type>)> = vec![
-        ("record_id", true, Some(Type::Primitive(Text))),
-        ("topic", true, Some(Type::Primitive(Text))),
-        ("partition", true, Some(Type::Primitive(Int))),
-        ("offset", true, Some(Type::Primitive(Long))),
-        ("timestamp_ms", true, Some(Type::Primitive(Long))),
-        ("key", false, Some(Type::Primitive(Binary))),
+    type Column<'a> = (&'a str, bool, Option<Type>, Option<&'a str>);
+    let mut top: Vec<Column<'_>> = vec![
+        ("record_id", true, Some(Type::Primitive(Text)), None),
+        ("topic", true, Some(Type::Primitive(Text)), None),
+        ("partition", true, Some(Type::Primitive(Int)), None),
+        ("offset", true, Some(Type::Primitive(Long)), None),
+        ("timestamp_ms", true, Some(Type::Primitive(Long)), None),
+        ("key", false, Some(Type::Primitive(Binary)), None),
     ];
     if with_value {
-        top.push(("value", false, Some(Type::Primitive(Binary))));
+        top.push(("value", false, Some(Type::Primitive(Binary)), None));
     }
-    top.push(("headers", true, None));
-    top.push(("timestamp", true, Some(Type::Primitive(Timestamptz))));
-    top.extend(
-        extra.iter().map(|(name, required, field_type)| {
-            (name.as_str(), *required, Some(field_type.clone()))
-        }),
-    );
+    top.push(("headers", true, None, None));
+    top.push(("timestamp", false, Some(Type::Primitive(Timestamptz)), None));
+    top.extend(extra.iter().map(|(name, required, field_type, doc)| {
+        (
+            name.as_str(),
+            *required,
+            Some(field_type.clone()),
+            doc.as_deref(),
+        )
+    }));
     let element_id = top.len() as i32 + 1;
     let header = StructType::new(vec![
         NestedField::required(element_id + 1, "key", Type::Primitive(Text)).into(),
         NestedField::optional(element_id + 2, "value", Type::Primitive(Binary)).into(),
+        NestedField::optional(element_id + 3, HEADER_KEY_BYTES, Type::Primitive(Binary)).into(),
     ]);
     let headers = Type::List(ListType::new(
         NestedField::list_element(element_id, Type::Struct(header), true).into(),
@@ -158,12 +176,16 @@ fn record_schema(with_value: bool, extra: &[(String, bool, Type)]) -> iceberg::R
     let fields = top
         .into_iter()
         .zip(1..)
-        .map(|((name, required, field_type), id)| {
+        .map(|((name, required, field_type, doc), id)| {
             let field_type = field_type.unwrap_or_else(|| headers.clone());
-            Arc::new(if required {
+            let field = if required {
                 NestedField::required(id, name, field_type)
             } else {
                 NestedField::optional(id, name, field_type)
+            };
+            Arc::new(match doc {
+                Some(doc) => field.with_doc(doc),
+                None => field,
             })
         })
         .collect::<Vec<_>>();
@@ -174,6 +196,61 @@ fn record_schema(with_value: bool, extra: &[(String, bool, Type)]) -> iceberg::R
         "timestamp_ms"
     );
     Schema::builder().with_fields(fields).build()
+}
+
+/// Field of a header entry holding the key's bytes when they are not valid UTF-8.
+pub const HEADER_KEY_BYTES: &str = "key_bytes";
+
+/// The schema that brings `schema` (a topic, JSON or dead-letter table's, as an older
+/// version created it) to the current record layout: `timestamp` optional, and
+/// `key_bytes` in the header entries (id above `last_column_id`); `None` when it already
+/// has it. A schema whose record columns are not the layout's is left alone.
+pub fn record_layout_upgrade(schema: &Schema, last_column_id: i32) -> Option<Schema> {
+    let mut changed = false;
+    let mut next_id = last_column_id.max(schema.highest_field_id()) + 1;
+    let fields: Vec<_> = schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|field| {
+            let mut upgraded = field.as_ref().clone();
+            match (field.name.as_str(), field.field_type.as_ref()) {
+                ("timestamp", Type::Primitive(PrimitiveType::Timestamptz)) if field.required => {
+                    upgraded.required = false;
+                    changed = true;
+                }
+                ("headers", Type::List(list)) => {
+                    if let Type::Struct(entry) = list.element_field.field_type.as_ref()
+                        && entry.field_by_name(HEADER_KEY_BYTES).is_none()
+                    {
+                        let mut entry_fields = entry.fields().to_vec();
+                        entry_fields.push(Arc::new(NestedField::optional(
+                            next_id,
+                            HEADER_KEY_BYTES,
+                            Type::Primitive(PrimitiveType::Binary),
+                        )));
+                        next_id += 1;
+                        let mut element = list.element_field.as_ref().clone();
+                        element.field_type = Box::new(Type::Struct(StructType::new(entry_fields)));
+                        upgraded.field_type =
+                            Box::new(Type::List(ListType::new(Arc::new(element))));
+                        changed = true;
+                    }
+                }
+                _ => {}
+            }
+            Arc::new(upgraded)
+        })
+        .collect();
+    if !changed {
+        return None;
+    }
+    Schema::builder()
+        .with_schema_id(schema.schema_id() + 1)
+        .with_identifier_field_ids(schema.identifier_field_ids())
+        .with_fields(fields)
+        .build()
+        .ok()
 }
 
 /// The partition spec of a new topic table: `fields` bound to the topic schema. An
@@ -263,9 +340,17 @@ pub const METADATA_COLUMNS: [&str; 9] = [
     "timestamp",
 ];
 
+/// True when `name` is a Kafka metadata column's, in any case (`Offset` too: Glue and
+/// Hive-style engines do not tell names apart by case).
+fn is_metadata_name(name: &str) -> bool {
+    METADATA_COLUMNS
+        .iter()
+        .any(|m| m.eq_ignore_ascii_case(name))
+}
+
 /// The column a top-level payload field is stored in.
 pub fn column_name(field: &str) -> String {
-    if METADATA_COLUMNS.contains(&field) || field.starts_with("value_") && is_renamed(field) {
+    if is_metadata_name(field) || field.starts_with("value_") && is_renamed(field) {
         format!("value_{field}")
     } else {
         field.to_owned()
@@ -278,7 +363,7 @@ pub fn column_name(field: &str) -> String {
 fn is_renamed(field: &str) -> bool {
     let mut rest = field;
     while let Some(inner) = rest.strip_prefix("value_") {
-        if METADATA_COLUMNS.contains(&inner) {
+        if is_metadata_name(inner) {
             return true;
         }
         rest = inner;

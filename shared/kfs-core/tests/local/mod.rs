@@ -109,6 +109,28 @@ impl Local {
     }
 }
 
+impl Local {
+    /// Uploads a segment of `topic` partition 0 holding `records` as they are.
+    pub fn put_records(
+        &self,
+        topic: &str,
+        records: Vec<kfs_segment::OwnedRecord>,
+    ) -> Result<SegmentKey, BoxError> {
+        let key = SegmentKey {
+            namespace: "ns".into(),
+            topic: topic.into(),
+            partition: 0,
+            base_offset: records.first().map_or(0, |r| r.offset),
+        };
+        let segment = encode_records(records, Compression::Zstd)?;
+        self.source
+            .put(&key.object_key(SegmentFile::Data), segment.kfs);
+        self.source
+            .put(&key.object_key(SegmentFile::Index), segment.index);
+        Ok(key)
+    }
+}
+
 /// `(partition, offset)` → rows holding it in the table `name` (empty when the table
 /// does not exist or has no snapshot).
 pub async fn offsets(

@@ -9,18 +9,25 @@
 //! elements' type). A column declared narrower (int, float) is widened (to long,
 //! double) by a value that overflows it.
 //! A field that is only ever null, `[]` or `{}` has no type yet and gets no column
-//! until a value gives it one. Top-level fields become top-level columns; one whose
-//! name is a Kafka metadata column (`offset`, `timestamp`, ...) is stored as
-//! `value_<name>`.
+//! until a value gives it one. Top-level fields become top-level columns; field names
+//! become column names every catalog accepts ([`names`]: one whose name is a Kafka
+//! metadata column, `offset`, `timestamp`..., is stored as `value_<name>`; `a.b` as
+//! `a_b`), and two fields that would share a column make the later record a dead
+//! letter.
 //!
 //! A record whose value cannot be written is rejected with the reason, for the
 //! dead-letter table: a value that is not JSON, not an object, or whose field has a
 //! type its column cannot take (a string in a long column, a fraction in an int
-//! column, an integer beyond 64 bits).
+//! column, an integer beyond 64 bits), a field whose column holds another field, or a
+//! field the table's column caps leave no room for ([`ColumnCaps`]).
+
+mod names;
 
 use std::sync::Arc;
 
-use crate::table::{METADATA_COLUMNS, column_name};
+pub use names::{MAX_COLUMN_NAME_BYTES, Placement, column_for, field_doc, place};
+
+use crate::table::METADATA_COLUMNS;
 use arrow_array::{ArrayRef, RecordBatch};
 use iceberg::spec::{
     ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type,
@@ -37,8 +44,8 @@ impl std::fmt::Display for Rejection {
     }
 }
 
-/// Parses a record value into the JSON object whose fields become columns, with the
-/// top-level keys renamed to their columns (`column_name`). A null value (a
+/// Parses a record value into the JSON object whose fields become columns (named as
+/// the producer named them: [`place`] finds their columns). A null value (a
 /// tombstone) is an empty object: the row keeps its metadata, every field null.
 pub fn parse_value(value: Option<&[u8]>) -> Result<Map<String, Value>, Rejection> {
     let Some(bytes) = value else {
@@ -51,10 +58,7 @@ pub fn parse_value(value: Option<&[u8]>) -> Result<Map<String, Value>, Rejection
         ))
     })?;
     match parsed {
-        Value::Object(fields) => Ok(fields
-            .into_iter()
-            .map(|(name, value)| (column_name(&name), value))
-            .collect()),
+        Value::Object(fields) => Ok(fields),
         other => Err(Rejection(format!(
             "value is a JSON {}, not an object",
             kind(&other)
@@ -83,24 +87,79 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
+/// How many fields a JSON table may have, and gain from one segment: a record whose
+/// value would go beyond either is a dead letter with the reason, so that a producer
+/// sending random field names cannot grow a schema without bound. Set per table by the
+/// properties [`MAX_FIELDS_PROPERTY`] and [`MAX_NEW_FIELDS_PROPERTY`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnCaps {
+    /// Field ids a table may use in all (columns and nested fields, the record
+    /// columns included).
+    pub max_fields: i32,
+    /// Field ids one segment's values may add.
+    pub max_new_fields_per_segment: i32,
+}
+
+/// Table property: [`ColumnCaps::max_fields`].
+pub const MAX_FIELDS_PROPERTY: &str = "kfs.json.max-fields";
+/// Table property: [`ColumnCaps::max_new_fields_per_segment`].
+pub const MAX_NEW_FIELDS_PROPERTY: &str = "kfs.json.max-new-fields-per-segment";
+
+impl Default for ColumnCaps {
+    fn default() -> Self {
+        Self {
+            max_fields: 1000,
+            max_new_fields_per_segment: 100,
+        }
+    }
+}
+
+impl ColumnCaps {
+    /// The caps `table`'s properties set (the defaults where a property is absent or
+    /// not a positive number).
+    pub fn of(table: &iceberg::table::Table) -> Self {
+        let properties = table.metadata().properties();
+        let number = |key: &str, default: i32| {
+            properties
+                .get(key)
+                .and_then(|text| text.trim().parse::<i32>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(default)
+        };
+        let defaults = Self::default();
+        Self {
+            max_fields: number(MAX_FIELDS_PROPERTY, defaults.max_fields),
+            max_new_fields_per_segment: number(
+                MAX_NEW_FIELDS_PROPERTY,
+                defaults.max_new_fields_per_segment,
+            ),
+        }
+    }
+}
+
 /// A schema as it grows while a segment's values are scanned: the fields of the table
 /// schema, and the next free field id.
 #[derive(Debug, Clone)]
 pub struct EvolvingSchema {
     fields: Vec<NestedFieldRef>,
+    first_id: i32,
     next_id: i32,
     changed: bool,
     declared: bool,
+    caps: ColumnCaps,
 }
 
 impl EvolvingSchema {
     /// Starts from `schema`; new fields get ids above `last_column_id` (the table's).
     pub fn new(schema: &Schema, last_column_id: i32) -> Self {
+        let next_id = last_column_id.max(schema.highest_field_id()) + 1;
         Self {
             fields: schema.as_struct().fields().to_vec(),
-            next_id: last_column_id.max(schema.highest_field_id()) + 1,
+            first_id: next_id,
+            next_id,
             changed: false,
             declared: false,
+            caps: ColumnCaps::default(),
         }
     }
 
@@ -111,9 +170,16 @@ impl EvolvingSchema {
         self
     }
 
+    /// With these column caps (the defaults otherwise).
+    pub fn with_caps(mut self, caps: ColumnCaps) -> Self {
+        self.caps = caps;
+        self
+    }
+
     /// Takes in a value's fields: adds the columns it needs and widens the ones it
-    /// overflows, unless one of its fields cannot be reconciled with its column; then
-    /// the schema is left as it was and the reason returned.
+    /// overflows, unless one of its fields cannot be reconciled with its column or the
+    /// columns it needs go beyond the caps; then the schema is left as it was and the
+    /// reason returned.
     pub fn absorb(&mut self, value: &Map<String, Value>) -> Result<(), Rejection> {
         let mut next_id = self.next_id;
         let projected;
@@ -123,7 +189,22 @@ impl EvolvingSchema {
         } else {
             value
         };
-        if let Some(fields) = merge_fields(&self.fields, value, "", &mut next_id)? {
+        if let Some(fields) = merge_fields(&self.fields, value, None, &mut next_id)? {
+            let used = next_id - 1;
+            if used > self.caps.max_fields {
+                return Err(Rejection(format!(
+                    "value needs {} new field(s), beyond the table's cap of {} fields ({MAX_FIELDS_PROPERTY})",
+                    next_id - self.next_id,
+                    self.caps.max_fields
+                )));
+            }
+            if next_id - self.first_id > self.caps.max_new_fields_per_segment {
+                return Err(Rejection(format!(
+                    "value needs {} new field(s), beyond the cap of {} new fields per segment ({MAX_NEW_FIELDS_PROPERTY})",
+                    next_id - self.next_id,
+                    self.caps.max_new_fields_per_segment
+                )));
+            }
             self.fields = fields;
             self.next_id = next_id;
             self.changed = true;
@@ -151,11 +232,11 @@ pub fn fits(schema: &Schema, value: &Map<String, Value>) -> Result<(), Rejection
     // Per record on the converter's second pass: merged against the schema's fields
     // as they are, nothing copied unless the value would change them.
     let mut next_id = schema.highest_field_id().saturating_add(1);
-    match merge_fields(schema.as_struct().fields(), value, "", &mut next_id)? {
+    match merge_fields(schema.as_struct().fields(), value, None, &mut next_id)? {
         None => Ok(()),
-        Some(_) => Err(Rejection(
-            "value needs a column (or a wider one) the table's schema does not have".to_owned(),
-        )),
+        Some(_) => Err(Rejection(format!(
+            "value needs a column (or a wider one) the table's schema does not have: the segment's values went beyond the column caps ({MAX_FIELDS_PROPERTY}, {MAX_NEW_FIELDS_PROPERTY}) before this one, or the schema changed after the segment was scanned"
+        ))),
     }
 }
 
@@ -179,40 +260,74 @@ fn same_shape(column: &Type, value: &Value) -> bool {
     )
 }
 
-/// A value that [`fits`] the schema, made ready to become its Arrow columns: every
-/// value without a type whose column took another shape meanwhile is null.
-pub fn conform(value: &mut Map<String, Value>, fields: &[NestedFieldRef]) {
-    for (name, field_value) in value.iter_mut() {
-        if let Some(field) = fields.iter().find(|f| &f.name == name) {
-            conform_value(field_value, &field.field_type);
-        }
-    }
+/// A value that [`fits`] the schema, made ready to become its Arrow columns: its
+/// fields keyed by their columns' names ([`place`]), every value without a type whose
+/// column took another shape meanwhile null, and fields without a column (only ever
+/// typeless) left out.
+pub fn conform(value: Map<String, Value>, fields: &[NestedFieldRef]) -> Map<String, Value> {
+    conform_object(value, fields, true)
 }
 
-fn conform_value(value: &mut Value, column: &Type) {
-    if typeless(value) && !same_shape(column, value) {
-        *value = Value::Null;
-        return;
+fn conform_object(
+    value: Map<String, Value>,
+    fields: &[NestedFieldRef],
+    top: bool,
+) -> Map<String, Value> {
+    value
+        .into_iter()
+        .filter_map(|(name, field_value)| {
+            let Ok(Placement::Column(index)) = place(fields, &name, top, &name) else {
+                return None;
+            };
+            let field = &fields[index];
+            Some((
+                field.name.clone(),
+                conform_value(field_value, &field.field_type),
+            ))
+        })
+        .collect()
+}
+
+fn conform_value(value: Value, column: &Type) -> Value {
+    if typeless(&value) && !same_shape(column, &value) {
+        return Value::Null;
     }
     match (column, value) {
-        (Type::Struct(fields), Value::Object(object)) => conform(object, fields.fields()),
-        (Type::List(list), Value::Array(items)) => {
-            for item in items {
-                conform_value(item, &list.element_field.field_type);
-            }
+        (Type::Struct(fields), Value::Object(object)) => {
+            Value::Object(conform_object(object, fields.fields(), false))
         }
-        _ => {}
+        (Type::List(list), Value::Array(items)) => Value::Array(
+            items
+                .into_iter()
+                .map(|item| conform_value(item, &list.element_field.field_type))
+                .collect(),
+        ),
+        (_, value) => value,
     }
 }
 
 /// The part of a value that `fields` has columns for, nested structs (and structs in
-/// lists) alike: what a table with declared columns keeps of it.
+/// lists) alike: what a table with declared columns keeps of it. Fields keep the
+/// producer's names.
 pub fn project(value: &Map<String, Value>, fields: &[NestedFieldRef]) -> Map<String, Value> {
+    project_object(value, fields, true)
+}
+
+fn project_object(
+    value: &Map<String, Value>,
+    fields: &[NestedFieldRef],
+    top: bool,
+) -> Map<String, Value> {
     value
         .iter()
         .filter_map(|(name, field_value)| {
-            let field = fields.iter().find(|f| &f.name == name)?;
-            Some((name.clone(), project_value(field_value, &field.field_type)))
+            let Ok(Placement::Column(index)) = place(fields, name, top, name) else {
+                return None;
+            };
+            Some((
+                name.clone(),
+                project_value(field_value, &fields[index].field_type),
+            ))
         })
         .collect()
 }
@@ -220,7 +335,7 @@ pub fn project(value: &Map<String, Value>, fields: &[NestedFieldRef]) -> Map<Str
 fn project_value(value: &Value, column: &Type) -> Value {
     match (column, value) {
         (Type::Struct(fields), Value::Object(object)) => {
-            Value::Object(project(object, fields.fields()))
+            Value::Object(project_object(object, fields.fields(), false))
         }
         (Type::List(list), Value::Array(items)) => Value::Array(
             items
@@ -232,26 +347,33 @@ fn project_value(value: &Value, column: &Type) -> Value {
     }
 }
 
-/// Merges an object's fields into `fields`: `Some` with the new fields when something
-/// changed.
+/// Merges an object's fields into `fields` (the top-level columns when `parent` is
+/// `None`, else the columns of the struct at path `parent`): `Some` with the new fields
+/// when something changed.
 fn merge_fields(
     fields: &[NestedFieldRef],
     value: &Map<String, Value>,
-    path: &str,
+    parent: Option<&str>,
     next_id: &mut i32,
 ) -> Result<Option<Vec<NestedFieldRef>>, Rejection> {
+    let top = parent.is_none();
     let mut merged: Option<Vec<NestedFieldRef>> = None;
     for (name, field_value) in value {
-        let field_path = if path.is_empty() {
-            name.clone()
-        } else {
-            format!("{path}.{name}")
+        let field_path = match parent {
+            None => name.clone(),
+            Some(path) => format!("{path}.{name}"),
         };
         let current = merged.as_deref().unwrap_or(fields);
-        match current.iter().position(|f| &f.name == name) {
-            Some(index) => {
+        let placement = match place(current, name, top, &field_path) {
+            Ok(placement) => placement,
+            // A value without a type carries no data: written as null, or left out.
+            Err(_) if typeless(field_value) => continue,
+            Err(rejection) => return Err(rejection),
+        };
+        match placement {
+            Placement::Column(index) => {
                 let field = &current[index];
-                if path.is_empty() && METADATA_COLUMNS.contains(&name.as_str()) {
+                if top && METADATA_COLUMNS.contains(&field.name.as_str()) {
                     return Err(Rejection(format!(
                         "field {field_path:?} collides with a metadata column"
                     )));
@@ -265,17 +387,26 @@ fn merge_fields(
                     list[index] = Arc::new(updated);
                 }
             }
-            None => {
+            Placement::New { name: column, doc } => {
                 if let Some(field_type) = infer(field_value, &field_path, next_id)? {
                     let id = take_id(next_id, &field_path)?;
                     merged
                         .get_or_insert_with(|| fields.to_vec())
-                        .push(Arc::new(NestedField::optional(id, name, field_type)));
+                        .push(new_field(id, &column, field_type, doc));
                 }
             }
         }
     }
     Ok(merged)
+}
+
+/// A new optional column, with the doc recording its field's name when they differ.
+fn new_field(id: i32, name: &str, field_type: Type, doc: Option<String>) -> NestedFieldRef {
+    let field = NestedField::optional(id, name, field_type);
+    Arc::new(match doc {
+        Some(doc) => field.with_doc(doc),
+        None => field,
+    })
 }
 
 fn take_id(next_id: &mut i32, path: &str) -> Result<i32, Rejection> {
@@ -367,7 +498,7 @@ fn merge_type(
             Ok(Some(Type::List(ListType::new(Arc::new(field)))))
         }
         (Type::Struct(fields), Value::Object(object)) => {
-            Ok(merge_fields(fields.fields(), object, path, next_id)?
+            Ok(merge_fields(fields.fields(), object, Some(path), next_id)?
                 .map(|merged| Type::Struct(StructType::new(merged))))
         }
         _ => Err(mismatch(path, column, value)),
@@ -397,9 +528,16 @@ fn infer(value: &Value, path: &str, next_id: &mut i32) -> Result<Option<Type>, R
             let mut fields = Vec::new();
             for (name, field_value) in object {
                 let field_path = format!("{path}.{name}");
+                let Placement::New { name: column, doc } =
+                    place(&fields, name, false, &field_path)?
+                else {
+                    return Err(Rejection(format!(
+                        "field {field_path:?} maps to a column another field of its object holds"
+                    )));
+                };
                 if let Some(field_type) = infer(field_value, &field_path, next_id)? {
                     let id = take_id(next_id, &field_path)?;
-                    fields.push(Arc::new(NestedField::optional(id, name, field_type)));
+                    fields.push(new_field(id, &column, field_type, doc));
                 }
             }
             (!fields.is_empty()).then(|| Type::Struct(StructType::new(fields)))

@@ -137,14 +137,102 @@ fn declared_columns_keep_their_fields_only() {
 
 #[test]
 fn metadata_names_are_renamed() {
-    let value = object(r#"{"offset": 1, "value_offset": 2, "name": "x"}"#);
-    let names: Vec<&str> = value.keys().map(String::as_str).collect();
-    assert!(names.contains(&"value_offset") && names.contains(&"value_value_offset"));
-    assert!(names.contains(&"name"));
-    let (schema, results) = grown(&[r#"{"offset": 1, "timestamp": "t"}"#]);
+    let text = r#"{"offset": 1, "value_offset": 2, "name": "x", "Timestamp": "t"}"#;
+    let (schema, results) = grown(&[text]);
     assert!(results[0].is_ok());
     assert_eq!(column_type(&schema, "value_offset"), "long");
+    assert_eq!(column_type(&schema, "value_value_offset"), "long");
+    assert_eq!(column_type(&schema, "value_Timestamp"), "string");
     assert_eq!(column_type(&schema, "offset"), "long");
+    let conformed = conform(object(text), schema.as_struct().fields());
+    let names: Vec<&str> = conformed.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        vec![
+            "name",
+            "value_Timestamp",
+            "value_offset",
+            "value_value_offset"
+        ]
+    );
+}
+
+#[test]
+fn names_map_to_what_catalogs_accept() {
+    assert_eq!(column_for("order_id", false), "order_id");
+    assert_eq!(column_for("a.b", false), "a_b");
+    assert_eq!(column_for("a b-c", false), "a_b_c");
+    assert_eq!(column_for("ctl\u{1}x", false), "ctl_x");
+    assert_eq!(column_for("", false), "_");
+    assert_eq!(column_for("名前", false), "_u540d_u524d");
+    assert_eq!(column_for("offset", true), "value_offset");
+    assert_eq!(column_for("offset", false), "offset");
+    let long = "x".repeat(1000);
+    let mapped = column_for(&long, false);
+    assert_eq!(mapped.len(), MAX_COLUMN_NAME_BYTES);
+    assert_ne!(mapped, column_for(&"x".repeat(999), false));
+    assert!(field_doc(&long).len() <= 255);
+}
+
+#[test]
+fn fields_sharing_a_column_are_rejected_never_merged() {
+    // `a.b` came first: its column `a_b` records it; a literal `a_b` is another field.
+    let (schema, results) = grown(&[
+        r#"{"a.b": 1}"#,
+        r#"{"a_b": 2}"#,
+        r#"{"a.b": 3}"#,
+        r#"{"A_b": 4}"#,
+        r#"{"n": {"b": 1}}"#,
+        r#"{"n.b": 2}"#,
+        r#"{"x.y": 1, "x_y": 2}"#,
+        r#"{"s": {"p.q": 1, "p_q": 2}}"#,
+    ]);
+    assert!(results[0].is_ok());
+    let refused = results[1].clone().err().map(|r| r.0).unwrap_or_default();
+    assert!(refused.contains("holds another field"), "{refused}");
+    assert!(results[2].is_ok());
+    let refused = results[3].clone().err().map(|r| r.0).unwrap_or_default();
+    assert!(refused.contains("only in case"), "{refused}");
+    assert!(results[4].is_ok() && results[5].is_ok(), "{results:?}");
+    assert!(results[6].is_err() && results[7].is_err(), "{results:?}");
+    assert!(column_type(&schema, "n_b").contains("long"));
+    let doc = schema
+        .field_by_name("a_b")
+        .and_then(|f| f.doc.clone())
+        .unwrap_or_default();
+    assert!(doc.contains("\"a.b\""), "{doc}");
+    // The record that fits is written under the column's name.
+    assert_eq!(fits(&schema, &object(r#"{"a.b": 5}"#)), Ok(()));
+    assert!(fits(&schema, &object(r#"{"a_b": 5}"#)).is_err());
+    let conformed = conform(object(r#"{"a.b": 5}"#), schema.as_struct().fields());
+    assert_eq!(conformed.keys().collect::<Vec<_>>(), vec!["a_b"]);
+}
+
+#[test]
+fn column_caps_turn_excess_fields_into_rejections() {
+    let caps = ColumnCaps {
+        max_fields: 6,
+        max_new_fields_per_segment: 3,
+    };
+    let mut evolving = EvolvingSchema::new(&base(), 1).with_caps(caps);
+    assert_eq!(evolving.absorb(&object(r#"{"a": 1, "b": 2}"#)), Ok(()));
+    let refused = evolving
+        .absorb(&object(r#"{"c": 1, "d": 2}"#))
+        .err()
+        .map(|r| r.0)
+        .unwrap_or_default();
+    assert!(refused.contains(MAX_NEW_FIELDS_PROPERTY), "{refused}");
+    assert_eq!(evolving.absorb(&object(r#"{"c": 1}"#)), Ok(()));
+    // The next segment starts its own count; the table's cap still holds.
+    let schema = evolving.schema(1).unwrap_or_else(|e| unreachable!("{e}"));
+    let mut next = EvolvingSchema::new(&schema, 4).with_caps(caps);
+    assert_eq!(next.absorb(&object(r#"{"d": 1, "e": 2}"#)), Ok(()));
+    let refused = next
+        .absorb(&object(r#"{"f": 1}"#))
+        .err()
+        .map(|r| r.0)
+        .unwrap_or_default();
+    assert!(refused.contains(MAX_FIELDS_PROPERTY), "{refused}");
 }
 
 #[test]
