@@ -226,6 +226,13 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
             report.failed_tables.len()
         )));
     }
+    if !report.failed_segments.is_empty() || !report.unreadable.is_empty() {
+        return Err(CliError::Pipeline(format!(
+            "{} segment(s) failed to convert and {} ledger item(s) are unreadable (see above); every other table went on",
+            report.failed_segments.len(),
+            report.unreadable.len()
+        )));
+    }
     if !report.refused.is_empty() {
         return Err(CliError::Pipeline(format!(
             "{} topic(s) refused their table (see above); their segments wait until the mapping is fixed",
@@ -252,6 +259,14 @@ fn print_report(report: &RunReport) {
     }
     for (table, error) in &report.failed_tables {
         println!("table {table}: commit failed: {error}");
+    }
+    for (segment, error) in &report.failed_segments {
+        println!("  failed {segment}: {error} (tried again next run)");
+    }
+    for (segment, reason) in &report.unreadable {
+        println!(
+            "  ledger item {segment} is unreadable: {reason} (its partition waits at it; repair or delete the item)"
+        );
     }
     for (feed, reason) in &report.refused {
         println!("topic {feed}: refused: {reason}");

@@ -32,11 +32,17 @@ fn age(ms: i64) -> String {
 /// Runs `status`.
 pub async fn run(args: &StatusArgs) -> Result<(), CliError> {
     let embedded = args.warehouse.open().await?;
-    let entries = embedded
+    let listing = embedded
         .ledger
-        .list(None, None)
+        .scan(None, None)
         .await
         .map_err(|e| CliError::Pipeline(e.to_string()))?;
+    for (segment, reason) in &listing.unreadable {
+        println!(
+            "ledger item {segment} is unreadable ({reason}): its partition waits at it; repair or delete the item"
+        );
+    }
+    let entries = listing.entries;
     let mut by_table: BTreeMap<&str, Vec<&LedgerEntry>> = BTreeMap::new();
     for entry in &entries {
         by_table

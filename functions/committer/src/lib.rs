@@ -124,6 +124,12 @@ fn log_problems(report: &TickReport) {
     for (table, error) in &report.pass.failed_tables {
         tracing::error!(table = %table, error = %error, "commit failed; files stay pending");
     }
+    for (segment, error) in &report.pass.failed_segments {
+        tracing::error!(segment = %segment, error = %error, "segment conversion failed; tried again next tick, other tables went on");
+    }
+    for (segment, reason) in &report.pass.unreadable {
+        tracing::error!(segment = %segment, error = %reason, "ledger item unreadable; its partition waits at it until the item is repaired or removed");
+    }
     for (feed, reason) in &report.pass.refused {
         tracing::error!(topic = %feed, error = %reason, "topic refused its table; its segments wait until the mapping is fixed");
     }
@@ -198,6 +204,16 @@ pub fn metric_sets(report: &TickReport) -> Vec<MetricSet> {
             )
             .put("SegmentsSwept", count(report.pass.converted), "Count")
             .put("SegmentsDeferred", count(report.pass.deferred), "Count")
+            .put(
+                "ConversionFailures",
+                count(report.pass.failed_segments.len()),
+                "Count",
+            )
+            .put(
+                "UnreadableLedgerItems",
+                count(report.pass.unreadable.len()),
+                "Count",
+            )
             .put(
                 "CommitFailures",
                 count(report.pass.failed_tables.len() + report.pass.refused.len()),
@@ -288,6 +304,8 @@ fn answer(report: &TickReport, shard: Shard) -> Value {
         "deferred": report.pass.deferred,
         "tables": tables,
         "failed_tables": report.pass.failed_tables,
+        "failed_segments": report.pass.failed_segments,
+        "unreadable_ledger_items": report.pass.unreadable,
         "refused_topics": report.pass.refused,
         "maintenance": maintenance,
     })

@@ -7,6 +7,8 @@
 //!   `quarantined#<table>`, sort key `work_order` = `<partition:010>#<base offset:020>`.
 //!   Committed items drop both attributes, so the index holds only open work and a
 //!   query for a table's pending segments reads nothing else;
+//! - items keyed `attempt#<segment key>` count conversions of a segment that began and
+//!   never ended (`started`, a number): no `work_key`, skipped by listings;
 //! - optional TTL attribute `expires_at` (epoch seconds) on committed items. Leave TTL
 //!   off unless the segment bucket expires segments first: an expired entry whose
 //!   segment is still listed would be converted again (harmlessly, as the committer
@@ -24,13 +26,16 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use kfs_core::{
-    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, existing_entry,
-    sort_entries,
+    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
+    existing_entry, sort_entries,
 };
 use kfs_plan::fault::ErrorKind;
 
 /// Name of the sparse work index.
 pub const WORK_INDEX: &str = "work";
+
+/// Key prefix of the items counting unfinished conversions of a segment.
+const ATTEMPT_PREFIX: &str = "attempt#";
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -215,12 +220,10 @@ impl DynamoLedger {
         }
     }
 
-    /// Reads items by key with consistent reads, 100 at a time.
-    async fn consistent_get_many(
-        &self,
-        keys: Vec<String>,
-    ) -> Result<Vec<LedgerEntry>, LedgerError> {
-        let mut out = Vec::with_capacity(keys.len());
+    /// Reads items by key with consistent reads, 100 at a time; items that cannot be
+    /// read are noted in the listing.
+    async fn consistent_get_many(&self, keys: Vec<String>) -> Result<Listing, LedgerError> {
+        let mut out = Listing::default();
         for chunk in keys.chunks(100) {
             let mut pending: Vec<Item> = chunk
                 .iter()
@@ -252,7 +255,7 @@ impl DynamoLedger {
                     .map_err(store_error)?;
                 if let Some(items) = response.responses().and_then(|r| r.get(&self.table)) {
                     for item in items {
-                        out.push(from_item(item)?);
+                        out.note(from_item(item))?;
                     }
                 }
                 if let Some(left) = response.unprocessed_keys().and_then(|u| u.get(&self.table)) {
@@ -294,7 +297,7 @@ impl DynamoLedger {
     }
 
     /// Every item of the table or of the work index, by a paginated scan.
-    async fn scan(&self, index: Option<&str>) -> Result<Vec<Item>, LedgerError> {
+    async fn scan_items(&self, index: Option<&str>) -> Result<Vec<Item>, LedgerError> {
         let mut items = Vec::new();
         let mut start = None;
         loop {
@@ -351,18 +354,14 @@ impl Ledger for DynamoLedger {
         }
     }
 
-    async fn list(
-        &self,
-        state: Option<&str>,
-        table: Option<&str>,
-    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+    async fn scan(&self, state: Option<&str>, table: Option<&str>) -> Result<Listing, LedgerError> {
         let keys: Vec<String> = match (state, table) {
             (Some(state @ ("pending" | "quarantined" | "skipped")), Some(table)) => {
                 self.work_keys(&format!("{state}#{table}")).await?
             }
             (Some(state @ ("pending" | "quarantined" | "skipped")), None) => {
                 let prefix = format!("{state}#");
-                self.scan(Some(WORK_INDEX))
+                self.scan_items(Some(WORK_INDEX))
                     .await?
                     .iter()
                     .filter(|i| {
@@ -374,33 +373,66 @@ impl Ledger for DynamoLedger {
                     .collect()
             }
             _ => {
-                let mut entries: Vec<LedgerEntry> = self
-                    .scan(None)
-                    .await?
-                    .iter()
-                    .map(from_item)
-                    .collect::<Result<Vec<_>, _>>()?
-                    .into_iter()
-                    .filter(|e| {
-                        state.is_none_or(|s| e.state.name() == s)
-                            && table.is_none_or(|t| e.table == t)
-                    })
-                    .collect();
-                sort_entries(&mut entries);
-                return Ok(entries);
+                let mut listing = Listing::default();
+                for item in self.scan_items(None).await? {
+                    let attempt = item
+                        .get("segment_key")
+                        .and_then(|v| v.as_s().ok())
+                        .is_some_and(|k| k.starts_with(ATTEMPT_PREFIX));
+                    if !attempt {
+                        listing.note(from_item(&item))?;
+                    }
+                }
+                listing.entries.retain(|e| {
+                    state.is_none_or(|s| e.state.name() == s) && table.is_none_or(|t| e.table == t)
+                });
+                sort_entries(&mut listing.entries);
+                return Ok(listing);
             }
         };
         // The index is eventually consistent: act only on what the base table says now.
-        let mut entries: Vec<LedgerEntry> = self
-            .consistent_get_many(keys)
-            .await?
-            .into_iter()
-            .filter(|e| {
-                state.is_none_or(|s| e.state.name() == s) && table.is_none_or(|t| e.table == t)
-            })
-            .collect();
-        sort_entries(&mut entries);
-        Ok(entries)
+        let mut listing = self.consistent_get_many(keys).await?;
+        listing.entries.retain(|e| {
+            state.is_none_or(|s| e.state.name() == s) && table.is_none_or(|t| e.table == t)
+        });
+        sort_entries(&mut listing.entries);
+        Ok(listing)
+    }
+
+    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<u32, LedgerError> {
+        let response = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("segment_key", s(&format!("{ATTEMPT_PREFIX}{segment}")))
+            .update_expression("ADD started :one SET last_ms = :now")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":now", n(now_ms))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(store_error)?;
+        let started = response
+            .attributes()
+            .and_then(|a| a.get("started"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<u32>().ok())
+            .ok_or_else(|| LedgerError::Store {
+                message: format!("no attempt count returned for {segment}"),
+                kind: ErrorKind::Transient,
+            })?;
+        Ok(started.saturating_sub(1))
+    }
+
+    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key("segment_key", s(&format!("{ATTEMPT_PREFIX}{segment}")))
+            .send()
+            .await
+            .map_err(store_error)?;
+        Ok(())
     }
 
     async fn mark_committed(

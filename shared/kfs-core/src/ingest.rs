@@ -131,31 +131,8 @@ pub async fn ingest_segment(
         table,
         progress,
     } = target;
-    let etag = match &object.etag {
-        Some(etag) => etag.clone(),
-        None => {
-            let from = object.size.saturating_sub(FOOTER_TAG_BYTES);
-            let tail = source.read_range(&object.key, from..object.size).await?;
-            version_tag(object, &tail)
-        }
-    };
-    let now = now_ms();
-    let mut entry = LedgerEntry {
-        segment: object.key.clone(),
-        etag: etag.clone(),
-        table: table_name.to_string(),
-        topic: key.topic.clone(),
-        partition: key.partition,
-        base_offset: key.base_offset,
-        last_offset: key.base_offset,
-        records: 0,
-        bytes: 0,
-        data_files: Vec::new(),
-        dead_letters: Default::default(),
-        state: EntryState::Pending,
-        created_ms: now,
-        updated_ms: now,
-    };
+    let mut entry = new_entry(source, target, key, object).await?;
+    let etag = entry.etag.clone();
     let late = match progress.classify(key.partition, key.base_offset) {
         ListedSegment::LateAfterGap(gap) => Some(format!(
             "arrived after offsets {}..={} of partition {} were committed as a gap ({:?})",
@@ -174,10 +151,7 @@ pub async fn ingest_segment(
                 source.describe(&object.key),
             ),
         };
-        return match ledger.insert(&entry).await? {
-            InsertOutcome::Inserted => Ok(entry),
-            InsertOutcome::Exists(existing) => Ok(*existing),
-        };
+        return record(ledger, entry).await;
     }
     let body = source.open(&object.key, object.etag.as_deref()).await?;
     let input = SegmentInput { key, etag: &etag };
@@ -244,6 +218,68 @@ pub async fn ingest_segment(
             Ok(*existing)
         }
     }
+}
+
+/// The pending entry of a segment version about to be converted into `target`, its
+/// version identified ([`version_tag`]).
+async fn new_entry(
+    source: &impl SegmentSource,
+    target: &TopicTable,
+    key: &SegmentKey,
+    object: &SourceObject,
+) -> Result<LedgerEntry, PipelineError> {
+    let etag = match &object.etag {
+        Some(etag) => etag.clone(),
+        None => {
+            let from = object.size.saturating_sub(FOOTER_TAG_BYTES);
+            let tail = source.read_range(&object.key, from..object.size).await?;
+            version_tag(object, &tail)
+        }
+    };
+    let now = now_ms();
+    Ok(LedgerEntry {
+        segment: object.key.clone(),
+        etag,
+        table: target.name.to_string(),
+        topic: key.topic.clone(),
+        partition: key.partition,
+        base_offset: key.base_offset,
+        last_offset: key.base_offset,
+        records: 0,
+        bytes: 0,
+        data_files: Vec::new(),
+        dead_letters: Default::default(),
+        state: EntryState::Pending,
+        created_ms: now,
+        updated_ms: now,
+    })
+}
+
+/// Inserts `entry` unless the segment has one; returns the entry that is there.
+async fn record(ledger: &impl Ledger, entry: LedgerEntry) -> Result<LedgerEntry, PipelineError> {
+    Ok(match ledger.insert(&entry).await? {
+        InsertOutcome::Inserted => entry,
+        InsertOutcome::Exists(existing) => *existing,
+    })
+}
+
+/// Quarantines a segment without converting it, with `why`: its conversions kept
+/// dying (a crash, out of memory, a timeout), so the sweep stops trying it and its
+/// partition waits for an operator (`quarantine retry` after raising the limit, or
+/// `skip`). Returns the entry as recorded.
+pub async fn quarantine_unconverted(
+    source: &impl SegmentSource,
+    target: &TopicTable,
+    ledger: &impl Ledger,
+    key: &SegmentKey,
+    object: &SourceObject,
+    why: &str,
+) -> Result<LedgerEntry, PipelineError> {
+    let mut entry = new_entry(source, target, key, object).await?;
+    entry.state = EntryState::Quarantined {
+        error: format!("{}: {why}", source.describe(&object.key)),
+    };
+    record(ledger, entry).await
 }
 
 /// Converts a segment of a JSON table: the segment is read into memory (segments are

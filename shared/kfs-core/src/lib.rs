@@ -51,15 +51,15 @@ pub use fault::{
     ErrorKind, Fault, RetryPolicy, iceberg_error, iceberg_error_kind, opendal_error_kind,
 };
 pub use ledger::{
-    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, MemoryLedger,
-    SqliteLedger, existing_entry, sort_entries,
+    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
+    MemoryLedger, SqliteLedger, existing_entry, sort_entries,
 };
 pub use maintenance::{
     CompactionReport, ExpiryReport, MIN_ORPHAN_AGE, MaintenanceError, MaintenancePolicy,
     MaintenanceSummary, OrphanReport, OrphanRule, compact_table, expire_snapshots, maintain_table,
     maintain_tables, remove_orphans, rewrite_manifests,
 };
-pub use pass::{PipelineConfig, Progress, RunReport, run_once};
+pub use pass::{PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_once};
 pub use source::{
     MemorySource, OpendalSource, SegmentSource, SegmentStream, SourceError, SourceObject,
 };

@@ -8,7 +8,7 @@ use crate::clock::now_ms;
 use crate::commit::{CommitOutcome, CommitSettings, commit_table};
 use crate::error::PipelineError;
 use crate::fault::RetryPolicy;
-use crate::ingest::{TopicTable, ingest_segment};
+use crate::ingest::{TopicTable, ingest_segment, quarantine_unconverted};
 use crate::ledger::{EntryState, Ledger, LedgerError};
 use crate::source::{SegmentSource, SourceObject};
 use crate::table::{Feed, OwnershipError};
@@ -21,6 +21,10 @@ use kfs_plan::sweep::ListedSegment;
 use kfs_segment::DecodeLimits;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
+
+/// Conversions of one segment that may begin and never end (their process died)
+/// before the sweep quarantines the segment instead of trying it again.
+pub const UNFINISHED_ATTEMPTS: u32 = 3;
 
 /// Settings of a pipeline pass.
 #[derive(Debug, Clone, Default)]
@@ -118,6 +122,34 @@ pub struct RunReport {
     /// owns it, or kfs-iceberg did not create it. Their segments wait, unconverted and
     /// uncommitted, until the mapping is fixed.
     pub refused: BTreeMap<String, String>,
+    /// Segments whose conversion failed this pass for a reason that is not their bytes
+    /// (after the retries), with the error: left unrecorded, tried again next pass;
+    /// every other segment and table went on.
+    pub failed_segments: Vec<(String, String)>,
+    /// Ledger items that could not be read, with the reason: their partitions wait
+    /// at them until an operator repairs or removes the item; others go on.
+    pub unreadable: Vec<(String, String)>,
+}
+
+impl RunReport {
+    /// True when something needs an operator or another pass: a table that failed to
+    /// open or commit, a feed refused its table, a segment that failed to convert, or
+    /// an unreadable ledger item.
+    pub fn has_failures(&self) -> bool {
+        !self.failed_tables.is_empty()
+            || !self.refused.is_empty()
+            || !self.failed_segments.is_empty()
+            || !self.unreadable.is_empty()
+    }
+}
+
+/// Why a feed has no table in this pass.
+enum NoTable {
+    /// Another feed owns it, or kfs-iceberg did not create it.
+    Refused(OwnershipError),
+    /// It could not be opened (catalog failure, table metadata unreadable): the table
+    /// name and the error; the next pass tries again.
+    Failed(String, String),
 }
 
 /// Tables opened in this pass, by feed (namespace, topic); a feed refused its table
@@ -127,7 +159,7 @@ struct Tables<'a> {
     naming: &'a TableNaming,
     /// The ledger's identity, recorded in the tables it protects.
     ledger: String,
-    by_feed: HashMap<(String, String), Result<TopicTable, OwnershipError>>,
+    by_feed: HashMap<(String, String), Result<TopicTable, NoTable>>,
 }
 
 impl<'a> Tables<'a> {
@@ -140,39 +172,44 @@ impl<'a> Tables<'a> {
         }
     }
 
-    /// The table of `feed`, or why the feed was refused it.
-    async fn get(
-        &mut self,
-        feed: Feed<'_>,
-    ) -> Result<Result<&TopicTable, &OwnershipError>, PipelineError> {
+    /// The table of `feed`, or `None` when the feed was refused it or it could not be
+    /// opened (remembered for the pass, reported at its end).
+    async fn get(&mut self, feed: Feed<'_>) -> Option<&TopicTable> {
         let id = (feed.namespace.to_owned(), feed.topic.to_owned());
         if !self.by_feed.contains_key(&id) {
             let opened = match TopicTable::open(self.catalog, self.naming, feed, &self.ledger).await
             {
                 Ok(opened) => Ok(opened),
-                Err(PipelineError::Ownership(refused)) => Err(refused),
-                Err(e) => return Err(e),
+                Err(PipelineError::Ownership(refused)) => Err(NoTable::Refused(refused)),
+                Err(e) => Err(NoTable::Failed(
+                    self.naming.table_for(feed.topic).to_string(),
+                    e.to_string(),
+                )),
             };
             self.by_feed.insert(id.clone(), opened);
         }
-        match self.by_feed.get(&id) {
-            Some(opened) => Ok(opened.as_ref()),
-            None => Err(PipelineError::Ledger(LedgerError::Store {
-                message: "table cache".into(),
-                kind: crate::fault::ErrorKind::Transient,
-            })),
-        }
+        self.by_feed.get(&id)?.as_ref().ok()
     }
 
     /// The feeds refused their tables, with the reasons.
     fn refused(&self) -> BTreeMap<String, String> {
         self.by_feed
             .iter()
-            .filter_map(|((namespace, topic), opened)| {
-                let refused = opened.as_ref().err()?;
-                Some((format!("{namespace}/{topic}"), refused.to_string()))
+            .filter_map(|((namespace, topic), opened)| match opened {
+                Err(NoTable::Refused(refused)) => {
+                    Some((format!("{namespace}/{topic}"), refused.to_string()))
+                }
+                _ => None,
             })
             .collect()
+    }
+
+    /// The tables that could not be opened, with the errors.
+    fn failed(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.by_feed.values().filter_map(|opened| match opened {
+            Err(NoTable::Failed(table, error)) => Some((table, error)),
+            _ => None,
+        })
     }
 }
 
@@ -214,7 +251,7 @@ pub async fn run_once(
         };
         // Segments below the watermark are in the table: no ledger read for them, so a
         // sweep costs one read per segment not yet committed, not per segment listed.
-        let Ok(target) = tables.get(feed_of(key)).await? else {
+        let Some(target) = tables.get(feed_of(key)).await else {
             continue;
         };
         let progress = &target.progress;
@@ -222,14 +259,19 @@ pub async fn run_once(
             report.known += 1;
             continue;
         }
-        match ledger.get(&object_key).await? {
-            Some(entry) => {
+        match ledger.get(&object_key).await {
+            Err(LedgerError::Corrupt { segment, reason }) => {
+                report.known += 1;
+                report.unreadable.push((segment, reason));
+            }
+            Err(e) => return Err(e.into()),
+            Ok(Some(entry)) => {
                 report.known += 1;
                 if object.etag.as_ref().is_some_and(|etag| *etag != entry.etag) {
                     report.rewritten.push(object_key);
                 }
             }
-            None => work.push((key, *object)),
+            Ok(None) => work.push((key, *object)),
         }
     }
     progress(&Progress::Listed {
@@ -245,10 +287,37 @@ pub async fn run_once(
             report.deferred = work.len() - done;
             break;
         }
-        let Ok(target) = tables.get(feed_of(key)).await? else {
+        let Some(target) = tables.get(feed_of(key)).await else {
             continue;
         };
-        let entry = config
+        let segment = key.object_key(SegmentFile::Data);
+        // A conversion that killed its process (out of memory, a timeout, a crash)
+        // never ended its attempt: after a few, the segment is quarantined instead of
+        // killing every pass that reaches it.
+        let unfinished = ledger.begin_attempt(&segment, now_ms()).await?;
+        if unfinished >= UNFINISHED_ATTEMPTS {
+            let why = format!(
+                "{unfinished} conversions began and never ended (the process died: out of memory, a timeout or a crash); quarantined so that other segments go on: raise the function's memory or timeout, then `quarantine retry`"
+            );
+            let entry = quarantine_unconverted(source, target, ledger, key, object, &why).await;
+            ledger.end_attempt(&segment).await?;
+            match entry {
+                Ok(entry) => {
+                    if let EntryState::Quarantined { error } = &entry.state {
+                        progress(&Progress::Quarantined {
+                            segment: entry.segment.clone(),
+                            error: error.clone(),
+                        });
+                        report
+                            .quarantined
+                            .push((entry.segment.clone(), error.clone()));
+                    }
+                }
+                Err(e) => report.failed_segments.push((segment, e.to_string())),
+            }
+            continue;
+        }
+        let ingested = config
             .retry
             .run(PipelineError::kind, || {
                 ingest_segment(
@@ -261,7 +330,19 @@ pub async fn run_once(
                     config.limits,
                 )
             })
-            .await?;
+            .await;
+        ledger.end_attempt(&segment).await?;
+        let entry = match ingested {
+            Ok(entry) => entry,
+            // The ledger itself failing fails the pass: nothing can be recorded.
+            Err(e @ PipelineError::Ledger(LedgerError::Store { .. })) => return Err(e),
+            Err(e) => {
+                // Not the segment's bytes (those quarantine): the catalog, the store,
+                // the table. Left unrecorded for the next pass; the rest goes on.
+                report.failed_segments.push((segment, e.to_string()));
+                continue;
+            }
+        };
         match &entry.state {
             EntryState::Quarantined { error } => {
                 progress(&Progress::Quarantined {
@@ -283,8 +364,10 @@ pub async fn run_once(
         }
     }
     // Commit every table that has pending work, with the listing of its feed.
-    let pending = ledger.list(Some("pending"), None).await?;
+    let pending = ledger.scan(Some("pending"), None).await?;
+    report.unreadable.extend(pending.unreadable.iter().cloned());
     let feeds: BTreeSet<(String, &str)> = pending
+        .entries
         .iter()
         .filter(|e| config.shard.owns(&e.topic))
         .map(|e| (entry_namespace(e), e.topic.as_str()))
@@ -295,7 +378,7 @@ pub async fn run_once(
     let mut jobs: BTreeMap<String, CommitJob> = BTreeMap::new();
     for (namespace, topic) in &feeds {
         let feed = Feed { namespace, topic };
-        let Ok(target) = tables.get(feed).await? else {
+        let Some(target) = tables.get(feed).await else {
             continue;
         };
         let name = target.name.clone();
@@ -364,6 +447,14 @@ pub async fn run_once(
         }
     }
     report.refused = tables.refused();
+    for (table, error) in tables.failed() {
+        report
+            .failed_tables
+            .entry(table.clone())
+            .or_insert_with(|| format!("could not be opened: {error}"));
+    }
+    report.unreadable.sort();
+    report.unreadable.dedup();
     Ok(report)
 }
 

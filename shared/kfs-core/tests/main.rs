@@ -8,6 +8,7 @@ mod local;
 mod committer_faults;
 mod crash_matrix;
 mod dead_letter_matrix;
+mod isolation;
 mod json_values_props;
 mod json_widening;
 mod memory_catalog;

@@ -373,16 +373,22 @@ impl Ledger for CommitWhileListing<'_> {
     async fn insert(&self, entry: &LedgerEntry) -> Result<kfs_core::InsertOutcome, LedgerError> {
         self.inner.insert(entry).await
     }
-    async fn list(
+    async fn scan(
         &self,
         state: Option<&str>,
         table: Option<&str>,
-    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+    ) -> Result<kfs_core::Listing, LedgerError> {
         let commit = self.commit.lock().ok().and_then(|mut c| c.take());
         if let Some(commit) = commit {
             commit.await;
         }
-        self.inner.list(state, table).await
+        self.inner.scan(state, table).await
+    }
+    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<u32, LedgerError> {
+        self.inner.begin_attempt(segment, now_ms).await
+    }
+    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
+        self.inner.end_attempt(segment).await
     }
     async fn mark_committed(
         &self,

@@ -271,10 +271,30 @@ pub async fn commit_table(
         table: table_name.clone(),
         source,
     })?;
-    let pending_entries: Vec<LedgerEntry> = ledger
-        .list(Some("pending"), Some(&table_name))
+    let pending = ledger
+        .scan(Some("pending"), Some(&table_name))
         .await
-        .map_err(ledger_error)?
+        .map_err(ledger_error)?;
+    // A pending item that cannot be read (reported by the pass) holds its partition
+    // at its segment, as a listed segment not converted yet does, even once the
+    // source no longer lists it: its offsets are never passed as a gap.
+    let mut held_listing;
+    let listing = if pending.unreadable.is_empty() {
+        listing
+    } else {
+        held_listing = listing.clone();
+        for (segment, _) in &pending.unreadable {
+            if let Some((key, _)) = kfs_plan::keys::SegmentKey::parse(segment) {
+                held_listing
+                    .entry(key.partition)
+                    .or_default()
+                    .insert(key.base_offset);
+            }
+        }
+        &held_listing
+    };
+    let pending_entries: Vec<LedgerEntry> = pending
+        .entries
         .into_iter()
         .filter(|e| owner.feeds(e))
         .collect();
@@ -302,10 +322,12 @@ pub async fn commit_table(
     );
     // Segments an operator skipped: the planner passes them with a skipped gap.
     let mut skipped: BTreeMap<i32, BTreeSet<i64>> = BTreeMap::new();
+    // An unreadable skipped item is not skipped: its partition waits at it.
     for entry in ledger
-        .list(Some("skipped"), Some(&table_name))
+        .scan(Some("skipped"), Some(&table_name))
         .await
         .map_err(ledger_error)?
+        .entries
         .into_iter()
         .filter(|e| owner.feeds(e))
     {

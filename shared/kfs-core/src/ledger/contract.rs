@@ -232,6 +232,34 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
             .map_err(store)?,
         false,
     )?;
+    // Unfinished attempts count up per segment until one ends; they are not entries.
+    let crashing = "ns/orders/0/segment-00000000000000000090.kfs";
+    for before in 0..3 {
+        expect(
+            "attempts begun before",
+            ledger.begin_attempt(crashing, 20).await.map_err(store)?,
+            before,
+        )?;
+    }
+    expect(
+        "another segment's attempts",
+        ledger
+            .begin_attempt("ns/orders/0/segment-00000000000000000091.kfs", 20)
+            .await
+            .map_err(store)?,
+        0,
+    )?;
+    ledger.end_attempt(crashing).await.map_err(store)?;
+    expect(
+        "attempts after one ended",
+        ledger.begin_attempt(crashing, 21).await.map_err(store)?,
+        0,
+    )?;
+    ledger.end_attempt(crashing).await.map_err(store)?;
+    ledger
+        .end_attempt("ns/orders/0/segment-00000000000000000091.kfs")
+        .await
+        .map_err(store)?;
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! The in-memory ledger: unit tests and fault injection.
 
-use super::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, sort_entries};
+use super::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing, sort_entries};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -8,6 +8,7 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
     entries: Mutex<BTreeMap<String, LedgerEntry>>,
+    attempts: Mutex<BTreeMap<String, u32>>,
 }
 
 impl MemoryLedger {
@@ -42,11 +43,7 @@ impl Ledger for MemoryLedger {
         })
     }
 
-    async fn list(
-        &self,
-        state: Option<&str>,
-        table: Option<&str>,
-    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+    async fn scan(&self, state: Option<&str>, table: Option<&str>) -> Result<Listing, LedgerError> {
         let mut out = self.with(|m| {
             m.values()
                 .filter(|e| {
@@ -56,7 +53,30 @@ impl Ledger for MemoryLedger {
                 .collect::<Vec<_>>()
         })?;
         sort_entries(&mut out);
-        Ok(out)
+        Ok(Listing {
+            entries: out,
+            unreadable: Vec::new(),
+        })
+    }
+
+    async fn begin_attempt(&self, segment: &str, _now_ms: i64) -> Result<u32, LedgerError> {
+        let mut attempts = self.attempts.lock().map_err(|_| LedgerError::Store {
+            message: "memory ledger lock poisoned".into(),
+            kind: crate::fault::ErrorKind::Transient,
+        })?;
+        let started = attempts.entry(segment.to_owned()).or_default();
+        let before = *started;
+        *started = started.saturating_add(1);
+        Ok(before)
+    }
+
+    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
+        let mut attempts = self.attempts.lock().map_err(|_| LedgerError::Store {
+            message: "memory ledger lock poisoned".into(),
+            kind: crate::fault::ErrorKind::Transient,
+        })?;
+        attempts.remove(segment);
+        Ok(())
     }
 
     async fn mark_committed(

@@ -204,6 +204,32 @@ impl From<sqlx::Error> for LedgerError {
     }
 }
 
+/// What a listing of the ledger found: the entries it could read, and the items it
+/// could not (each reported, never the reason a whole listing fails: one bad item
+/// must not stop every table).
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// The entries read, ordered by table, partition and base offset.
+    pub entries: Vec<LedgerEntry>,
+    /// Items that could not be read: segment and reason.
+    pub unreadable: Vec<(String, String)>,
+}
+
+impl Listing {
+    /// Files an item the backend could not read: an unreadable entry is noted, any
+    /// other failure (the store's) is returned.
+    pub fn note(&mut self, read: Result<LedgerEntry, LedgerError>) -> Result<(), LedgerError> {
+        match read {
+            Ok(entry) => self.entries.push(entry),
+            Err(LedgerError::Corrupt { segment, reason }) => {
+                self.unreadable.push((segment, reason))
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+}
+
 /// The ledger interface every backend implements.
 pub trait Ledger: Send + Sync {
     /// Which ledger this is (`sqlite:<path>`, `dynamodb:<table>`, `memory:<id>`):
@@ -224,13 +250,42 @@ pub trait Ledger: Send + Sync {
     ) -> impl Future<Output = Result<InsertOutcome, LedgerError>> + Send;
 
     /// Every entry in a state named `state` (`pending`, `committed`, `quarantined`,
-    /// `skipped`),
-    /// optionally of one table, ordered by table, partition and base offset.
+    /// `skipped`), optionally of one table, ordered by table, partition and base
+    /// offset; items that cannot be read are reported in the listing.
+    fn scan(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> impl Future<Output = Result<Listing, LedgerError>> + Send;
+
+    /// [`Ledger::scan`], failing on the first item that cannot be read: for callers
+    /// that must see every entry (orphan cleanup deletes what no entry names).
     fn list(
         &self,
         state: Option<&str>,
         table: Option<&str>,
-    ) -> impl Future<Output = Result<Vec<LedgerEntry>, LedgerError>> + Send;
+    ) -> impl Future<Output = Result<Vec<LedgerEntry>, LedgerError>> + Send {
+        async move {
+            let listing = self.scan(state, table).await?;
+            match listing.unreadable.into_iter().next() {
+                Some((segment, reason)) => Err(LedgerError::Corrupt { segment, reason }),
+                None => Ok(listing.entries),
+            }
+        }
+    }
+
+    /// Notes that a conversion of `segment` begins; returns how many conversions of it
+    /// began before and never ended ([`Ledger::end_attempt`]): the process died in
+    /// them (a crash, out of memory, a timeout).
+    fn begin_attempt(
+        &self,
+        segment: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<u32, LedgerError>> + Send;
+
+    /// Notes that a conversion of `segment` ended, whatever its outcome: its unfinished
+    /// attempts are forgotten.
+    fn end_attempt(&self, segment: &str) -> impl Future<Output = Result<(), LedgerError>> + Send;
 
     /// Moves pending entries to committed; returns how many moved (entries in another
     /// state are left alone).

@@ -1,7 +1,8 @@
 //! The embedded SQLite ledger, the local default.
 
 use super::{
-    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, existing_entry,
+    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
+    existing_entry,
 };
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -34,6 +35,11 @@ CREATE TABLE IF NOT EXISTS ledger (
     dead_letters TEXT
 );
 CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, table_name, partition_id, base_offset);
+CREATE TABLE IF NOT EXISTS attempts (
+    segment TEXT PRIMARY KEY,
+    started INTEGER NOT NULL,
+    last_ms INTEGER NOT NULL
+);
 ";
 
 impl SqliteLedger {
@@ -204,11 +210,7 @@ impl Ledger for SqliteLedger {
         existing_entry(self, &entry.segment).await
     }
 
-    async fn list(
-        &self,
-        state: Option<&str>,
-        table: Option<&str>,
-    ) -> Result<Vec<LedgerEntry>, LedgerError> {
+    async fn scan(&self, state: Option<&str>, table: Option<&str>) -> Result<Listing, LedgerError> {
         let rows = sqlx::query(
             "SELECT * FROM ledger WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR table_name = ?2)
              ORDER BY table_name, partition_id, base_offset",
@@ -217,7 +219,32 @@ impl Ledger for SqliteLedger {
         .bind(table)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(Self::row_to_entry).collect()
+        let mut listing = Listing::default();
+        for row in &rows {
+            listing.note(Self::row_to_entry(row))?;
+        }
+        Ok(listing)
+    }
+
+    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<u32, LedgerError> {
+        let started: i64 = sqlx::query_scalar(
+            "INSERT INTO attempts (segment, started, last_ms) VALUES (?1, 1, ?2)
+             ON CONFLICT (segment) DO UPDATE SET started = started + 1, last_ms = ?2
+             RETURNING started",
+        )
+        .bind(segment)
+        .bind(now_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u32::try_from(started - 1).unwrap_or(u32::MAX))
+    }
+
+    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
+        sqlx::query("DELETE FROM attempts WHERE segment = ?1")
+            .bind(segment)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     async fn mark_committed(

@@ -299,12 +299,18 @@ impl Ledger for FaultyLedger<'_> {
         }
         Ok(first)
     }
-    async fn list(
+    async fn scan(
         &self,
         state: Option<&str>,
         table: Option<&str>,
-    ) -> Result<Vec<LedgerEntry>, LedgerError> {
-        self.inner.list(state, table).await
+    ) -> Result<kfs_core::Listing, LedgerError> {
+        self.inner.scan(state, table).await
+    }
+    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<u32, LedgerError> {
+        self.inner.begin_attempt(segment, now_ms).await
+    }
+    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
+        self.inner.end_attempt(segment).await
     }
     async fn mark_committed(
         &self,

@@ -1,0 +1,173 @@
+//! Failure isolation: one table that cannot be opened and one ledger item that cannot
+//! be read are reported, and every other table commits on the same pass; the
+//! poisoned item's partition waits at it (no offset passed), and lands exactly once
+//! after the operator removes the item. On the real SQL catalog and ledger.
+
+use std::collections::BTreeMap;
+
+use iceberg::Catalog;
+use kfs_core::testing::{TopicTable, ingest_segment};
+use kfs_core::{Feed, Ledger, PipelineConfig, SegmentSource, run_once, table_ident};
+use kfs_plan::keys::SegmentFile;
+use kfs_plan::naming::TableNaming;
+use kfs_segment::DecodeLimits;
+
+use crate::local::{BoxError, Local, offsets};
+
+type TestResult = Result<(), BoxError>;
+
+const VALUES: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+async fn run(local: &Local) -> Result<kfs_core::RunReport, BoxError> {
+    Ok(run_once(
+        &local.source,
+        &local.catalog,
+        &local.swap,
+        &local.ledger,
+        &PipelineConfig::default(),
+        &|_| {},
+    )
+    .await?)
+}
+
+/// Offsets `0..count` of partition 0, once each.
+fn first(count: i64) -> BTreeMap<(i32, i64), usize> {
+    (0..count).map(|o| ((0, o), 1)).collect()
+}
+
+#[tokio::test]
+async fn a_broken_table_and_an_unreadable_ledger_item_stop_nothing_else() -> TestResult {
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    for topic in ["good", "broken", "poisoned"] {
+        local.put(topic, 0, &VALUES, 1)?;
+    }
+    let report = run(&local).await?;
+    assert!(!report.has_failures(), "{report:?}");
+
+    // The broken table's metadata file is overwritten: the table cannot be loaded.
+    let broken = naming.table_for("broken");
+    let table = local.catalog.load_table(&table_ident(&broken)).await?;
+    let location = table
+        .metadata_location()
+        .ok_or("no metadata location")?
+        .trim_start_matches("file://")
+        .trim_start_matches("file:")
+        .to_owned();
+    std::fs::write(&location, b"{ not metadata")?;
+    // A pending item of the poisoned topic becomes unreadable.
+    let poisoned = local.put("poisoned", 5, &VALUES, 1)?;
+    let target = TopicTable::open(
+        local.access(),
+        &naming,
+        Feed {
+            namespace: "ns",
+            topic: "poisoned",
+        },
+        &local.ledger.identity(),
+    )
+    .await?;
+    let segment = poisoned.object_key(SegmentFile::Data);
+    let object = local.source.stat(&segment).await?.ok_or("no segment")?;
+    ingest_segment(
+        local.access(),
+        &local.source,
+        &target,
+        &local.ledger,
+        &poisoned,
+        &object,
+        DecodeLimits::default(),
+    )
+    .await?;
+    let database = sqlx::SqlitePool::connect(&format!(
+        "sqlite:{}",
+        local.dir.path().join("ledger.db").display()
+    ))
+    .await?;
+    sqlx::query("UPDATE ledger SET data_files = '{broken' WHERE segment = ?1")
+        .bind(&segment)
+        .execute(&database)
+        .await?;
+    for topic in ["good", "broken"] {
+        local.put(topic, 5, &VALUES, 1)?;
+    }
+    local.put("poisoned", 10, &VALUES, 1)?;
+
+    let report = run(&local).await?;
+    // Reported: the table that cannot be opened and the unreadable item.
+    assert_eq!(
+        report.failed_tables.keys().collect::<Vec<_>>(),
+        vec![&broken.to_string()],
+        "{report:?}"
+    );
+    assert_eq!(report.unreadable.len(), 1, "{report:?}");
+    assert_eq!(report.unreadable[0].0, segment);
+    assert!(report.quarantined.is_empty(), "{report:?}");
+    // Every other table committed on the same pass.
+    assert_eq!(
+        offsets(&local.catalog, &naming.table_for("good")).await?,
+        first(10)
+    );
+    // The poisoned partition waits at the unreadable item: nothing passed, its next
+    // segment converted and held behind it.
+    let poisoned_table = naming.table_for("poisoned");
+    assert_eq!(offsets(&local.catalog, &poisoned_table).await?, first(5));
+    assert_eq!(report.tables[&poisoned_table.to_string()].snapshot_id, None);
+
+    // The operator removes the item: the segment converts again, all lands once.
+    sqlx::query("DELETE FROM ledger WHERE segment = ?1")
+        .bind(&segment)
+        .execute(&database)
+        .await?;
+    let report = run(&local).await?;
+    assert!(report.unreadable.is_empty(), "{report:?}");
+    assert_eq!(offsets(&local.catalog, &poisoned_table).await?, first(15));
+    assert_eq!(
+        offsets(&local.catalog, &naming.table_for("good")).await?,
+        first(10)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_segment_whose_conversions_keep_dying_is_quarantined_and_stops_blocking() -> TestResult {
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    let dying = local.put("heavy", 0, &VALUES, 1)?;
+    local.put("heavy", 5, &VALUES, 1)?;
+    local.put("light", 0, &VALUES, 1)?;
+    let segment = dying.object_key(SegmentFile::Data);
+    // Three processes began converting it and died (out of memory, a timeout): each
+    // left its attempt open.
+    for _ in 0..kfs_core::UNFINISHED_ATTEMPTS {
+        local.ledger.begin_attempt(&segment, 1).await?;
+    }
+    let report = run(&local).await?;
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    assert_eq!(report.quarantined[0].0, segment);
+    assert!(
+        report.quarantined[0].1.contains("never ended"),
+        "{}",
+        report.quarantined[0].1
+    );
+    // Everything else converted; the quarantined segment's partition waits at it.
+    assert_eq!(
+        offsets(&local.catalog, &naming.table_for("light")).await?,
+        first(5)
+    );
+    assert!(
+        offsets(&local.catalog, &naming.table_for("heavy"))
+            .await?
+            .is_empty()
+    );
+    // The operator retries it (after raising the memory): it converts, once.
+    assert!(local.ledger.release_quarantined(&segment).await?);
+    let report = run(&local).await?;
+    assert!(!report.has_failures(), "{report:?}");
+    assert!(report.quarantined.is_empty(), "{report:?}");
+    assert_eq!(
+        offsets(&local.catalog, &naming.table_for("heavy")).await?,
+        first(10)
+    );
+    Ok(())
+}
