@@ -13,7 +13,7 @@ use crate::ledger::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry}
 use crate::source::{SegmentSource, SourceObject};
 use crate::table::table_progress;
 use crate::table::{Feed, claim_table, ensure_owned_table, evolve_partition_spec};
-use futures::{TryFutureExt, TryStreamExt};
+use futures::TryFutureExt;
 use iceberg::table::Table;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
@@ -153,7 +153,6 @@ pub async fn ingest_segment(
         };
         return record(ledger, entry).await;
     }
-    let body = source.open(&object.key, object.etag.as_deref()).await?;
     let input = SegmentInput { key, etag: &etag };
     let catalog_error = |source: iceberg::Error| PipelineError::Catalog {
         table: table_name.to_string(),
@@ -163,10 +162,15 @@ pub async fn ingest_segment(
         catalog_error(iceberg::Error::new(iceberg::ErrorKind::DataInvalid, reason))
     })?;
     let converted = match format {
-        ValueFormat::Raw => convert_segment(table, input, body, limits, ValueColumns::Raw)
-            .await
-            .map(|converted| (converted, table.clone(), None)),
-        ValueFormat::Json => convert_json_segment(catalog, target, input, body, limits).await?,
+        ValueFormat::Raw => {
+            let body = source.open(&object.key, object.etag.as_deref()).await?;
+            convert_segment(table, input, body, limits, ValueColumns::Raw)
+                .await
+                .map(|converted| (converted, table.clone(), None))
+        }
+        ValueFormat::Json => {
+            convert_json_segment(catalog, target, input, (source, object), limits).await?
+        }
     };
     match converted {
         Ok((converted, table, dead_letter_table)) => {
@@ -282,17 +286,17 @@ pub async fn quarantine_unconverted(
     record(ledger, entry).await
 }
 
-/// Converts a segment of a JSON table: the segment is read into memory (segments are
-/// small: 4 MiB by default), its values scanned for the columns they need, which are
-/// added to (or widened in) the table's schema through `swap` (a concurrent change of
-/// the schema makes it scan again), and
-/// then converted, values that fit no column going to the dead-letter table.
-/// Returns the conversion with the tables it wrote to, or the conversion's error.
+/// Converts a segment of a JSON table: its values are scanned (streamed from the
+/// source, never held whole) for the columns they need, which are added to (or widened
+/// in) the table's schema through `swap` (a concurrent change of the schema makes it
+/// scan again), then the segment is read again and converted, values that fit no
+/// column going to the dead-letter table. Returns the conversion with the tables it
+/// wrote to, or the conversion's error.
 async fn convert_json_segment(
     CatalogAccess { catalog, swap }: CatalogAccess<'_>,
     target: &TopicTable,
     input: SegmentInput<'_>,
-    body: crate::source::SegmentStream,
+    (source, object): (&impl SegmentSource, &SourceObject),
     limits: DecodeLimits,
 ) -> Result<JsonConversion, PipelineError> {
     /// Schema changes raced by other converters before this one gives up (retryably).
@@ -301,8 +305,7 @@ async fn convert_json_segment(
         table: table.to_string(),
         source: Box::new(source),
     };
-    let bytes: Vec<bytes::Bytes> = body.try_collect().await?;
-    let bytes = bytes::Bytes::from(bytes.concat());
+    let open = || source.open(&object.key, object.etag.as_deref());
     let mut table = target.table.clone();
     for _ in 0..SCHEMA_ATTEMPTS {
         let schema = table.metadata().current_schema().clone();
@@ -310,12 +313,12 @@ async fn convert_json_segment(
         let declared = crate::table::declared_columns(&table);
         let caps = crate::convert::json::ColumnCaps::of(&table);
         let scanned = {
-            let bytes = bytes.clone();
+            let reader = crate::convert::StreamReader::new(open().await?);
             let key = input.key.clone();
             let schema = schema.clone();
             tokio::task::spawn_blocking(move || {
                 scan_json_segment(
-                    &bytes,
+                    reader,
                     &key,
                     limits,
                     &schema,
@@ -382,7 +385,7 @@ async fn convert_json_segment(
         let converted = convert_segment(
             &table,
             input,
-            crate::source::in_memory(bytes),
+            open().await?,
             limits,
             ValueColumns::Json {
                 dead_letters: dead_letter_table.as_ref(),

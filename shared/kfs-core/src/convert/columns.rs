@@ -12,6 +12,10 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+/// Bytes a row costs in the builders beyond its key, value and headers: the record id,
+/// offsets, numbers and validity.
+const ROW_OVERHEAD_BYTES: usize = 64;
+
 /// Builds Arrow batches of the topic table from decoded records.
 pub struct RecordColumns {
     schema: SchemaRef,
@@ -35,6 +39,7 @@ pub struct RecordColumns {
     timestamp_nullable: bool,
     has_value: bool,
     rows: usize,
+    bytes: usize,
 }
 
 impl RecordColumns {
@@ -82,12 +87,19 @@ impl RecordColumns {
             header_values: LargeBinaryBuilder::new(),
             timestamp_us: Vec::with_capacity(ROWS_PER_BATCH),
             rows: 0,
+            bytes: 0,
         })
     }
 
     /// Rows pushed since the last [`Self::finish`].
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Bytes buffered since the last [`Self::finish`] (an estimate: the record's bytes
+    /// and a fixed cost per row and header).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Appends one record. In the current layout every record has a row; a table of an
@@ -132,6 +144,20 @@ impl RecordColumns {
             }
         }
         self.header_offsets.push_length(record.headers.len());
+        let header_bytes: usize = record
+            .headers
+            .iter()
+            .map(|h| 2 * h.key.len() + h.value.map_or(0, <[u8]>::len) + 24)
+            .sum();
+        self.bytes += ROW_OVERHEAD_BYTES
+            + topic.len()
+            + record.key.map_or(0, <[u8]>::len)
+            + if self.has_value {
+                record.value.map_or(0, <[u8]>::len)
+            } else {
+                0
+            }
+            + header_bytes;
         self.timestamp_us.push(micros);
         self.rows += 1;
         Ok(())
@@ -176,6 +202,7 @@ impl RecordColumns {
         let timestamps = TimestampMicrosecondArray::from(std::mem::take(&mut self.timestamp_us))
             .with_timezone(iceberg::arrow::UTC_TIME_ZONE);
         self.rows = 0;
+        self.bytes = 0;
         let mut record_columns: HashMap<&str, ArrayRef> = HashMap::from([
             ("record_id", Arc::new(self.record_id.finish()) as ArrayRef),
             ("topic", Arc::new(self.topic.finish())),

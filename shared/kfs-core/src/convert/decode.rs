@@ -3,7 +3,7 @@
 //! the columns a segment's values need.
 
 use super::route::{DecodedBatch, RecordRouter};
-use super::{ConvertError, JsonScan, ROWS_PER_BATCH};
+use super::{BYTES_PER_BATCH, ConvertError, JsonScan, ROWS_PER_BATCH};
 use crate::source::SegmentStream;
 use kfs_plan::keys::SegmentKey;
 use kfs_segment::{DecodeError, DecodeLimits, Record, SegmentDecoder};
@@ -132,12 +132,14 @@ pub(crate) fn decode_segment(
                     offset: record.offset,
                     reason,
                 })?;
-        }
-        if router.rows() >= ROWS_PER_BATCH {
-            for routed in router.flush().map_err(write_error)? {
-                if batches.blocking_send(Ok(routed)).is_err() {
-                    hung_up = true;
-                    return Ok(false);
+            // Checked per record: one Kafka batch may hold millions of records, or a
+            // few of a megabyte each.
+            if router.rows() >= ROWS_PER_BATCH || router.bytes() >= BYTES_PER_BATCH {
+                for routed in router.flush().map_err(write_error)? {
+                    if batches.blocking_send(Ok(routed)).is_err() {
+                        hung_up = true;
+                        return Ok(false);
+                    }
                 }
             }
         }
@@ -156,12 +158,13 @@ pub(crate) fn decode_segment(
     })
 }
 
-/// Scans a segment's JSON values (held in memory) against `schema`: the fields to add
-/// and the types to widen, in offset order (the first record to give a field a type
-/// decides it), and how many records no schema change could take. Blocking work: run
-/// it on a blocking thread.
+/// Scans a segment's JSON values, read from `segment` as it arrives, against `schema`:
+/// the fields to add and the types to widen, in offset order (the first record to give
+/// a field a type decides it), and how many records no schema change could take.
+/// Memory is bounded by one batch, never by the segment. Blocking work: run it on a
+/// blocking thread.
 pub fn scan_json_segment(
-    segment: &[u8],
+    segment: impl std::io::Read,
     key: &SegmentKey,
     limits: DecodeLimits,
     schema: &iceberg::spec::Schema,

@@ -7,7 +7,8 @@
 //! A partitioned table gets one file per partition value.
 //!
 //! Conversion streams: the segment arrives as a stream of chunks, a blocking thread
-//! decodes it batch by batch into Arrow batches of [`ROWS_PER_BATCH`] rows, and the
+//! decodes it batch by batch into Arrow batches of [`ROWS_PER_BATCH`] rows or
+//! [`BYTES_PER_BATCH`] bytes, whichever comes first, and the
 //! async side hands them to the Parquet writer. Memory is bounded by a frame, a few
 //! Arrow batches and the Parquet row group being built, never by the segment's size.
 
@@ -24,7 +25,8 @@ pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
 use crate::failpoint::Failpoint;
 use crate::source::SegmentStream;
 use crate::table::arrow_schema;
-use decode::{StreamReader, decode_segment};
+pub(crate) use decode::StreamReader;
+use decode::decode_segment;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use kfs_plan::keys::SegmentKey;
@@ -34,6 +36,10 @@ use writer::{SegmentWriter, discard};
 
 /// Rows per Arrow batch handed to the Parquet writer.
 pub const ROWS_PER_BATCH: usize = 8192;
+
+/// Bytes buffered (estimated) before an Arrow batch is handed to the Parquet writer,
+/// whatever its rows: 8,192 records of 1 MiB must not wait for one another.
+pub const BYTES_PER_BATCH: usize = 32 << 20;
 
 /// Decoded Arrow batches in flight between the decoding thread and the writer.
 const BATCHES_IN_FLIGHT: usize = 2;

@@ -10,6 +10,10 @@ use iceberg::table::Table;
 use kfs_segment::Record;
 use std::sync::Arc;
 
+/// How many bytes a parsed JSON value takes per byte of its text (maps, strings and
+/// numbers as `serde_json` holds them), for the flush bound.
+const PARSED_JSON_FACTOR: usize = 4;
+
 /// A batch of rows the decoding thread hands the writers.
 pub(crate) enum Routed {
     /// Rows of the table.
@@ -27,6 +31,8 @@ pub(crate) trait RecordRouter: Send {
     fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String>;
     /// Rows buffered.
     fn rows(&self) -> usize;
+    /// Bytes buffered (an estimate).
+    fn bytes(&self) -> usize;
     /// The buffered rows as batches; the buffers start over.
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>>;
     /// Records routed to the dead-letter table so far.
@@ -42,6 +48,9 @@ impl RecordRouter for RawRouter {
     }
     fn rows(&self) -> usize {
         self.0.rows()
+    }
+    fn bytes(&self) -> usize {
+        self.0.bytes()
     }
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
         Ok(if self.0.rows() == 0 {
@@ -64,6 +73,9 @@ pub(crate) struct JsonRouter {
     payload: SchemaRef,
     table: RecordColumns,
     values: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Bytes of the parsed values buffered (an estimate: parsed JSON takes several
+    /// times its text).
+    value_bytes: usize,
     dead: Option<DeadLetterColumns>,
     segment: String,
     dead_count: u64,
@@ -107,6 +119,7 @@ impl JsonRouter {
             payload,
             table: RecordColumns::new(arrow)?,
             values: Vec::with_capacity(ROWS_PER_BATCH),
+            value_bytes: 0,
             dead,
             segment,
             dead_count: 0,
@@ -132,6 +145,7 @@ impl RecordRouter for JsonRouter {
             Ok(value) => {
                 self.table.push(topic, partition, record)?;
                 self.values.push(value);
+                self.value_bytes += PARSED_JSON_FACTOR * record.value.map_or(0, <[u8]>::len);
             }
             Err(rejection) => {
                 let Some(dead) = &mut self.dead else {
@@ -150,10 +164,15 @@ impl RecordRouter for JsonRouter {
         self.table.rows() + self.dead.as_ref().map_or(0, |d| d.record.rows())
     }
 
+    fn bytes(&self) -> usize {
+        self.table.bytes() + self.value_bytes + self.dead.as_ref().map_or(0, |d| d.record.bytes())
+    }
+
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
         let mut routed = Vec::new();
         if self.table.rows() > 0 {
             let values = std::mem::take(&mut self.values);
+            self.value_bytes = 0;
             let payload = crate::convert::json::payload_columns(&self.payload, &values)?;
             routed.push(Routed::Table(self.table.finish_with(payload)?));
         }
