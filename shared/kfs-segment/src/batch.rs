@@ -184,16 +184,42 @@ impl Batch<'_> {
     }
 }
 
-/// Decodes and verifies one batch frame (`12 + batchLength` bytes) that starts at
-/// absolute `position`. Compressed records are decompressed into `scratch`.
-pub(crate) fn decode_batch<'a>(
+/// A batch frame whose header, CRC-32C and codec are verified and whose records
+/// section is decompressed, its records not decoded yet.
+pub(crate) struct OpenBatch<'a> {
+    /// The batch header.
+    pub(crate) header: BatchHeader,
+    /// The batch codec.
+    pub(crate) compression: Compression,
+    /// The records section, decompressed.
+    data: &'a [u8],
+    /// Where the records section starts in the file.
+    origin: u64,
+    /// Size of the records section as stored.
+    stored_records_bytes: u64,
+}
+
+/// What visiting a batch's records found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Visited {
+    /// Records decoded.
+    pub(crate) records: u64,
+    /// Offset of the first.
+    pub(crate) first_offset: Option<i64>,
+    /// Whether the visitor stopped before the end.
+    pub(crate) stopped: bool,
+}
+
+/// Verifies one batch frame (`12 + batchLength` bytes) that starts at absolute
+/// `position` up to its records: magic, CRC-32C, codec, counts; compressed records are
+/// decompressed into `scratch`.
+pub(crate) fn open_batch<'a>(
     frame: &'a [u8],
     position: u64,
     limits: &DecodeLimits,
     scratch: &'a mut Vec<u8>,
-) -> Result<Batch<'a>, DecodeError> {
+) -> Result<OpenBatch<'a>, DecodeError> {
     let header = BatchHeader::parse(frame, position)?;
-    let in_batch = |e: DecodeError| e.in_batch(header.base_offset);
     let fail = |at: u64, kind| DecodeError::at(position + at, kind).in_batch(header.base_offset);
     if header.frame_len() != frame.len() as u64 {
         return Err(fail(
@@ -252,24 +278,63 @@ pub(crate) fn decode_batch<'a>(
         // Positions inside decompressed data are reported at the compressed blob.
         (scratch.as_slice(), records_position)
     };
-    let records = decode_records(
-        &header,
-        records_data,
-        origin,
-        compression != Compression::None,
-    )
-    .map_err(in_batch)?;
-    Ok(Batch {
+    Ok(OpenBatch {
         header,
-        position,
         compression,
-        records: if header.is_control() {
+        data: records_data,
+        origin,
+        stored_records_bytes: stored.len() as u64,
+    })
+}
+
+impl<'a> OpenBatch<'a> {
+    /// Decodes the records in order, handing each to `each` (which returns `false` to
+    /// stop), and checks them against the header (count, offset deltas, no trailing
+    /// bytes). A record is handed as soon as it is decoded: a later one may still
+    /// fail the batch.
+    pub(crate) fn visit(
+        &self,
+        mut each: impl FnMut(Record<'a>) -> bool,
+    ) -> Result<Visited, DecodeError> {
+        decode_records(
+            &self.header,
+            self.data,
+            self.origin,
+            self.compression != Compression::None,
+            &mut each,
+        )
+        .map_err(|e| e.in_batch(self.header.base_offset))
+    }
+}
+
+/// Decodes and verifies one batch frame (`12 + batchLength` bytes) that starts at
+/// absolute `position`, its records in a list. Compressed records are decompressed into
+/// `scratch`.
+pub(crate) fn decode_batch<'a>(
+    frame: &'a [u8],
+    position: u64,
+    limits: &DecodeLimits,
+    scratch: &'a mut Vec<u8>,
+) -> Result<Batch<'a>, DecodeError> {
+    let open = open_batch(frame, position, limits, scratch)?;
+    // Never trust the declared count for allocation: bound it by the bytes present.
+    let capacity = (open.header.record_count as usize).min(open.data.len() / MIN_RECORD_LEN);
+    let mut records = Vec::with_capacity(capacity);
+    open.visit(|record| {
+        records.push(record);
+        true
+    })?;
+    Ok(Batch {
+        header: open.header,
+        position,
+        compression: open.compression,
+        records: if open.header.is_control() {
             Vec::new()
         } else {
             records
         },
-        stored_records_bytes: stored.len() as u64,
-        records_bytes: records_data.len() as u64,
+        stored_records_bytes: open.stored_records_bytes,
+        records_bytes: open.data.len() as u64,
     })
 }
 
@@ -282,11 +347,14 @@ fn decode_records<'a>(
     data: &'a [u8],
     origin: u64,
     compressed: bool,
-) -> Result<Vec<Record<'a>>, DecodeError> {
+    each: &mut dyn FnMut(Record<'a>) -> bool,
+) -> Result<Visited, DecodeError> {
     let mut cur = Cursor::new(data, origin);
-    // Never trust the declared count for allocation: bound it by the bytes present.
-    let capacity = (header.record_count as usize).min(data.len() / MIN_RECORD_LEN);
-    let mut records = Vec::with_capacity(capacity);
+    let mut visited = Visited {
+        records: 0,
+        first_offset: None,
+        stopped: false,
+    };
     let mut previous_delta: Option<i32> = None;
     let fixed_position = |cur: &Cursor<'_>| if compressed { origin } else { cur.position() };
     for index in 0..header.record_count {
@@ -302,7 +370,12 @@ fn decode_records<'a>(
         let record = decode_record(header, &mut cur, previous_delta)
             .map_err(|e| if compressed { relocate(e, origin) } else { e })?;
         previous_delta = Some((record.offset - header.base_offset) as i32);
-        records.push(record);
+        visited.records += 1;
+        visited.first_offset.get_or_insert(record.offset);
+        if !each(record) {
+            visited.stopped = true;
+            return Ok(visited);
+        }
     }
     if cur.remaining() != 0 {
         return Err(DecodeError::at(
@@ -313,7 +386,7 @@ fn decode_records<'a>(
             },
         ));
     }
-    Ok(records)
+    Ok(visited)
 }
 
 /// Errors inside decompressed data point at the compressed blob, since positions in

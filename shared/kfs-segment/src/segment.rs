@@ -9,7 +9,10 @@
 
 use std::io::Read;
 
-use crate::batch::{BATCH_HEADER_LEN, BATCH_LENGTH_PREFIX, Batch, MIN_BATCH_LENGTH, decode_batch};
+use crate::batch::{
+    BATCH_HEADER_LEN, BATCH_LENGTH_PREFIX, Batch, BatchHeader, MIN_BATCH_LENGTH, Record,
+    decode_batch, open_batch,
+};
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::limits::DecodeLimits;
 use crate::wire::Cursor;
@@ -470,6 +473,46 @@ impl<S: FrameSource> SegmentDecoder<S> {
         }
     }
 
+    /// Decodes the next batch, handing each of its data records to `each` as soon as it
+    /// is decoded, without building a list of them: memory stays at the batch's own
+    /// bytes whatever its record count (a 256 MiB batch holds 30 million 8-byte
+    /// tombstones). `each` returns `false` to stop; the decoder is then done with the
+    /// segment and must not be called again. Returns the batch's header, or `None` once
+    /// the footer and all segment-level checks have passed.
+    ///
+    /// A record is handed before the rest of its batch is checked: when this returns
+    /// an error, discard everything handed for the segment.
+    pub fn next_batch_each(
+        &mut self,
+        mut each: impl FnMut(&Record<'_>) -> bool,
+    ) -> Result<Option<BatchHeader>, DecodeError> {
+        if self.summary.is_some() {
+            return Ok(None);
+        }
+        let (position, bytes) = match self.source.next_frame(&self.limits)? {
+            Frame::Batch { position, bytes } => (position, bytes),
+            Frame::End { footer, file_bytes } => {
+                let summary = finish(&self.header, &self.progress, footer, file_bytes)?;
+                self.summary = Some(summary);
+                return Ok(None);
+            }
+        };
+        let open = open_batch(bytes, position, &self.limits, &mut self.scratch)?;
+        let header = open.header;
+        let control = header.is_control();
+        let visited = open.visit(|record| control || each(&record))?;
+        if !visited.stopped {
+            let facts = BatchFacts {
+                position,
+                header,
+                records: if control { 0 } else { visited.records },
+                first_offset: if control { None } else { visited.first_offset },
+            };
+            track(&self.header, &mut self.progress, &facts)?;
+        }
+        Ok(Some(header))
+    }
+
     fn step(&mut self) -> Result<Step<'_>, DecodeError> {
         if let Some(summary) = self.summary {
             return Ok(Step::End(summary));
@@ -483,7 +526,13 @@ impl<S: FrameSource> SegmentDecoder<S> {
             }
         };
         let batch = decode_batch(bytes, position, &self.limits, &mut self.scratch)?;
-        track(&self.header, &mut self.progress, &batch)?;
+        let facts = BatchFacts {
+            position: batch.position,
+            header: batch.header,
+            records: batch.records.len() as u64,
+            first_offset: batch.records.first().map(|r| r.offset),
+        };
+        track(&self.header, &mut self.progress, &facts)?;
         Ok(Step::Batch(batch))
     }
 }
@@ -494,11 +543,23 @@ enum Step<'a> {
     End(SegmentSummary),
 }
 
+/// What the segment-level checks need of one decoded batch.
+struct BatchFacts {
+    /// Absolute position of the batch.
+    position: u64,
+    /// Its header.
+    header: BatchHeader,
+    /// Data records decoded (none for a control batch).
+    records: u64,
+    /// Offset of its first data record.
+    first_offset: Option<i64>,
+}
+
 /// Checks one batch against the segment so far and records it.
 fn track(
     header: &SegmentHeader,
     progress: &mut Progress,
-    batch: &Batch<'_>,
+    batch: &BatchFacts,
 ) -> Result<(), DecodeError> {
     let base = batch.header.base_offset;
     let fail = |at: u64, kind| DecodeError::at(batch.position + at, kind).in_batch(base);
@@ -527,13 +588,13 @@ fn track(
     progress.last_offset = batch.header.last_offset();
     progress.batches += 1;
     progress.declared_messages += i64::from(batch.header.record_count);
-    if batch.is_control() {
+    if batch.header.is_control() {
         progress.control_batches += 1;
         progress.control_records += batch.header.record_count as u64;
     } else {
-        progress.records += batch.records.len() as u64;
+        progress.records += batch.records;
         if progress.first_offset.is_none() {
-            progress.first_offset = batch.records.first().map(|r| r.offset);
+            progress.first_offset = batch.first_offset;
         }
     }
     Ok(())

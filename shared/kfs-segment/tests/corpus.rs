@@ -55,6 +55,20 @@ fn stream_decode(data: &[u8]) -> Result<u64, DecodeError> {
     Ok(summary.records)
 }
 
+/// Decodes record by record (`next_batch_each`): the same errors, no record list.
+fn each_decode(data: &[u8]) -> Result<u64, DecodeError> {
+    let mut decoder = SegmentDecoder::from_reader(data, DecodeLimits::default())?;
+    let mut records = 0u64;
+    while decoder
+        .next_batch_each(|_| {
+            records += 1;
+            true
+        })?
+        .is_some()
+    {}
+    Ok(records)
+}
+
 /// Runs `f` and returns its result with the peak heap growth while it ran.
 fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let base = CURRENT.load(Ordering::SeqCst);
@@ -77,6 +91,8 @@ fn every_malformed_segment_is_an_error_with_a_position_and_small_memory() {
         let (slice, slice_peak) =
             peak_during(|| decode_all(&data, DecodeLimits::default()).map(|(r, _)| r.len()));
         let (stream, stream_peak) = peak_during(|| stream_decode(&data));
+        let each = each_decode(&data);
+        assert!(each.is_err(), "{name}: record by record, got {each:?}");
         let err = match (slice, stream) {
             (Err(slice), Err(_)) => slice,
             (slice, stream) => {

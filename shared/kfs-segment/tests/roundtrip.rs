@@ -36,6 +36,21 @@ fn stream_decode(data: &[u8], chunk: usize) -> Result<Vec<OwnedRecord>, DecodeEr
     Ok(records)
 }
 
+/// Decodes through `next_batch_each`, records handed one by one and never listed.
+fn record_by_record(data: &[u8], chunk: usize) -> Result<Vec<OwnedRecord>, DecodeError> {
+    let mut decoder =
+        SegmentDecoder::from_reader(Chunked { data, chunk }, DecodeLimits::default())?;
+    let mut records = Vec::new();
+    while decoder
+        .next_batch_each(|record| {
+            records.push(OwnedRecord::from_record(record));
+            true
+        })?
+        .is_some()
+    {}
+    Ok(records)
+}
+
 fn bytes_or_null() -> impl Strategy<Value = Option<Vec<u8>>> {
     prop_oneof![
         1 => Just(None),
@@ -174,6 +189,8 @@ proptest! {
         prop_assert_eq!(summary.last_offset, segment.last_offset);
         let streamed = stream_decode(&segment.kfs, chunk).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(&streamed, &expected);
+        let each = record_by_record(&segment.kfs, chunk).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&each, &expected);
         prop_assert!(check_index(&segment.kfs, &segment.index, DecodeLimits::default()).is_ok());
     }
 
@@ -182,6 +199,7 @@ proptest! {
         let slice = decode_all(&data, DecodeLimits::default());
         let stream = stream_decode(&data, 7);
         prop_assert_eq!(slice.is_ok(), stream.is_ok());
+        prop_assert_eq!(record_by_record(&data, 7).is_ok(), stream.is_ok());
         let _ = SegmentIndex::decode(&data);
     }
 
@@ -214,6 +232,9 @@ proptest! {
         let slice = decode_all(&data, DecodeLimits::default());
         let stream = stream_decode(&data, 64);
         prop_assert_eq!(slice.is_ok(), stream.is_ok());
+        let each = record_by_record(&data, 64);
+        prop_assert_eq!(each.as_ref().ok(), stream.as_ref().ok());
+        prop_assert_eq!(each.is_ok(), stream.is_ok());
         if truncate {
             prop_assert!(slice.is_err());
         }

@@ -56,13 +56,14 @@ struct RecordScan {
     last_offset: i64,
 }
 
-/// Decodes a segment from `reader`, handing each batch's records to `each` (which
-/// returns `false` to stop early); checks the header against the key.
+/// Decodes a segment from `reader`, handing each data record to `each` as it is
+/// decoded (which returns `false` to stop early); checks the header against the key.
+/// No list of a batch's records is built: memory stays at one batch's bytes.
 fn decode_records(
     reader: impl std::io::Read,
     key: &SegmentKey,
     limits: DecodeLimits,
-    mut each: impl FnMut(&[Record<'_>]) -> Result<bool, ConvertError>,
+    mut each: impl FnMut(&Record<'_>) -> Result<bool, ConvertError>,
 ) -> Result<RecordScan, ConvertError> {
     let malformed = |source: DecodeError| ConvertError::Malformed {
         segment: key.to_string(),
@@ -80,16 +81,34 @@ fn decode_records(
         )));
     }
     let mut records = 0u64;
+    let mut failed: Option<ConvertError> = None;
+    let mut stopped = false;
     loop {
-        let Some(batch) = decoder.next_batch().map_err(malformed)? else {
-            break;
-        };
-        records += batch.records.len() as u64;
-        if !each(&batch.records)? {
+        let next = decoder.next_batch_each(|record| {
+            records += 1;
+            match each(record) {
+                Ok(true) => true,
+                Ok(false) => {
+                    stopped = true;
+                    false
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        });
+        if let Some(e) = failed.take() {
+            return Err(e);
+        }
+        if stopped {
             return Ok(RecordScan {
                 records,
                 last_offset: key.base_offset,
             });
+        }
+        if next.map_err(malformed)?.is_none() {
+            break;
         }
     }
     let last_offset = decoder.summary().map_or(key.base_offset, |s| s.last_offset);
@@ -123,23 +142,21 @@ pub(crate) fn decode_segment(
         source: Box::new(source),
     };
     let mut hung_up = false;
-    let scan = decode_records(reader, key, limits, |records| {
-        for record in records {
-            router
-                .push(&key.topic, key.partition, record)
-                .map_err(|reason| ConvertError::Unrepresentable {
-                    segment: segment.clone(),
-                    offset: record.offset,
-                    reason,
-                })?;
-            // Checked per record: one Kafka batch may hold millions of records, or a
-            // few of a megabyte each.
-            if router.rows() >= ROWS_PER_BATCH || router.bytes() >= BYTES_PER_BATCH {
-                for routed in router.flush().map_err(write_error)? {
-                    if batches.blocking_send(Ok(routed)).is_err() {
-                        hung_up = true;
-                        return Ok(false);
-                    }
+    let scan = decode_records(reader, key, limits, |record| {
+        router
+            .push(&key.topic, key.partition, record)
+            .map_err(|reason| ConvertError::Unrepresentable {
+                segment: segment.clone(),
+                offset: record.offset,
+                reason,
+            })?;
+        // Checked per record: one Kafka batch may hold millions of records, or a few
+        // of a megabyte each.
+        if router.rows() >= ROWS_PER_BATCH || router.bytes() >= BYTES_PER_BATCH {
+            for routed in router.flush().map_err(write_error)? {
+                if batches.blocking_send(Ok(routed)).is_err() {
+                    hung_up = true;
+                    return Ok(false);
                 }
             }
         }
@@ -178,13 +195,11 @@ pub fn scan_json_segment(
         evolving = evolving.declared();
     }
     let mut rejected = 0u64;
-    decode_records(segment, key, limits, |records| {
-        for record in records {
-            let absorbed = crate::convert::json::parse_value(record.value)
-                .and_then(|value| evolving.absorb(&value));
-            if absorbed.is_err() {
-                rejected += 1;
-            }
+    decode_records(segment, key, limits, |record| {
+        let absorbed = crate::convert::json::parse_value(record.value)
+            .and_then(|value| evolving.absorb(&value));
+        if absorbed.is_err() {
+            rejected += 1;
         }
         Ok(true)
     })?;
