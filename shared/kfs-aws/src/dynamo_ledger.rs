@@ -448,7 +448,10 @@ impl Ledger for DynamoLedger {
                 .update_item()
                 .table_name(&self.table)
                 .key("segment_key", s(segment))
-                .update_expression("SET #s = :committed, snapshot_id = :snapshot, updated_ms = :now REMOVE work_key, work_order")
+                // The data file descriptions are in the table now: dropped, so that
+                // committed items stay small.
+                .update_expression("SET #s = :committed, snapshot_id = :snapshot, updated_ms = :now, data_files = :none REMOVE work_key, work_order")
+                .expression_attribute_values(":none", s("[]"))
                 .condition_expression("#s = :pending")
                 .expression_attribute_names("#s", "entry_state")
                 .expression_attribute_values(":committed", s("committed"))

@@ -116,7 +116,8 @@ pub struct RunReport {
     pub tables: BTreeMap<String, CommitOutcome>,
     /// Tables whose commit failed this pass, with the error; their files stay pending.
     pub failed_tables: BTreeMap<String, String>,
-    /// New segments left for the next pass (conversion bound or deadline reached).
+    /// Segments left for the next pass (the conversion bound or the deadline reached):
+    /// new ones not converted, and listed ones the sweep did not look at.
     pub deferred: usize,
     /// Feeds (`namespace/topic`) refused their table, with the reason: another feed
     /// owns it, or kfs-iceberg did not create it. Their segments wait, unconverted and
@@ -240,7 +241,16 @@ pub async fn run_once(
         &config.naming,
         ledger.identity(),
     );
-    for key in &listing.complete {
+    let sweep_deadline = config
+        .deadline
+        .map(|d| d.checked_sub(config.commit_reserve).unwrap_or(d));
+    for (listed, key) in listing.complete.iter().enumerate() {
+        if sweep_deadline.is_some_and(|d| Instant::now() >= d) {
+            // Checked in every loop: a sweep of a long backlog must not eat the time
+            // its commits need. What is not looked at waits for the next pass.
+            report.deferred += listing.complete.len() - listed;
+            break;
+        }
         if !config.shard.owns(&key.topic) {
             report.other_shards += 1;
             continue;
@@ -278,13 +288,10 @@ pub async fn run_once(
         segments: listing.complete.len(),
         new: work.len(),
     });
-    let conversion_deadline = config
-        .deadline
-        .map(|d| d.checked_sub(config.commit_reserve).unwrap_or(d));
     let budget = config.max_conversions.unwrap_or(usize::MAX);
     for (done, (key, object)) in work.iter().enumerate() {
-        if done >= budget || conversion_deadline.is_some_and(|d| Instant::now() >= d) {
-            report.deferred = work.len() - done;
+        if done >= budget || sweep_deadline.is_some_and(|d| Instant::now() >= d) {
+            report.deferred += work.len() - done;
             break;
         }
         let Some(target) = tables.get(feed_of(key)).await else {

@@ -184,7 +184,8 @@ pub async fn backlog(
     now_ms: i64,
 ) -> Result<BTreeMap<String, Backlog>, PipelineError> {
     let mut backlog: BTreeMap<String, Backlog> = BTreeMap::new();
-    for entry in ledger.list(Some("pending"), None).await? {
+    // Unreadable items are the pass's to report; the backlog counts what it can read.
+    for entry in ledger.scan(Some("pending"), None).await?.entries {
         let slot = backlog
             .entry(entry.table.clone())
             .or_insert_with(|| Backlog::empty(now_ms));
@@ -192,7 +193,7 @@ pub async fn backlog(
         slot.pending_bytes += entry.bytes;
         slot.oldest_pending_ms = slot.oldest_pending_ms.min(entry.created_ms);
     }
-    for entry in ledger.list(Some("quarantined"), None).await? {
+    for entry in ledger.scan(Some("quarantined"), None).await?.entries {
         if matches!(entry.state, EntryState::Quarantined { .. }) {
             backlog
                 .entry(entry.table.clone())

@@ -130,14 +130,12 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
         ledger.list(Some("pending"), None).await.map_err(store)?,
         vec![later],
     )?;
+    let committed = ledger.list(Some("committed"), None).await.map_err(store)?;
+    expect("committed listing", committed.len(), 1)?;
     expect(
-        "committed listing",
-        ledger
-            .list(Some("committed"), None)
-            .await
-            .map_err(store)?
-            .len(),
-        1,
+        "a committed entry's data files",
+        committed.iter().map(|e| e.data_files.len()).sum::<usize>(),
+        0,
     )?;
     expect(
         "all entries",

@@ -93,6 +93,7 @@ impl Ledger for MemoryLedger {
                 {
                     entry.state = EntryState::Committed { snapshot_id };
                     entry.updated_ms = now_ms;
+                    entry.data_files.clear();
                     moved += 1;
                 }
             }

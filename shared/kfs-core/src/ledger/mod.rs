@@ -287,8 +287,9 @@ pub trait Ledger: Send + Sync {
     /// attempts are forgotten.
     fn end_attempt(&self, segment: &str) -> impl Future<Output = Result<(), LedgerError>> + Send;
 
-    /// Moves pending entries to committed; returns how many moved (entries in another
-    /// state are left alone).
+    /// Moves pending entries to committed, dropping their data file descriptions (the
+    /// table holds them now, and committed entries must stay small); returns how many
+    /// moved (entries in another state are left alone).
     fn mark_committed(
         &self,
         segments: &[String],

@@ -257,7 +257,9 @@ impl Ledger for SqliteLedger {
         let mut moved = 0;
         for segment in segments {
             let result = sqlx::query(
-                "UPDATE ledger SET state = 'committed', snapshot_id = ?, updated_ms = ? WHERE segment = ? AND state = 'pending'",
+                // The data file descriptions are in the table now: dropped, so that
+                // committed entries stay small however many the ledger keeps.
+                "UPDATE ledger SET state = 'committed', snapshot_id = ?, updated_ms = ?, data_files = '[]' WHERE segment = ? AND state = 'pending'",
             )
             .bind(snapshot_id)
             .bind(now_ms)
