@@ -23,6 +23,7 @@ async fn main() -> Result<(), Error> {
             naming: env.naming.clone(),
             limits: DecodeLimits::default(),
             concurrency: env.convert_concurrency,
+            memory_budget_mib: env.memory_budget_mib,
             retry: kfs_core::RetryPolicy::default(),
         },
     ));

@@ -73,6 +73,10 @@ pub struct FunctionEnv {
     pub naming: TableNaming,
     /// Conversion concurrency.
     pub convert_concurrency: usize,
+    /// Memory the converter's conversions may take together, in MiB: the function's
+    /// memory (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, set by Lambda) minus 128 MiB for the
+    /// runtime; `None` outside Lambda.
+    pub memory_budget_mib: Option<u64>,
     /// Sweep bound.
     pub sweep_max_segments: usize,
     /// S3 settings.
@@ -196,6 +200,9 @@ impl FunctionEnv {
                 ..TableNaming::default()
             },
             convert_concurrency: number("CONVERT_CONCURRENCY", 4)?,
+            memory_budget_mib: var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+                .and_then(|mb| mb.trim().parse::<u64>().ok())
+                .map(|mb| mb.saturating_sub(128).max(1)),
             sweep_max_segments: number("SWEEP_MAX_SEGMENTS", 200)?,
             s3: S3Settings::from_lookup(lookup),
             etcd_endpoints: var("ETCD_ENDPOINTS")

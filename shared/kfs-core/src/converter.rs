@@ -29,8 +29,13 @@ pub struct ConverterSettings {
     pub naming: TableNaming,
     /// Decoder limits.
     pub limits: DecodeLimits,
-    /// Segments converted at the same time (bounds memory: each holds one segment).
+    /// Segments converted at the same time, at most.
     pub concurrency: usize,
+    /// Memory the conversions in flight may take together, in MiB (the function's
+    /// memory minus headroom); `None` for no bound beyond `concurrency`. Each
+    /// conversion is admitted for its estimate ([`conversion_mib`]); one larger than
+    /// the whole budget runs alone.
+    pub memory_budget_mib: Option<u64>,
     /// Tries of one segment after transient failures, before its event fails.
     pub retry: RetryPolicy,
 }
@@ -76,24 +81,66 @@ pub enum ObjectOutcome {
     },
 }
 
+/// Memory one conversion takes beyond its batch: the Arrow batches in flight, the
+/// Parquet row group being built and the writer's buffers (measured: a 255 MiB batch
+/// of 27 million tombstones peaks at 307 MiB in all, `scripts/memory_bench.py`).
+const WRITER_MIB: u64 = 64;
+
+/// Assumed expansion of a compressed batch (typical codecs on typical records); the
+/// decoder's own limits bound the worst case.
+const TYPICAL_EXPANSION: u64 = 8;
+
+/// The memory a conversion of a segment of `size` bytes is estimated to take, in MiB:
+/// its largest batch frame (at most the segment, at most the decoder's batch limit),
+/// that batch's records decompressed (assumed 8 times the frame, at most the decoder's
+/// limit), and the writer.
+pub fn conversion_mib(size: u64, limits: &DecodeLimits) -> u64 {
+    let frame = size.min(limits.max_batch_bytes);
+    let records = frame
+        .saturating_mul(TYPICAL_EXPANSION)
+        .min(limits.max_decompressed_batch_bytes);
+    (frame + records).div_ceil(1 << 20) + WRITER_MIB
+}
+
 /// The converter service.
 pub struct ConverterService<S, L> {
     source: S,
     catalog: CatalogHandle,
     ledger: L,
     settings: ConverterSettings,
+    /// Permits in MiB of the memory budget, when there is one.
+    memory: Option<tokio::sync::Semaphore>,
 }
 
 impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
     /// A service over a source rooted at the segment prefix, a catalog (with its
     /// pointer swap, for schema changes) and a ledger.
     pub fn new(source: S, catalog: CatalogHandle, ledger: L, settings: ConverterSettings) -> Self {
+        let memory = settings.memory_budget_mib.map(|mib| {
+            let permits = usize::try_from(mib)
+                .unwrap_or(usize::MAX)
+                .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+            tokio::sync::Semaphore::new(permits)
+        });
         Self {
             source,
             catalog,
             ledger,
             settings,
+            memory,
         }
+    }
+
+    /// Waits until the memory budget has room for a conversion of `size` bytes (a
+    /// conversion larger than the whole budget waits for all of it); the permit is
+    /// held until the conversion ends.
+    async fn admit(&self, size: u64) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let memory = self.memory.as_ref()?;
+        let budget = self.settings.memory_budget_mib.unwrap_or(u64::MAX);
+        let wanted = conversion_mib(size, &self.settings.limits).min(budget);
+        let wanted = u32::try_from(wanted).unwrap_or(u32::MAX);
+        // The semaphore is never closed, so this only waits.
+        memory.acquire_many(wanted).await.ok()
     }
 
     /// Handles announced objects, several at a time; one result per object, in order.
@@ -142,6 +189,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         if let Some(entry) = self.ledger.get(&kfs_key).await? {
             return self.known(entry, kfs.etag.as_deref()).await;
         }
+        let _admitted = self.admit(kfs.size).await;
         let (key, kfs) = (&key, &kfs);
         let entry = self
             .settings
@@ -219,5 +267,22 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                 segment: entry.segment,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimates_grow_with_the_segment_and_stop_at_the_decoder_limits() {
+        let limits = DecodeLimits::default();
+        // A broker's default 4 MiB segment: about 100 MiB, nine at a time in 1 GiB.
+        assert_eq!(conversion_mib(4 << 20, &limits), 4 + 32 + WRITER_MIB);
+        assert_eq!(conversion_mib(0, &limits), WRITER_MIB);
+        // A batch at the decoder's limit, decompressed to its limit.
+        let largest = 256 + 256 + WRITER_MIB;
+        assert_eq!(conversion_mib(256 << 20, &limits), largest);
+        assert_eq!(conversion_mib(u64::MAX, &limits), largest);
     }
 }

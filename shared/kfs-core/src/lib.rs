@@ -45,7 +45,7 @@ pub use commit::{CommitError, CommitOutcome, CommitSettings};
 pub use convert::json::{
     ColumnCaps, MAX_COLUMN_NAME_BYTES, MAX_FIELDS_PROPERTY, MAX_NEW_FIELDS_PROPERTY, column_for,
 };
-pub use converter::{ConverterService, ConverterSettings, ObjectOutcome};
+pub use converter::{ConverterService, ConverterSettings, ObjectOutcome, conversion_mib};
 pub use error::PipelineError;
 pub use fault::{
     ErrorKind, Fault, RetryPolicy, iceberg_error, iceberg_error_kind, opendal_error_kind,

@@ -237,6 +237,8 @@ impl LocalStack {
                 naming: kfs_core::PipelineConfig::default().naming,
                 limits: kfs_segment::DecodeLimits::default(),
                 concurrency,
+                // A 1,024 MB function's budget, as Lambda would give it.
+                memory_budget_mib: Some(896),
                 retry: kfs_core::RetryPolicy::default(),
             },
         )

@@ -626,6 +626,8 @@ impl<'a> Process<'a> {
                 naming: self.naming.clone(),
                 limits: Default::default(),
                 concurrency: 2,
+                // Room for one conversion at a time: admission waits, never fails.
+                memory_budget_mib: Some(100),
                 retry: FAST_RETRY,
             },
         );
