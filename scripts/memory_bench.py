@@ -35,8 +35,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "independent"))
+sys.path.insert(0, str(REPO / "scripts"))
 
 import kfs_writer as kw  # noqa: E402
+from macro_bench import kfs_binary  # noqa: E402
 
 MIB = 1 << 20
 BUDGET = 512 * MIB
@@ -56,15 +58,6 @@ def run_measured(cmd: list[str]) -> tuple[float, int, str]:
     if code != 0:
         sys.exit(f"{' '.join(map(str, cmd))} failed ({code}):\n{text}")
     return elapsed, usage.ru_maxrss * 1024, text
-
-
-def kfs_binary(build: bool) -> Path:
-    binary = REPO / "target" / "release" / "kfs-iceberg"
-    if build or not binary.exists():
-        subprocess.run(
-            ["cargo", "build", "--release", "--locked", "-p", "kfs-iceberg"], cwd=REPO, check=True
-        )
-    return binary
 
 
 def write_segment(source: Path, topic: str, batches: list[bytes]) -> Path:

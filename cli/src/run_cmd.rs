@@ -221,9 +221,15 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     bar.finish_and_clear();
     print_report(&report);
     if !report.failed_tables.is_empty() {
+        let reasons: Vec<String> = report
+            .failed_tables
+            .iter()
+            .map(|(table, error)| format!("{table}: {error}"))
+            .collect();
         return Err(CliError::Pipeline(format!(
-            "{} table(s) could not be committed; their files stay pending for the next run",
-            report.failed_tables.len()
+            "{} table(s) could not be committed; their files stay pending for the next run:\n  {}",
+            report.failed_tables.len(),
+            reasons.join("\n  ")
         )));
     }
     if !report.failed_segments.is_empty() || !report.unreadable.is_empty() {

@@ -302,44 +302,29 @@ pub async fn run_once(
         // never ended its attempt: after a few, the segment is quarantined instead of
         // killing every pass that reaches it.
         let unfinished = ledger.begin_attempt(&segment, now_ms()).await?;
-        if unfinished >= UNFINISHED_ATTEMPTS {
+        let recorded = if unfinished >= UNFINISHED_ATTEMPTS {
             let why = format!(
                 "{unfinished} conversions began and never ended (the process died: out of memory, a timeout or a crash); quarantined so that other segments go on: raise the function's memory or timeout, then `quarantine retry`"
             );
-            let entry = quarantine_unconverted(source, target, ledger, key, object, &why).await;
-            ledger.end_attempt(&segment).await?;
-            match entry {
-                Ok(entry) => {
-                    if let EntryState::Quarantined { error } = &entry.state {
-                        progress(&Progress::Quarantined {
-                            segment: entry.segment.clone(),
-                            error: error.clone(),
-                        });
-                        report
-                            .quarantined
-                            .push((entry.segment.clone(), error.clone()));
-                    }
-                }
-                Err(e) => report.failed_segments.push((segment, e.to_string())),
-            }
-            continue;
-        }
-        let ingested = config
-            .retry
-            .run(PipelineError::kind, || {
-                ingest_segment(
-                    CatalogAccess { catalog, swap },
-                    source,
-                    target,
-                    ledger,
-                    key,
-                    object,
-                    config.limits,
-                )
-            })
-            .await;
+            quarantine_unconverted(source, target, ledger, key, object, &why).await
+        } else {
+            config
+                .retry
+                .run(PipelineError::kind, || {
+                    ingest_segment(
+                        CatalogAccess { catalog, swap },
+                        source,
+                        target,
+                        ledger,
+                        key,
+                        object,
+                        config.limits,
+                    )
+                })
+                .await
+        };
         ledger.end_attempt(&segment).await?;
-        let entry = match ingested {
+        let entry = match recorded {
             Ok(entry) => entry,
             // The ledger itself failing fails the pass: nothing can be recorded.
             Err(e @ PipelineError::Ledger(LedgerError::Store { .. })) => return Err(e),

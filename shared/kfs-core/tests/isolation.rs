@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use iceberg::Catalog;
 use kfs_core::testing::{TopicTable, ingest_segment};
-use kfs_core::{Feed, Ledger, PipelineConfig, SegmentSource, run_once, table_ident};
+use kfs_core::{Feed, Ledger, SegmentSource, table_ident};
 use kfs_plan::keys::SegmentFile;
 use kfs_plan::naming::TableNaming;
 use kfs_segment::DecodeLimits;
@@ -17,18 +17,6 @@ use crate::local::{BoxError, Local, offsets};
 type TestResult = Result<(), BoxError>;
 
 const VALUES: [&str; 5] = ["a", "b", "c", "d", "e"];
-
-async fn run(local: &Local) -> Result<kfs_core::RunReport, BoxError> {
-    Ok(run_once(
-        &local.source,
-        &local.catalog,
-        &local.swap,
-        &local.ledger,
-        &PipelineConfig::default(),
-        &|_| {},
-    )
-    .await?)
-}
 
 /// Offsets `0..count` of partition 0, once each.
 fn first(count: i64) -> BTreeMap<(i32, i64), usize> {
@@ -42,7 +30,7 @@ async fn a_broken_table_and_an_unreadable_ledger_item_stop_nothing_else() -> Tes
     for topic in ["good", "broken", "poisoned"] {
         local.put(topic, 0, &VALUES, 1)?;
     }
-    let report = run(&local).await?;
+    let report = local.run(&TableNaming::default()).await?;
     assert!(!report.has_failures(), "{report:?}");
 
     // The broken table's metadata file is overwritten: the table cannot be loaded.
@@ -93,7 +81,7 @@ async fn a_broken_table_and_an_unreadable_ledger_item_stop_nothing_else() -> Tes
     }
     local.put("poisoned", 10, &VALUES, 1)?;
 
-    let report = run(&local).await?;
+    let report = local.run(&TableNaming::default()).await?;
     // Reported: the table that cannot be opened and the unreadable item.
     assert_eq!(
         report.failed_tables.keys().collect::<Vec<_>>(),
@@ -119,7 +107,7 @@ async fn a_broken_table_and_an_unreadable_ledger_item_stop_nothing_else() -> Tes
         .bind(&segment)
         .execute(&database)
         .await?;
-    let report = run(&local).await?;
+    let report = local.run(&TableNaming::default()).await?;
     assert!(report.unreadable.is_empty(), "{report:?}");
     assert_eq!(offsets(&local.catalog, &poisoned_table).await?, first(15));
     assert_eq!(
@@ -142,7 +130,7 @@ async fn a_segment_whose_conversions_keep_dying_is_quarantined_and_stops_blockin
     for _ in 0..kfs_core::UNFINISHED_ATTEMPTS {
         local.ledger.begin_attempt(&segment, 1).await?;
     }
-    let report = run(&local).await?;
+    let report = local.run(&TableNaming::default()).await?;
     assert_eq!(report.quarantined.len(), 1, "{report:?}");
     assert_eq!(report.quarantined[0].0, segment);
     assert!(
@@ -162,7 +150,7 @@ async fn a_segment_whose_conversions_keep_dying_is_quarantined_and_stops_blockin
     );
     // The operator retries it (after raising the memory): it converts, once.
     assert!(local.ledger.release_quarantined(&segment).await?);
-    let report = run(&local).await?;
+    let report = local.run(&TableNaming::default()).await?;
     assert!(!report.has_failures(), "{report:?}");
     assert!(report.quarantined.is_empty(), "{report:?}");
     assert_eq!(

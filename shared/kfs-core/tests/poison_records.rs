@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use futures::TryStreamExt;
 use iceberg::Catalog;
-use kfs_core::{PipelineConfig, RunReport, run_once, table_ident};
+use kfs_core::table_ident;
 use kfs_plan::layout::parse_partition_spec;
 use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
 use kfs_segment::OwnedRecord;
@@ -194,22 +194,6 @@ fn corpus() -> Vec<(OwnedRecord, &'static str, bool)> {
         .collect()
 }
 
-async fn run(local: &Local, naming: &TableNaming) -> Result<RunReport, BoxError> {
-    let config = PipelineConfig {
-        naming: naming.clone(),
-        ..PipelineConfig::default()
-    };
-    Ok(run_once(
-        &local.source,
-        &local.catalog,
-        &local.swap,
-        &local.ledger,
-        &config,
-        &|_| {},
-    )
-    .await?)
-}
-
 fn table(text: &str) -> TableName {
     TableName::parse(text).unwrap_or_else(|| panic!("{text}"))
 }
@@ -286,7 +270,7 @@ async fn raw_table_stores_every_poison_record_losslessly() -> TestResult {
         partition_by_given: true,
         ..TableNaming::default()
     };
-    let report = run(&local, &naming).await?;
+    let report = local.run(&naming).await?;
     assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
     assert!(
         report.failed_tables.is_empty(),
@@ -329,7 +313,7 @@ async fn json_table_sends_what_it_cannot_hold_to_dead_letters_once() -> TestResu
         value_format: ValueFormat::Json,
         ..TableNaming::default()
     };
-    let report = run(&local, &naming).await?;
+    let report = local.run(&naming).await?;
     assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
     assert!(
         report.failed_tables.is_empty(),
@@ -337,7 +321,7 @@ async fn json_table_sends_what_it_cannot_hold_to_dead_letters_once() -> TestResu
         report.failed_tables
     );
     // A second pass finds nothing new and changes nothing.
-    let again = run(&local, &naming).await?;
+    let again = local.run(&naming).await?;
     assert_eq!(again.converted, 0);
     let name = naming.table_for("poison");
     let in_table = offsets(&local.catalog, &name).await?;
@@ -426,7 +410,7 @@ async fn tables_of_an_older_layout_are_upgraded_and_take_every_record() -> TestR
         ..TableNaming::default()
     };
     local.put_records("legacy", vec![record(0, Some(b"first"))])?;
-    run(&local, &naming).await?;
+    local.run(&naming).await?;
     let created = local.catalog.load_table(&table_ident(&name)).await?;
     let old = kfs_core::testing::legacy_record_schema(created.metadata().current_schema())?;
     let downgraded = kfs_core::testing::evolve_schema(&local.swap, &created, old).await?;
@@ -446,7 +430,7 @@ async fn tables_of_an_older_layout_are_upgraded_and_take_every_record() -> TestR
         })
         .collect();
     local.put_records("legacy", records)?;
-    let report = run(&local, &naming).await?;
+    let report = local.run(&naming).await?;
     assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
     let found = offsets(&local.catalog, &name).await?;
     let expected: BTreeMap<(i32, i64), usize> =

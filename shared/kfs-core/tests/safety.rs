@@ -13,9 +13,9 @@ use iceberg::{Catalog, TableCommit, TableIdent};
 use kfs_core::testing::{SqlCatalog, TopicTable, commit_table, ingest_segment, open_sql_catalog};
 use kfs_core::{
     CatalogOverrides, CommitSettings, EntryState, Feed, LEDGER_PROPERTY, Ledger, LedgerEntry,
-    LedgerError, MaintenanceError, MaintenancePolicy, OrphanRule, Overridden, PipelineConfig,
-    S3Settings, SOURCE_NAMESPACE_PROPERTY, SourceObject, SqliteLedger, Warehouse, maintain_table,
-    now_ms, remove_orphans, run_once, table_ident,
+    LedgerError, MaintenanceError, MaintenancePolicy, OrphanRule, Overridden, S3Settings,
+    SOURCE_NAMESPACE_PROPERTY, SourceObject, SqliteLedger, Warehouse, maintain_table, now_ms,
+    remove_orphans, table_ident,
 };
 use kfs_plan::keys::SegmentFile;
 use kfs_plan::naming::{TableName, TableNaming, TablePattern};
@@ -49,7 +49,7 @@ fn two_segments(local: &Local, namespace: &str, topic: &str) -> TestResult {
 /// Runs a pass with `naming`; checks that exactly one feed was refused, that its
 /// reason names `both`, and that nothing was quarantined.
 async fn refused_once(local: &Local, naming: &TableNaming, both: &[&str]) -> TestResult {
-    let report = run(local, naming).await?;
+    let report = local.run(naming).await?;
     assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
     assert_eq!(report.refused.len(), 1, "{:?}", report.refused);
     let reason = report.refused.values().next().cloned().unwrap_or_default();
@@ -66,22 +66,6 @@ async fn refused_once(local: &Local, naming: &TableNaming, both: &[&str]) -> Tes
         );
     }
     Ok(())
-}
-
-async fn run(local: &Local, naming: &TableNaming) -> Result<kfs_core::RunReport, BoxError> {
-    let config = PipelineConfig {
-        naming: naming.clone(),
-        ..PipelineConfig::default()
-    };
-    Ok(run_once(
-        &local.source,
-        &local.catalog,
-        &local.swap,
-        &local.ledger,
-        &config,
-        &|_| {},
-    )
-    .await?)
 }
 
 #[tokio::test]
@@ -108,7 +92,7 @@ async fn topics_that_sanitize_alike_are_refused_with_both_named_then_land_once_e
     naming
         .overrides
         .insert(newcomer.into(), name("kafscale.orders_0_second"));
-    let report = run(&local, &naming).await?;
+    let report = local.run(&naming).await?;
     assert!(report.refused.is_empty(), "{:?}", report.refused);
     exactly_once(&local.catalog, &shared, 10).await?;
     exactly_once(&local.catalog, &name("kafscale.orders_0_second"), 10).await?;
@@ -134,7 +118,7 @@ async fn a_many_to_one_rule_is_refused_with_both_topics_named_then_split() -> Te
     explicit
         .overrides
         .insert("orders-us".into(), name("sales.orders"));
-    let refused = run(&local, &explicit).await.err().map(|e| e.to_string());
+    let refused = local.run(&explicit).await.err().map(|e| e.to_string());
     assert!(
         refused
             .as_deref()
@@ -148,7 +132,7 @@ async fn a_many_to_one_rule_is_refused_with_both_topics_named_then_split() -> Te
         .load_table(&table_ident(&name("sales.orders")))
         .await?;
     let owner = table.metadata().properties().get("kfs.topic").cloned();
-    let report = run(&local, &naming).await?;
+    let report = local.run(&naming).await?;
     assert!(report.refused.is_empty(), "{:?}", report.refused);
     // The newcomer lands in its own table; the owner's records stay where they were
     // committed (its segments are in the ledger: moving them is the operator's call).
@@ -591,7 +575,7 @@ async fn a_segment_ending_at_the_largest_offset_is_quarantined_not_wrapped() -> 
     let local = Local::open().await?;
     let base = i64::MAX - 4;
     local.put("edge", base, &VALUES, 1)?;
-    let report = run(&local, &TableNaming::default()).await?;
+    let report = local.run(&TableNaming::default()).await?;
     assert_eq!(report.quarantined.len(), 1, "{report:?}");
     let (_, error) = &report.quarantined[0];
     assert!(error.contains("64 bits"), "{error}");
@@ -613,7 +597,7 @@ async fn a_table_from_before_feeds_were_recorded_keeps_working_and_records_its_l
     kfs_core::testing::ensure_topic_table(&local.catalog, &table, "orders", &Default::default())
         .await?;
     two_segments(&local, "ns", "orders")?;
-    let report = run(&local, &TableNaming::default()).await?;
+    let report = local.run(&TableNaming::default()).await?;
     assert!(report.refused.is_empty(), "{:?}", report.refused);
     exactly_once(&local.catalog, &table, 10).await?;
     let loaded = local.catalog.load_table(&table_ident(&table)).await?;

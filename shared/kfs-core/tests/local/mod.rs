@@ -13,8 +13,9 @@ use kfs_core::SqliteLedger;
 use kfs_core::testing::SqlTableSwap;
 use kfs_core::testing::{SqlCatalog, open_sql_catalog};
 use kfs_core::{CatalogAccess, LOCAL_CATALOG_NAME, S3Settings, Warehouse, table_ident};
+use kfs_core::{PipelineConfig, RunReport, run_once};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
-use kfs_plan::naming::TableName;
+use kfs_plan::naming::{TableName, TableNaming};
 use kfs_segment::Compression;
 use kfs_workload::{encode_records, simple_records};
 
@@ -94,6 +95,26 @@ impl Local {
         for record in &mut records {
             record.timestamp_ms = 1_700_000_000_000 + (record.offset % 1_000_000_000) * spacing_ms;
         }
+        self.put_records_in(namespace, topic, base, records)
+    }
+
+    /// Uploads a segment of `topic` partition 0 holding `records` as they are.
+    pub fn put_records(
+        &self,
+        topic: &str,
+        records: Vec<kfs_segment::OwnedRecord>,
+    ) -> Result<SegmentKey, BoxError> {
+        let base = records.first().map_or(0, |r| r.offset);
+        self.put_records_in("ns", topic, base, records)
+    }
+
+    fn put_records_in(
+        &self,
+        namespace: &str,
+        topic: &str,
+        base: i64,
+        records: Vec<kfs_segment::OwnedRecord>,
+    ) -> Result<SegmentKey, BoxError> {
         let key = SegmentKey {
             namespace: namespace.into(),
             topic: topic.into(),
@@ -107,27 +128,22 @@ impl Local {
             .put(&key.object_key(SegmentFile::Index), segment.index);
         Ok(key)
     }
-}
 
-impl Local {
-    /// Uploads a segment of `topic` partition 0 holding `records` as they are.
-    pub fn put_records(
-        &self,
-        topic: &str,
-        records: Vec<kfs_segment::OwnedRecord>,
-    ) -> Result<SegmentKey, BoxError> {
-        let key = SegmentKey {
-            namespace: "ns".into(),
-            topic: topic.into(),
-            partition: 0,
-            base_offset: records.first().map_or(0, |r| r.offset),
+    /// Runs one pass with `naming` and the default settings otherwise.
+    pub async fn run(&self, naming: &TableNaming) -> Result<RunReport, BoxError> {
+        let config = PipelineConfig {
+            naming: naming.clone(),
+            ..PipelineConfig::default()
         };
-        let segment = encode_records(records, Compression::Zstd)?;
-        self.source
-            .put(&key.object_key(SegmentFile::Data), segment.kfs);
-        self.source
-            .put(&key.object_key(SegmentFile::Index), segment.index);
-        Ok(key)
+        Ok(run_once(
+            &self.source,
+            &self.catalog,
+            &self.swap,
+            &self.ledger,
+            &config,
+            &|_| {},
+        )
+        .await?)
     }
 }
 
