@@ -81,7 +81,20 @@ async fn a_broken_table_and_an_unreadable_ledger_item_stop_nothing_else() -> Tes
     }
     local.put("poisoned", 10, &VALUES, 1)?;
 
-    let report = local.run(&TableNaming::default()).await?;
+    // A committer tick, maintenance and backlog included.
+    let maintenance = kfs_core::TickMaintenance {
+        policy: kfs_core::MaintenancePolicy::default(),
+        s3: kfs_core::S3Settings::default(),
+    };
+    let tick = kfs_core::run_tick(
+        &local.source,
+        local.access(),
+        &local.ledger,
+        &kfs_core::PipelineConfig::default(),
+        Some(&maintenance),
+    )
+    .await?;
+    let report = tick.pass;
     // Reported: the table that cannot be opened and the unreadable item.
     assert_eq!(
         report.failed_tables.keys().collect::<Vec<_>>(),
