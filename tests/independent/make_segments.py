@@ -52,7 +52,13 @@ EDGE_HEADERS = [
     [("ключ", b"\xff\x00\xfe\xfd"), ("日本語", "値".encode())],
     [("emoji-🚀", b"launch"), ("dup", b"1"), ("dup", b"2"), ("dup", None)],
     [("é", b""), ("", b"empty-key-is-legal"), ("bin", bytes(range(256)))],
+    # A key that is not UTF-8, as librdkafka and Go clients may send it.
+    [(b"\xff\xfe-bin", b"raw"), ("ok", None)],
 ]
+
+# A CreateTime delta putting the record beyond what microseconds hold (Kafka does not
+# bound CreateTime): its `timestamp` is null, its `timestamp_ms` exact.
+BEYOND_MICROS_DELTA = 9_300_000_000_000_000
 
 
 class Gen:
@@ -98,6 +104,8 @@ class Gen:
             headers = list(EDGE_HEADERS[(j // 3) % len(EDGE_HEADERS)])
             if r.random() < 0.2:
                 value = r.randbytes(r.randint(1, 64))
+            if j % 11 == 7:
+                td = BEYOND_MICROS_DELTA
             recs.append(Record(i, td, key, value, headers))
         return recs
 
