@@ -556,7 +556,7 @@ impl<'a> Process<'a> {
                 },
                 ..PipelineConfig::default()
             };
-            run_once(
+            let report = run_once(
                 &self.source,
                 &self.catalog,
                 &self.swap,
@@ -566,6 +566,22 @@ impl<'a> Process<'a> {
             )
             .await
             .map_err(|e| TickError::of(e.kind(), &e))?;
+            // A pass isolates what failed and goes on: a tick that left a segment
+            // unconverted, a table uncommitted or an item unread is not a clean one
+            // (a feed refused its table is, in the scenarios with colliding feeds).
+            if !report.failed_segments.is_empty()
+                || !report.failed_tables.is_empty()
+                || !report.unreadable.is_empty()
+            {
+                return Err(TickError {
+                    kind: kfs_core::ErrorKind::Transient,
+                    retryable: true,
+                    message: format!(
+                        "failed segments {:?}, tables {:?}, unreadable items {:?}",
+                        report.failed_segments, report.failed_tables, report.unreadable
+                    ),
+                });
+            }
             let Some(policy) = maintenance else {
                 return Ok(());
             };
