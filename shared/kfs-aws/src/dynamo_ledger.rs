@@ -26,7 +26,7 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use kfs_core::{
-    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
+    Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
     existing_entry, sort_entries,
 };
 use kfs_plan::fault::ErrorKind;
@@ -399,7 +399,7 @@ impl Ledger for DynamoLedger {
         Ok(listing)
     }
 
-    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<u32, LedgerError> {
+    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<Attempts, LedgerError> {
         let response = self
             .client
             .update_item()
@@ -408,20 +408,22 @@ impl Ledger for DynamoLedger {
             .update_expression("ADD started :one SET last_ms = :now")
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":now", n(now_ms))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await
             .map_err(store_error)?;
-        let started = response
-            .attributes()
-            .and_then(|a| a.get("started"))
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse::<u32>().ok())
-            .ok_or_else(|| LedgerError::Store {
-                message: format!("no attempt count returned for {segment}"),
-                kind: ErrorKind::Transient,
-            })?;
-        Ok(started.saturating_sub(1))
+        // The item as it was: none before the first attempt.
+        let number = |name: &str| {
+            response
+                .attributes()
+                .and_then(|a| a.get(name))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<i64>().ok())
+        };
+        Ok(Attempts {
+            unfinished: number("started").map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            last_began_ms: number("last_ms"),
+        })
     }
 
     async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {

@@ -51,7 +51,7 @@ pub use fault::{
     ErrorKind, Fault, RetryPolicy, iceberg_error, iceberg_error_kind, opendal_error_kind,
 };
 pub use ledger::{
-    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
+    Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
     MemoryLedger, SqliteLedger, existing_entry, sort_entries,
 };
 pub use maintenance::{
@@ -59,7 +59,9 @@ pub use maintenance::{
     MaintenanceSummary, OrphanReport, OrphanRule, compact_table, expire_snapshots, maintain_table,
     maintain_tables, remove_orphans, rewrite_manifests,
 };
-pub use pass::{PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_once};
+pub use pass::{
+    CONVERSION_TIMEOUT, PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_once,
+};
 pub use source::{
     MemorySource, OpendalSource, SegmentSource, SegmentStream, SourceError, SourceObject,
 };

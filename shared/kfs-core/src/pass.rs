@@ -26,6 +26,10 @@ use std::time::{Duration, Instant};
 /// before the sweep quarantines the segment instead of trying it again.
 pub const UNFINISHED_ATTEMPTS: u32 = 3;
 
+/// Longest a conversion may run, unless the configuration says otherwise: Lambda's
+/// longest timeout. An attempt that began earlier and never ended is dead.
+pub const CONVERSION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
 /// Settings of a pipeline pass.
 #[derive(Debug, Clone, Default)]
 pub struct PipelineConfig {
@@ -54,6 +58,10 @@ pub struct PipelineConfig {
     pub shard: Shard,
     /// Tries of one segment after transient failures, before the pass fails.
     pub retry: RetryPolicy,
+    /// Longest a conversion may run (the function's timeout; [`CONVERSION_TIMEOUT`]
+    /// when `None`): unfinished attempts that began longer ago are dead, and after
+    /// [`UNFINISHED_ATTEMPTS`] of them the segment is quarantined.
+    pub conversion_timeout: Option<Duration>,
 }
 
 /// Progress of a pass, for progress bars and logs.
@@ -299,12 +307,17 @@ pub async fn run_once(
         };
         let segment = key.object_key(SegmentFile::Data);
         // A conversion that killed its process (out of memory, a timeout, a crash)
-        // never ended its attempt: after a few, the segment is quarantined instead of
+        // never ended its attempt: after a few, all older than any conversion may run
+        // (so none is merely running elsewhere), the segment is quarantined instead of
         // killing every pass that reaches it.
-        let unfinished = ledger.begin_attempt(&segment, now_ms()).await?;
-        let recorded = if unfinished >= UNFINISHED_ATTEMPTS {
+        let began = now_ms();
+        let earlier = ledger.begin_attempt(&segment, began).await?;
+        let timeout = config.conversion_timeout.unwrap_or(CONVERSION_TIMEOUT);
+        let recorded = if earlier.dead(UNFINISHED_ATTEMPTS, timeout, began) {
             let why = format!(
-                "{unfinished} conversions began and never ended (the process died: out of memory, a timeout or a crash); quarantined so that other segments go on: raise the function's memory or timeout, then `quarantine retry`"
+                "{} conversions began and never ended, the latest over {} s ago (the process died: out of memory, a timeout or a crash); quarantined so that other segments go on: raise the function's memory or timeout, then `quarantine retry`",
+                earlier.unfinished,
+                timeout.as_secs()
             );
             quarantine_unconverted(source, target, ledger, key, object, &why).await
         } else {

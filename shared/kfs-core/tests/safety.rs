@@ -368,7 +368,11 @@ impl Ledger for CommitWhileListing<'_> {
         }
         self.inner.scan(state, table).await
     }
-    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<u32, LedgerError> {
+    async fn begin_attempt(
+        &self,
+        segment: &str,
+        now_ms: i64,
+    ) -> Result<kfs_core::Attempts, LedgerError> {
         self.inner.begin_attempt(segment, now_ms).await
     }
     async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {

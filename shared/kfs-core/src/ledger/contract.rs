@@ -1,7 +1,7 @@
 //! The contract every ledger keeps, as one check a test runs against each
 //! implementation.
 
-use super::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
+use super::{Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError};
 
 /// The behaviour every [`Ledger`] implementation must show, checked on an empty
 /// ledger by each implementation's tests: conditional inserts, transitions only from
@@ -232,32 +232,33 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
     )?;
     // Unfinished attempts count up per segment until one ends; they are not entries.
     let crashing = "ns/orders/0/segment-00000000000000000090.kfs";
-    for before in 0..3 {
+    let other = "ns/orders/0/segment-00000000000000000091.kfs";
+    for (before, began) in [(0, None), (1, Some(20)), (2, Some(21))] {
         expect(
             "attempts begun before",
-            ledger.begin_attempt(crashing, 20).await.map_err(store)?,
-            before,
+            ledger
+                .begin_attempt(crashing, 20 + i64::from(before))
+                .await
+                .map_err(store)?,
+            Attempts {
+                unfinished: before,
+                last_began_ms: began,
+            },
         )?;
     }
     expect(
         "another segment's attempts",
-        ledger
-            .begin_attempt("ns/orders/0/segment-00000000000000000091.kfs", 20)
-            .await
-            .map_err(store)?,
-        0,
+        ledger.begin_attempt(other, 30).await.map_err(store)?,
+        Attempts::default(),
     )?;
     ledger.end_attempt(crashing).await.map_err(store)?;
     expect(
         "attempts after one ended",
-        ledger.begin_attempt(crashing, 21).await.map_err(store)?,
-        0,
+        ledger.begin_attempt(crashing, 40).await.map_err(store)?,
+        Attempts::default(),
     )?;
     ledger.end_attempt(crashing).await.map_err(store)?;
-    ledger
-        .end_attempt("ns/orders/0/segment-00000000000000000091.kfs")
-        .await
-        .map_err(store)?;
+    ledger.end_attempt(other).await.map_err(store)?;
     Ok(())
 }
 

@@ -1,6 +1,8 @@
 //! The in-memory ledger: unit tests and fault injection.
 
-use super::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing, sort_entries};
+use super::{
+    Attempts, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing, sort_entries,
+};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -8,7 +10,7 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
     entries: Mutex<BTreeMap<String, LedgerEntry>>,
-    attempts: Mutex<BTreeMap<String, u32>>,
+    attempts: Mutex<BTreeMap<String, Attempts>>,
 }
 
 impl MemoryLedger {
@@ -59,14 +61,17 @@ impl Ledger for MemoryLedger {
         })
     }
 
-    async fn begin_attempt(&self, segment: &str, _now_ms: i64) -> Result<u32, LedgerError> {
+    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<Attempts, LedgerError> {
         let mut attempts = self.attempts.lock().map_err(|_| LedgerError::Store {
             message: "memory ledger lock poisoned".into(),
             kind: crate::fault::ErrorKind::Transient,
         })?;
-        let started = attempts.entry(segment.to_owned()).or_default();
-        let before = *started;
-        *started = started.saturating_add(1);
+        let current = attempts.entry(segment.to_owned()).or_default();
+        let before = *current;
+        *current = Attempts {
+            unfinished: before.unfinished.saturating_add(1),
+            last_began_ms: Some(now_ms),
+        };
         Ok(before)
     }
 

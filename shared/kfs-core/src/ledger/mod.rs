@@ -230,6 +230,28 @@ impl Listing {
     }
 }
 
+/// The conversions of a segment that began and have not ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attempts {
+    /// How many.
+    pub unfinished: u32,
+    /// When the latest of them began (Unix ms), if any.
+    pub last_began_ms: Option<i64>,
+}
+
+impl Attempts {
+    /// True when at least `count` conversions began and never ended, the latest more
+    /// than `running_at_most` before `now_ms`: longer than any conversion may run (the
+    /// function's timeout), so none of them is still running elsewhere.
+    pub fn dead(&self, count: u32, running_at_most: std::time::Duration, now_ms: i64) -> bool {
+        let limit = i64::try_from(running_at_most.as_millis()).unwrap_or(i64::MAX);
+        self.unfinished >= count
+            && self
+                .last_began_ms
+                .is_some_and(|began| now_ms.saturating_sub(began) > limit)
+    }
+}
+
 /// The ledger interface every backend implements.
 pub trait Ledger: Send + Sync {
     /// Which ledger this is (`sqlite:<path>`, `dynamodb:<table>`, `memory:<id>`):
@@ -274,14 +296,15 @@ pub trait Ledger: Send + Sync {
         }
     }
 
-    /// Notes that a conversion of `segment` begins; returns how many conversions of it
-    /// began before and never ended ([`Ledger::end_attempt`]): the process died in
-    /// them (a crash, out of memory, a timeout).
+    /// Notes that a conversion of `segment` begins at `now_ms`; returns the conversions
+    /// of it that began before and have not ended ([`Ledger::end_attempt`]): still
+    /// running in another process, or dead with their process (a crash, out of
+    /// memory, a timeout). Only time tells them apart ([`Attempts::dead`]).
     fn begin_attempt(
         &self,
         segment: &str,
         now_ms: i64,
-    ) -> impl Future<Output = Result<u32, LedgerError>> + Send;
+    ) -> impl Future<Output = Result<Attempts, LedgerError>> + Send;
 
     /// Notes that a conversion of `segment` ended, whatever its outcome: its unfinished
     /// attempts are forgotten.
@@ -350,4 +373,26 @@ pub fn converted_paths(entry: &LedgerEntry) -> Vec<String> {
                 .map(str::to_owned)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod attempt_tests {
+    use super::Attempts;
+    use std::time::Duration;
+
+    #[test]
+    fn only_old_unfinished_attempts_are_dead() {
+        let minute = Duration::from_secs(60);
+        let at = |unfinished, last_began_ms| Attempts {
+            unfinished,
+            last_began_ms: Some(last_began_ms),
+        };
+        // Three conversions running beside this one right now: not dead.
+        assert!(!at(3, 1_000).dead(3, minute, 2_000));
+        // Three that began long ago and never ended: dead.
+        assert!(at(3, 1_000).dead(3, minute, 1_000 + 61_000));
+        // Two are not enough, and nothing began: not dead.
+        assert!(!at(2, 0).dead(3, minute, 1_000_000));
+        assert!(!Attempts::default().dead(0, minute, 1_000_000));
+    }
 }

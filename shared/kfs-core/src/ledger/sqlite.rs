@@ -1,7 +1,7 @@
 //! The embedded SQLite ledger, the local default.
 
 use super::{
-    DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
+    Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
     existing_entry,
 };
 use sqlx::Row;
@@ -38,7 +38,8 @@ CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, table_name, partiti
 CREATE TABLE IF NOT EXISTS attempts (
     segment TEXT PRIMARY KEY,
     started INTEGER NOT NULL,
-    last_ms INTEGER NOT NULL
+    last_ms INTEGER NOT NULL,
+    previous_ms INTEGER
 );
 ";
 
@@ -226,17 +227,21 @@ impl Ledger for SqliteLedger {
         Ok(listing)
     }
 
-    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<u32, LedgerError> {
-        let started: i64 = sqlx::query_scalar(
-            "INSERT INTO attempts (segment, started, last_ms) VALUES (?1, 1, ?2)
-             ON CONFLICT (segment) DO UPDATE SET started = started + 1, last_ms = ?2
-             RETURNING started",
+    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<Attempts, LedgerError> {
+        // SET expressions read the row as it was: `previous_ms` gets the last start.
+        let (started, previous_ms): (i64, Option<i64>) = sqlx::query_as(
+            "INSERT INTO attempts (segment, started, last_ms, previous_ms) VALUES (?1, 1, ?2, NULL)
+             ON CONFLICT (segment) DO UPDATE SET started = started + 1, previous_ms = last_ms, last_ms = ?2
+             RETURNING started, previous_ms",
         )
         .bind(segment)
         .bind(now_ms)
         .fetch_one(&self.pool)
         .await?;
-        Ok(u32::try_from(started - 1).unwrap_or(u32::MAX))
+        Ok(Attempts {
+            unfinished: u32::try_from(started - 1).unwrap_or(u32::MAX),
+            last_began_ms: previous_ms,
+        })
     }
 
     async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
