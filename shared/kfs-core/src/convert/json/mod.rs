@@ -45,7 +45,7 @@ impl std::fmt::Display for Rejection {
 }
 
 /// Parses a record value into the JSON object whose fields become columns (named as
-/// the producer named them: [`place`] finds their columns). A null value (a
+/// the producer named them: `place` finds their columns). A null value (a
 /// tombstone) is an empty object: the row keeps its metadata, every field null.
 pub fn parse_value(value: Option<&[u8]>) -> Result<Map<String, Value>, Rejection> {
     let Some(bytes) = value else {
@@ -261,7 +261,7 @@ fn same_shape(column: &Type, value: &Value) -> bool {
 }
 
 /// A value that [`fits`] the schema, made ready to become its Arrow columns: its
-/// fields keyed by their columns' names ([`place`]), every value without a type whose
+/// fields keyed by their columns' names (`place`), every value without a type whose
 /// column took another shape meanwhile null, and fields without a column (only ever
 /// typeless) left out.
 pub fn conform(value: Map<String, Value>, fields: &[NestedFieldRef]) -> Map<String, Value> {
