@@ -42,9 +42,7 @@ pub use catalog::{
 };
 pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};
-pub use convert::json::{
-    ColumnCaps, MAX_COLUMN_NAME_BYTES, MAX_FIELDS_PROPERTY, MAX_NEW_FIELDS_PROPERTY, column_for,
-};
+pub use convert::json::{ColumnCaps, MAX_FIELDS_PROPERTY, MAX_NEW_FIELDS_PROPERTY};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome, conversion_mib};
 pub use error::PipelineError;
 pub use fault::{
@@ -67,7 +65,8 @@ pub use source::{
 };
 pub use storage::{S3Settings, Warehouse};
 pub use table::{
-    Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, compression, live_entries,
-    table_ident, table_progress, table_watermarks, target_file_size,
+    Feed, LEDGER_PROPERTY, MAX_COLUMN_NAME_BYTES, OwnershipError, SOURCE_NAMESPACE_PROPERTY,
+    column_for, compression, live_entries, table_ident, table_progress, table_watermarks,
+    target_file_size,
 };
 pub use tick::{Backlog, TickMaintenance, TickReport, backlog, run_tick};

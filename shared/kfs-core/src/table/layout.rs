@@ -96,9 +96,9 @@ pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Res
             let columns: Vec<ExtraColumn> = declared
                 .iter()
                 .map(|column| {
-                    let name = crate::convert::json::column_for(&column.name, true);
+                    let name = super::column_for(&column.name, true);
                     let doc = (name != crate::table::column_name(&column.name))
-                        .then(|| crate::convert::json::field_doc(&column.name));
+                        .then(|| super::field_doc(&column.name));
                     let primitive = match column.column_type {
                         ColumnType::Boolean => PrimitiveType::Boolean,
                         ColumnType::Int => PrimitiveType::Int,

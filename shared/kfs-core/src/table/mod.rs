@@ -1,4 +1,5 @@
-//! The topic table: its layout (schema, partition spec, properties), how it is opened
+//! The topic table: its layout (schema, partition spec, properties, the column names of
+//! JSON fields), how it is opened
 //! and evolved through the catalog, the feed that owns it, its history and progress read from snapshot
 //! summaries, and its data files as the planners see them.
 
@@ -6,6 +7,7 @@ mod ensure;
 pub(crate) mod files;
 pub(crate) mod history;
 mod layout;
+mod names;
 mod ownership;
 mod properties;
 
@@ -19,6 +21,7 @@ pub use history::{
     table_progress, table_watermarks,
 };
 pub use layout::*;
+pub use names::{MAX_COLUMN_NAME_BYTES, Placement, column_for, field_doc, place};
 pub use ownership::{
     Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, claim_table, table_owner,
 };

@@ -10,10 +10,10 @@
 //! double) by a value that overflows it.
 //! A field that is only ever null, `[]` or `{}` has no type yet and gets no column
 //! until a value gives it one. Top-level fields become top-level columns; field names
-//! become column names every catalog accepts ([`names`]: one whose name is a Kafka
-//! metadata column, `offset`, `timestamp`..., is stored as `value_<name>`; `a.b` as
-//! `a_b`), and two fields that would share a column make the later record a dead
-//! letter.
+//! become column names every catalog accepts (`crate::table::column_for`: one whose
+//! name is a Kafka metadata column, `offset`, `timestamp`..., is stored as
+//! `value_<name>`; `a.b` as `a_b`), and two fields that would share a column make the
+//! later record a dead letter.
 //!
 //! A record whose value cannot be written is rejected with the reason, for the
 //! dead-letter table: a value that is not JSON, not an object, or whose field has a
@@ -21,11 +21,19 @@
 //! column, an integer beyond 64 bits), a field whose column holds another field, or a
 //! field the table's column caps leave no room for ([`ColumnCaps`]).
 
-mod names;
-
 use std::sync::Arc;
 
-pub use names::{MAX_COLUMN_NAME_BYTES, Placement, column_for, field_doc, place};
+use crate::table::Placement;
+
+/// [`crate::table::place`], its error a rejection.
+fn place<'a>(
+    fields: &[NestedFieldRef],
+    name: &'a str,
+    top: bool,
+    path: &str,
+) -> Result<Placement<'a>, Rejection> {
+    crate::table::place(fields, name, top, path).map_err(Rejection)
+}
 
 use crate::table::METADATA_COLUMNS;
 use arrow_array::{ArrayRef, RecordBatch};

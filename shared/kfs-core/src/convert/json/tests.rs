@@ -1,6 +1,7 @@
 //! Tests of JSON values against table schemas.
 
 use super::*;
+use crate::table::{MAX_COLUMN_NAME_BYTES, column_for, field_doc};
 
 fn object(text: &str) -> Map<String, Value> {
     parse_value(Some(text.as_bytes())).unwrap_or_else(|e| unreachable!("{e}"))

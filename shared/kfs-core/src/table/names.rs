@@ -1,4 +1,4 @@
-//! JSON field names as column names every supported catalog accepts (Glue, the SQL and
+//! The column names of JSON fields: names every supported catalog accepts (Glue, the SQL and
 //! REST catalogs, S3 Tables, and the engines reading them: Athena, Spark, Trino, DuckDB),
 //! and which column holds a field.
 //!
@@ -8,7 +8,7 @@
 //! - any other character becomes `_u` and its code point in hex (`名` → `_u540d`);
 //! - an empty name becomes `_`;
 //! - a top-level name that is a Kafka metadata column (`offset`, `timestamp`...) is
-//!   prefixed `value_` ([`crate::table::column_name`]);
+//!   prefixed `value_` ([`super::column_name`]);
 //! - a name longer than [`MAX_COLUMN_NAME_BYTES`] keeps its first bytes and ends with
 //!   `_` and a 16-digit hash of the original name.
 //!
@@ -22,8 +22,6 @@
 use std::borrow::Cow;
 
 use iceberg::spec::NestedFieldRef;
-
-use super::Rejection;
 
 /// Longest column name written, in bytes (Glue's limit is 255).
 pub const MAX_COLUMN_NAME_BYTES: usize = 255;
@@ -56,7 +54,7 @@ pub fn column_for(name: &str, top: bool) -> Cow<'_, str> {
         Cow::Owned(mapped)
     };
     if top {
-        let renamed = crate::table::column_name(&column);
+        let renamed = super::column_name(&column);
         if renamed != column {
             column = Cow::Owned(renamed);
         }
@@ -98,16 +96,16 @@ pub enum Placement<'a> {
 }
 
 /// Which column of `fields` holds the field `name`, or the new column it needs; a
-/// column of its name (or of its name in another case) that holds another field is a
-/// rejection naming both.
+/// column of its name (or of its name in another case) that holds another field is an
+/// error naming both (the record's reason for the dead-letter table).
 pub fn place<'a>(
     fields: &[NestedFieldRef],
     name: &'a str,
     top: bool,
     path: &str,
-) -> Result<Placement<'a>, Rejection> {
+) -> Result<Placement<'a>, String> {
     let column = column_for(name, top);
-    let mapped = column != name && !(top && column == crate::table::column_name(name));
+    let mapped = column != name && !(top && column == super::column_name(name));
     let doc = mapped.then(|| field_doc(name));
     if let Some(index) = fields.iter().position(|f| f.name == column) {
         let field = &fields[index];
@@ -115,16 +113,16 @@ pub fn place<'a>(
         if recorded == doc.as_deref() {
             return Ok(Placement::Column(index));
         }
-        return Err(Rejection(format!(
+        return Err(format!(
             "field {path:?} maps to column {column:?}, which holds another field ({})",
             recorded.unwrap_or("its own name")
-        )));
+        ));
     }
     if let Some(other) = fields.iter().find(|f| f.name.eq_ignore_ascii_case(&column)) {
-        return Err(Rejection(format!(
+        return Err(format!(
             "field {path:?} maps to column {column:?}, which differs only in case from column {:?}: catalogs such as Glue do not tell them apart",
             other.name
-        )));
+        ));
     }
     Ok(Placement::New { name: column, doc })
 }
