@@ -139,7 +139,7 @@ def main():
             for name in ("partition", "offset", "timestamp_ms", "key"):
                 if row[name] != record[name]:
                     fail(f"{rid} ({where}): {name} {row[name]!r} != {record[name]!r}")
-            headers = [(h["key"], h["value"]) for h in row["headers"]]
+            headers = [(h["key"], h.get("key_bytes"), h["value"]) for h in row["headers"]]
             if headers != record["headers"]:
                 fail(f"{rid} ({where}): headers {headers!r} != {record['headers']!r}")
             if value is None:
