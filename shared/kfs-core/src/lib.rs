@@ -42,7 +42,6 @@ pub use catalog::{
 };
 pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};
-pub use convert::json::{ColumnCaps, MAX_FIELDS_PROPERTY, MAX_NEW_FIELDS_PROPERTY};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome, conversion_mib};
 pub use error::PipelineError;
 pub use fault::{

@@ -141,14 +141,19 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// True when something needs an operator or another pass: a table that failed to
-    /// open or commit, a feed refused its table, a segment that failed to convert, or
-    /// an unreadable ledger item.
-    pub fn has_failures(&self) -> bool {
+    /// True when the pass left work undone that another pass (or an operator) must
+    /// finish: a table that failed to open or commit, a segment that failed to
+    /// convert, or an unreadable ledger item.
+    pub fn left_work(&self) -> bool {
         !self.failed_tables.is_empty()
-            || !self.refused.is_empty()
             || !self.failed_segments.is_empty()
             || !self.unreadable.is_empty()
+    }
+
+    /// True when something needs an operator or another pass: [`Self::left_work`], or
+    /// a feed refused its table.
+    pub fn has_failures(&self) -> bool {
+        self.left_work() || !self.refused.is_empty()
     }
 }
 

@@ -573,10 +573,7 @@ impl<'a> Process<'a> {
             // A pass isolates what failed and goes on: a tick that left a segment
             // unconverted, a table uncommitted or an item unread is not a clean one
             // (a feed refused its table is, in the scenarios with colliding feeds).
-            if !report.failed_segments.is_empty()
-                || !report.failed_tables.is_empty()
-                || !report.unreadable.is_empty()
-            {
+            if report.left_work() {
                 return Err(TickError {
                     kind: kfs_core::ErrorKind::Transient,
                     retryable: true,
