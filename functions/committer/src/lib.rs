@@ -166,8 +166,7 @@ pub fn metric_sets(report: &TickReport) -> Vec<MetricSet> {
     for (table, backlog) in &report.backlog {
         sets.push(
             MetricSet::new(&[("Table", table)])
-                .put("PendingFiles", backlog.pending_files as f64, "Count")
-                .put("PendingBytes", backlog.pending_bytes as f64, "Bytes")
+                .put("PendingSegments", backlog.pending_segments as f64, "Count")
                 .put(
                     "OldestPendingAge",
                     backlog.oldest_pending_age_s(report.now_ms) as f64,

@@ -27,7 +27,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use kfs_core::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
-    existing_entry, sort_entries,
+    WorkKey, existing_entry, sort_entries,
 };
 use kfs_plan::fault::ErrorKind;
 
@@ -266,8 +266,8 @@ impl DynamoLedger {
         Ok(out)
     }
 
-    /// Segment keys in the work index under `work_key`, in partition and offset order.
-    async fn work_keys(&self, work_key: &str) -> Result<Vec<String>, LedgerError> {
+    /// The work index's keys under `work_key`, in partition and offset order.
+    async fn work_index(&self, work_key: &str) -> Result<Vec<WorkKey>, LedgerError> {
         let mut keys = Vec::new();
         let mut start = None;
         loop {
@@ -283,12 +283,27 @@ impl DynamoLedger {
                 .send()
                 .await
                 .map_err(store_error)?;
-            keys.extend(
-                response
-                    .items()
-                    .iter()
-                    .filter_map(|i| i.get("segment_key")?.as_s().ok().cloned()),
-            );
+            for item in response.items() {
+                let Some(segment) = item.get("segment_key").and_then(|v| v.as_s().ok()) else {
+                    continue;
+                };
+                let order = item.get("work_order").and_then(|v| v.as_s().ok());
+                let place = order.and_then(|order| {
+                    let (partition, base) = order.split_once('#')?;
+                    Some((partition.parse().ok()?, base.parse().ok()?))
+                });
+                let Some((partition, base_offset)) = place else {
+                    return Err(LedgerError::Corrupt {
+                        segment: segment.clone(),
+                        reason: format!("work_order {order:?} is not <partition>#<base offset>"),
+                    });
+                };
+                keys.push(WorkKey {
+                    segment: segment.clone(),
+                    partition,
+                    base_offset,
+                });
+            }
             start = response.last_evaluated_key().cloned();
             if start.is_none() {
                 return Ok(keys);
@@ -354,11 +369,24 @@ impl Ledger for DynamoLedger {
         }
     }
 
+    async fn work_keys(&self, state: &str, table: &str) -> Result<Vec<WorkKey>, LedgerError> {
+        self.work_index(&format!("{state}#{table}")).await
+    }
+
+    async fn get_many(&self, segments: &[String]) -> Result<Listing, LedgerError> {
+        let mut listing = self.consistent_get_many(segments.to_vec()).await?;
+        sort_entries(&mut listing.entries);
+        Ok(listing)
+    }
+
     async fn scan(&self, state: Option<&str>, table: Option<&str>) -> Result<Listing, LedgerError> {
         let keys: Vec<String> = match (state, table) {
-            (Some(state @ ("pending" | "quarantined" | "skipped")), Some(table)) => {
-                self.work_keys(&format!("{state}#{table}")).await?
-            }
+            (Some(state @ ("pending" | "quarantined" | "skipped")), Some(table)) => self
+                .work_index(&format!("{state}#{table}"))
+                .await?
+                .into_iter()
+                .map(|k| k.segment)
+                .collect(),
             (Some(state @ ("pending" | "quarantined" | "skipped")), None) => {
                 let prefix = format!("{state}#");
                 self.scan_items(Some(WORK_INDEX))

@@ -49,7 +49,7 @@ pub use fault::{
 };
 pub use ledger::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
-    MemoryLedger, SqliteLedger, existing_entry, sort_entries,
+    MemoryLedger, SqliteLedger, WorkKey, existing_entry, partition_heads, sort_entries,
 };
 pub use maintenance::{
     CompactionReport, ExpiryReport, MIN_ORPHAN_AGE, MaintenanceError, MaintenancePolicy,
@@ -60,7 +60,8 @@ pub use pass::{
     CONVERSION_TIMEOUT, PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_once,
 };
 pub use source::{
-    MemorySource, OpendalSource, SegmentSource, SegmentStream, SourceError, SourceObject,
+    MemorySource, ObjectStream, OpendalSource, SegmentSource, SegmentStream, SourceError,
+    SourceObject,
 };
 pub use storage::{S3Settings, Warehouse};
 pub use table::{

@@ -19,7 +19,7 @@ use kfs_plan::naming::TableNaming;
 use kfs_plan::shard::Shard;
 use kfs_plan::sweep::ListedSegment;
 use kfs_segment::DecodeLimits;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// Conversions of one segment that may begin and never end (their process died)
@@ -100,7 +100,8 @@ pub enum Progress {
 /// What a pass did.
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
-    /// Objects listed.
+    /// Objects listed: after each partition's watermark, and where a late segment
+    /// would be (what is retained below the watermark is never listed).
     pub objects: usize,
     /// Objects that are not segment files.
     pub ignored: usize,
@@ -110,7 +111,7 @@ pub struct RunReport {
     pub segments: usize,
     /// Segments the ledger already knew, or below their table's watermark.
     pub known: usize,
-    /// Segments of topics another shard handles.
+    /// Topics another shard handles (not listed further).
     pub other_shards: usize,
     /// Segments converted in this pass.
     pub converted: usize,
@@ -124,9 +125,14 @@ pub struct RunReport {
     pub tables: BTreeMap<String, CommitOutcome>,
     /// Tables whose commit failed this pass, with the error; their files stay pending.
     pub failed_tables: BTreeMap<String, String>,
-    /// Segments left for the next pass (the conversion bound or the deadline reached):
-    /// new ones not converted, and listed ones the sweep did not look at.
+    /// New segments left unconverted for the next pass (the conversion bound or the
+    /// deadline reached).
     pub deferred: usize,
+    /// Feeds (`namespace/topic`) the sweep did not reach before the deadline: left
+    /// for the next pass.
+    pub deferred_feeds: usize,
+    /// Tables whose feeds the sweep listed.
+    pub swept: BTreeSet<String>,
     /// Feeds (`namespace/topic`) refused their table, with the reason: another feed
     /// owns it, or kfs-iceberg did not create it. Their segments wait, unconverted and
     /// uncommitted, until the mapping is fixed.
@@ -237,17 +243,7 @@ pub async fn run_once(
     progress: &(dyn Fn(&Progress) + Sync),
 ) -> Result<RunReport, PipelineError> {
     config.naming.validate().map_err(PipelineError::Config)?;
-    let objects = source.list().await?;
-    let listing = SegmentListing::from_keys(objects.iter().map(|o| o.key.as_str()));
-    let by_key: HashMap<&str, &SourceObject> =
-        objects.iter().map(|o| (o.key.as_str(), o)).collect();
-    let mut report = RunReport {
-        objects: objects.len(),
-        ignored: listing.ignored,
-        incomplete: listing.incomplete.len(),
-        segments: listing.complete.len(),
-        ..RunReport::default()
-    };
+    let mut report = RunReport::default();
     let mut work = Vec::new();
     let mut tables = Tables::new(
         CatalogAccess { catalog, swap },
@@ -257,48 +253,104 @@ pub async fn run_once(
     let sweep_deadline = config
         .deadline
         .map(|d| d.checked_sub(config.commit_reserve).unwrap_or(d));
-    for (listed, key) in listing.complete.iter().enumerate() {
+    // Per table: the listing the commit plans with, and the segments the ledger
+    // holds open work for (no lookup needed for them).
+    let mut swept: BTreeMap<String, SweptTable> = BTreeMap::new();
+    let feeds = list_feeds(source, &config.shard, &mut report).await?;
+    for (feed_at, (namespace, topic, partitions)) in feeds.iter().enumerate() {
         if sweep_deadline.is_some_and(|d| Instant::now() >= d) {
             // Checked in every loop: a sweep of a long backlog must not eat the time
             // its commits need. What is not looked at waits for the next pass.
-            report.deferred += listing.complete.len() - listed;
+            report.deferred_feeds += feeds.len() - feed_at;
             break;
         }
-        if !config.shard.owns(&key.topic) {
-            report.other_shards += 1;
-            continue;
-        }
-        let object_key = key.object_key(SegmentFile::Data);
-        let Some(object) = by_key.get(object_key.as_str()) else {
+        let feed = Feed { namespace, topic };
+        let Some(target) = tables.get(feed).await else {
             continue;
         };
-        // Segments below the watermark are in the table: no ledger read for them, so a
-        // sweep costs one read per segment not yet committed, not per segment listed.
-        let Some(target) = tables.get(feed_of(key)).await else {
-            continue;
-        };
-        let progress = &target.progress;
-        if progress.classify(key.partition, key.base_offset) == ListedSegment::Committed {
-            report.known += 1;
-            continue;
-        }
-        match ledger.get(&object_key).await {
-            Err(LedgerError::Corrupt { segment, reason }) => {
-                report.known += 1;
-                report.unreadable.push((segment, reason));
+        let table_name = target.name.to_string();
+        let table = match swept.entry(table_name.clone()) {
+            std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                let mut open = HashSet::new();
+                for state in ["pending", "quarantined"] {
+                    let keys = ledger.work_keys(state, &table_name).await?;
+                    open.extend(keys.into_iter().map(|k| k.segment));
+                }
+                report.swept.insert(table_name.clone());
+                slot.insert(SweptTable {
+                    topic: topic.clone(),
+                    name: target.name.clone(),
+                    listing: BTreeMap::new(),
+                    open,
+                })
             }
-            Err(e) => return Err(e.into()),
-            Ok(Some(entry)) => {
-                report.known += 1;
-                if object.etag.as_ref().is_some_and(|etag| *etag != entry.etag) {
-                    report.rewritten.push(object_key);
+        };
+        for (partition_dir, partition) in partitions {
+            let partition = *partition;
+            let dir = format!("{namespace}/{topic}/{partition_dir}/");
+            // Only where work can be: after the watermark, and where a late segment
+            // would be. What is retained below the watermark is never listed.
+            for range in target.progress.ranges_to_list(partition) {
+                let start_after = range.from.map(|from| format!("{dir}segment-{from:020}"));
+                let mut listed = source.list_files(&dir, start_after.as_deref()).await?;
+                let mut objects = Vec::new();
+                while let Some(object) = listed.next().await {
+                    let object = object?;
+                    if SegmentKey::parse(&object.key)
+                        .is_some_and(|(k, _)| range.is_below(k.base_offset))
+                    {
+                        break;
+                    }
+                    objects.push(object);
+                }
+                let found = SegmentListing::from_keys(objects.iter().map(|o| o.key.as_str()));
+                report.objects += objects.len();
+                report.ignored += found.ignored;
+                report.incomplete += found.incomplete.len();
+                report.segments += found.complete.len();
+                let by_key: HashMap<&str, &SourceObject> =
+                    objects.iter().map(|o| (o.key.as_str(), o)).collect();
+                for key in found.complete {
+                    table
+                        .listing
+                        .entry(key.partition)
+                        .or_default()
+                        .insert(key.base_offset);
+                    let object_key = key.object_key(SegmentFile::Data);
+                    let Some(&object) = by_key.get(object_key.as_str()) else {
+                        continue;
+                    };
+                    if target.progress.classify(key.partition, key.base_offset)
+                        == ListedSegment::Committed
+                        || table.open.contains(&object_key)
+                    {
+                        // In the table, or open work the ledger holds: no lookup, so a
+                        // sweep costs one read per segment new to it, not per segment
+                        // waiting.
+                        report.known += 1;
+                        continue;
+                    }
+                    match ledger.get(&object_key).await {
+                        Err(LedgerError::Corrupt { segment, reason }) => {
+                            report.known += 1;
+                            report.unreadable.push((segment, reason));
+                        }
+                        Err(e) => return Err(e.into()),
+                        Ok(Some(entry)) => {
+                            report.known += 1;
+                            if object.etag.as_ref().is_some_and(|etag| *etag != entry.etag) {
+                                report.rewritten.push(object_key);
+                            }
+                        }
+                        Ok(None) => work.push((key, object.clone())),
+                    }
                 }
             }
-            Ok(None) => work.push((key, *object)),
         }
     }
     progress(&Progress::Listed {
-        segments: listing.complete.len(),
+        segments: report.segments,
         new: work.len(),
     });
     let budget = config.max_conversions.unwrap_or(usize::MAX);
@@ -373,50 +425,28 @@ pub async fn run_once(
             }
         }
     }
-    // Commit every table that has pending work, with the listing of its feed.
-    let pending = ledger.scan(Some("pending"), None).await?;
-    report.unreadable.extend(pending.unreadable.iter().cloned());
-    let feeds: BTreeSet<(String, &str)> = pending
-        .entries
-        .iter()
-        .filter(|e| config.shard.owns(&e.topic))
-        .map(|e| (entry_namespace(e), e.topic.as_str()))
-        .collect();
-    // One job per table: feeds that share one (only a table from before namespaces
-    // were recorded accepts a topic from several) commit together, on the listing of
-    // them all.
-    let mut jobs: BTreeMap<String, CommitJob> = BTreeMap::new();
-    for (namespace, topic) in &feeds {
-        let feed = Feed { namespace, topic };
-        let Some(target) = tables.get(feed).await else {
+    // Commit every table swept with pending work, on the listing of its feeds (feeds
+    // that share one table, which only a table from before namespaces were recorded
+    // allows, commit together).
+    let mut jobs = Vec::new();
+    for (name, table) in swept {
+        let pending = ledger.work_keys("pending", &name).await?;
+        if pending.is_empty() {
             continue;
-        };
-        let name = target.name.clone();
-        let (_, _, table_listing, _) = jobs.entry(name.to_string()).or_insert_with(|| {
-            let settings = CommitSettings {
-                start_offsets: config
-                    .start_offsets
-                    .get(*topic)
-                    .cloned()
-                    .unwrap_or_default(),
-                etcd: config.etcd.view(topic),
-                crosscheck: config.crosscheck,
-                ..config.commit.clone()
-            };
-            (topic.to_string(), name, BTreeMap::new(), settings)
-        });
-        for key in listing
-            .complete
-            .iter()
-            .filter(|k| k.topic == *topic && k.namespace == *namespace)
-        {
-            table_listing
-                .entry(key.partition)
-                .or_default()
-                .insert(key.base_offset);
         }
+        let settings = CommitSettings {
+            start_offsets: config
+                .start_offsets
+                .get(&table.topic)
+                .cloned()
+                .unwrap_or_default(),
+            etcd: config.etcd.view(&table.topic),
+            crosscheck: config.crosscheck,
+            ..config.commit.clone()
+        };
+        jobs.push((table.topic, table.name, table.listing, settings));
     }
-    let results: Vec<_> = futures::stream::iter(jobs.into_values())
+    let results: Vec<_> = futures::stream::iter(jobs)
         .map(|(topic, name, topic_listing, settings)| async move {
             if config.deadline.is_some_and(|d| Instant::now() >= d) {
                 return (name, None);
@@ -439,6 +469,7 @@ pub async fn run_once(
     for (name, outcome) in results {
         match outcome {
             Some(Ok(outcome)) => {
+                report.unreadable.extend(outcome.unreadable.iter().cloned());
                 progress(&Progress::Committed {
                     table: name.to_string(),
                     snapshot_id: outcome.snapshot_id,
@@ -468,13 +499,53 @@ pub async fn run_once(
     Ok(report)
 }
 
-/// One table's commit: its topic, name, the listing of its feeds, and the settings.
-type CommitJob = (
-    String,
-    kfs_plan::naming::TableName,
-    BTreeMap<i32, BTreeSet<i64>>,
-    CommitSettings,
-);
+/// A feed's namespace, topic, and partitions (directory name and number).
+type Feeds = (String, String, Vec<(String, i32)>);
+
+/// What the sweep found for one table.
+struct SweptTable {
+    /// The topic feeding it.
+    topic: String,
+    /// Its name.
+    name: kfs_plan::naming::TableName,
+    /// Base offsets of the complete segments listed, per partition.
+    listing: BTreeMap<i32, BTreeSet<i64>>,
+    /// Segments with open work in the ledger (pending or quarantined).
+    open: HashSet<String>,
+}
+
+/// The feeds of the source and their partitions, as its directories show them
+/// (`{namespace}/{topic}/{partition}/`), for the topics `shard` handles; the
+/// others are counted.
+async fn list_feeds(
+    source: &impl SegmentSource,
+    shard: &Shard,
+    report: &mut RunReport,
+) -> Result<Vec<Feeds>, PipelineError> {
+    let mut feeds = Vec::new();
+    for namespace in source.list_dirs("").await? {
+        for topic in source.list_dirs(&format!("{namespace}/")).await? {
+            if !kfs_plan::keys::is_topic_name(&topic) {
+                continue;
+            }
+            if !shard.owns(&topic) {
+                report.other_shards += 1;
+                continue;
+            }
+            let partitions: Vec<(String, i32)> = source
+                .list_dirs(&format!("{namespace}/{topic}/"))
+                .await?
+                .into_iter()
+                .filter_map(|dir| {
+                    let partition = dir.parse().ok().filter(|p: &i32| *p >= 0)?;
+                    Some((dir, partition))
+                })
+                .collect();
+            feeds.push((namespace.clone(), topic, partitions));
+        }
+    }
+    Ok(feeds)
+}
 
 /// The feed of a listed segment.
 fn feed_of(key: &SegmentKey) -> Feed<'_> {
@@ -482,9 +553,4 @@ fn feed_of(key: &SegmentKey) -> Feed<'_> {
         namespace: &key.namespace,
         topic: &key.topic,
     }
-}
-
-/// The KafScale namespace of a ledger entry (the first part of its segment key).
-fn entry_namespace(entry: &crate::ledger::LedgerEntry) -> String {
-    SegmentKey::parse(&entry.segment).map_or_else(String::new, |(key, _)| key.namespace)
 }

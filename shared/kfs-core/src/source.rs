@@ -10,6 +10,10 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::Mutex;
 
+/// The objects of a listing as they are listed, page by page: a caller that stops
+/// reading stops listing.
+pub type ObjectStream = futures::stream::BoxStream<'static, Result<SourceObject, SourceError>>;
+
 /// The bytes of a segment as they arrive.
 pub type SegmentStream = futures::stream::BoxStream<'static, Result<bytes::Bytes, SourceError>>;
 
@@ -48,6 +52,18 @@ pub struct SourceError {
 pub trait SegmentSource: Send + Sync {
     /// Every object under the prefix.
     fn list(&self) -> impl Future<Output = Result<Vec<SourceObject>, SourceError>> + Send;
+    /// The names of the directories directly under `dir` (empty for the root, else
+    /// ending in `/`), without their trailing `/`, in key order.
+    fn list_dirs(&self, dir: &str)
+    -> impl Future<Output = Result<Vec<String>, SourceError>> + Send;
+    /// The objects directly under `dir` (ending in `/`), in key order, those after
+    /// the key `start_after` only when it is given: S3's `StartAfter`, so that a
+    /// listing begins where the work does instead of at the oldest retained object.
+    fn list_files(
+        &self,
+        dir: &str,
+        start_after: Option<&str>,
+    ) -> impl Future<Output = Result<ObjectStream, SourceError>> + Send;
     /// The bytes of one object.
     fn read(&self, key: &str) -> impl Future<Output = Result<Vec<u8>, SourceError>> + Send;
     /// The bytes `range` of one object (fewer when the object is shorter).
@@ -146,6 +162,19 @@ fn modified_ms(meta: &opendal::Metadata) -> Option<i64> {
         .map(|d| d.as_millis() as i64)
 }
 
+/// A listed entry as an object of the source.
+fn object_of(entry: &opendal::Entry) -> SourceObject {
+    SourceObject {
+        key: entry.path().trim_start_matches('/').to_owned(),
+        size: entry.metadata().content_length(),
+        etag: entry
+            .metadata()
+            .etag()
+            .map(|e| e.trim_matches('"').to_owned()),
+        modified_ms: modified_ms(entry.metadata()),
+    }
+}
+
 fn error(location: &str, e: opendal::Error) -> SourceError {
     SourceError {
         location: location.to_owned(),
@@ -165,18 +194,65 @@ impl SegmentSource for OpendalSource {
         let mut objects: Vec<SourceObject> = entries
             .into_iter()
             .filter(|entry| entry.metadata().mode() == EntryMode::FILE)
-            .map(|entry| SourceObject {
-                key: entry.path().trim_start_matches('/').to_owned(),
-                size: entry.metadata().content_length(),
-                etag: entry
-                    .metadata()
-                    .etag()
-                    .map(|e| e.trim_matches('"').to_owned()),
-                modified_ms: modified_ms(entry.metadata()),
-            })
+            .map(|entry| object_of(&entry))
             .collect();
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(objects)
+    }
+
+    async fn list_dirs(&self, dir: &str) -> Result<Vec<String>, SourceError> {
+        let entries = self
+            .operator
+            .list_with(dir)
+            .await
+            .map_err(|e| error(&self.describe(dir), e))?;
+        let mut names: Vec<String> = entries
+            .iter()
+            .filter(|entry| entry.metadata().mode() == EntryMode::DIR)
+            .filter_map(|entry| {
+                let path = entry.path().trim_start_matches('/');
+                let name = path.strip_prefix(dir)?.strip_suffix('/')?;
+                (!name.is_empty() && !name.contains('/')).then(|| name.to_owned())
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    async fn list_files(
+        &self,
+        dir: &str,
+        start_after: Option<&str>,
+    ) -> Result<ObjectStream, SourceError> {
+        use futures::{StreamExt, TryStreamExt};
+        let location = self.describe(dir);
+        let native = self.operator.info().full_capability().list_with_start_after;
+        let mut lister = self.operator.lister_with(dir);
+        if native && let Some(after) = start_after {
+            lister = lister.start_after(after);
+        }
+        let stream = lister.await.map_err(|e| error(&location, e))?;
+        let dir = dir.to_owned();
+        let objects = stream
+            .map_err(move |e| error(&location, e))
+            .try_filter_map(move |entry| {
+                let file = entry.metadata().mode() == EntryMode::FILE
+                    && entry
+                        .path()
+                        .trim_start_matches('/')
+                        .strip_prefix(dir.as_str())
+                        .is_some_and(|name| !name.contains('/'));
+                futures::future::ready(Ok(file.then(|| object_of(&entry))))
+            });
+        if native {
+            return Ok(objects.boxed());
+        }
+        // A store without `StartAfter` (a local directory) lists in no particular
+        // order: sort the directory, then skip to the start.
+        let mut all: Vec<SourceObject> = objects.try_collect().await?;
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all.retain(|o| start_after.is_none_or(|after| o.key.as_str() > after));
+        Ok(futures::stream::iter(all.into_iter().map(Ok)).boxed())
     }
 
     async fn read(&self, key: &str) -> Result<Vec<u8>, SourceError> {
@@ -245,10 +321,15 @@ impl SegmentSource for OpendalSource {
     }
 }
 
-/// An in-memory source for tests.
+/// Keys per page of a listing, as S3 returns them.
+const LIST_PAGE: usize = 1000;
+
+/// An in-memory source for tests and benchmarks; it counts its listing requests as
+/// S3 would bill them (one per call, one more per page of 1,000 keys read).
 #[derive(Debug, Default)]
 pub struct MemorySource {
     objects: Mutex<BTreeMap<String, Vec<u8>>>,
+    list_requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl MemorySource {
@@ -257,6 +338,17 @@ impl MemorySource {
         if let Ok(mut objects) = self.objects.lock() {
             objects.insert(key.to_owned(), bytes);
         }
+    }
+
+    /// Listing requests served so far (`list_dirs`, `list_files` and their pages).
+    pub fn list_requests(&self) -> u64 {
+        self.list_requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count_request(&self) {
+        self.list_requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn locked<T>(&self, f: impl FnOnce(&BTreeMap<String, Vec<u8>>) -> T) -> Result<T, SourceError> {
@@ -281,6 +373,55 @@ impl SegmentSource for MemorySource {
                 })
                 .collect()
         })
+    }
+
+    async fn list_dirs(&self, dir: &str) -> Result<Vec<String>, SourceError> {
+        self.count_request();
+        self.locked(|objects| {
+            let mut names: Vec<String> = objects
+                .range(dir.to_owned()..)
+                .map(|(key, _)| key)
+                .take_while(|key| key.starts_with(dir))
+                .filter_map(|key| Some(key[dir.len()..].split_once('/')?.0.to_owned()))
+                .collect();
+            names.dedup();
+            names
+        })
+    }
+
+    async fn list_files(
+        &self,
+        dir: &str,
+        start_after: Option<&str>,
+    ) -> Result<ObjectStream, SourceError> {
+        use futures::StreamExt;
+        self.count_request();
+        let from = match start_after {
+            Some(after) if after > dir => std::ops::Bound::Excluded(after.to_owned()),
+            _ => std::ops::Bound::Included(dir.to_owned()),
+        };
+        let listed: Vec<SourceObject> = self.locked(|objects| {
+            objects
+                .range((from, std::ops::Bound::Unbounded))
+                .take_while(|(key, _)| key.starts_with(dir))
+                .filter(|(key, _)| !key[dir.len()..].contains('/'))
+                .map(|(key, bytes)| SourceObject {
+                    key: key.clone(),
+                    size: bytes.len() as u64,
+                    etag: None,
+                    modified_ms: None,
+                })
+                .collect()
+        })?;
+        let requests = self.list_requests.clone();
+        Ok(futures::stream::iter(listed.into_iter().enumerate())
+            .map(move |(at, object)| {
+                if at > 0 && at % LIST_PAGE == 0 {
+                    requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(object)
+            })
+            .boxed())
     }
 
     async fn read(&self, key: &str) -> Result<Vec<u8>, SourceError> {

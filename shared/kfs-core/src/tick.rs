@@ -1,7 +1,7 @@
 //! The committer's tick as data: one pipeline pass within the deadline, maintenance of
 //! the tables it committed to (and of their dead-letter tables), and the backlog per
-//! table, gathered in one [`TickReport`] that the Lambda handler turns into metrics and
-//! its answer. No I/O beyond the pass, the maintenance and two ledger listings.
+//! table swept, gathered in one [`TickReport`] that the Lambda handler turns into metrics and
+//! its answer. No I/O beyond the pass, the maintenance and the backlog's key reads.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -11,7 +11,7 @@ use kfs_plan::naming::TableName;
 use crate::catalog::CatalogAccess;
 use crate::clock::now_ms;
 use crate::error::PipelineError;
-use crate::ledger::{EntryState, Ledger};
+use crate::ledger::{EntryState, Ledger, partition_heads};
 use crate::maintenance::{MaintenancePolicy, MaintenanceSummary, maintain_tables};
 use crate::pass::{PipelineConfig, RunReport, run_once};
 use crate::source::SegmentSource;
@@ -29,11 +29,10 @@ pub struct TickMaintenance {
 /// What waits in the ledger for one table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backlog {
-    /// Data files pending a commit.
-    pub pending_files: u64,
-    /// Their bytes.
-    pub pending_bytes: u64,
-    /// When the oldest pending entry was created (Unix ms; now when none is pending).
+    /// Segments converted and pending a commit.
+    pub pending_segments: u64,
+    /// When the oldest pending entry at the head of a partition was created (Unix ms;
+    /// now when none is pending): what holds a partition back is at its head.
     pub oldest_pending_ms: i64,
     /// Segments quarantined.
     pub quarantined: u64,
@@ -42,8 +41,7 @@ pub struct Backlog {
 impl Backlog {
     fn empty(now_ms: i64) -> Self {
         Self {
-            pending_files: 0,
-            pending_bytes: 0,
+            pending_segments: 0,
             oldest_pending_ms: now_ms,
             quarantined: 0,
         }
@@ -155,7 +153,7 @@ pub async fn run_tick(
     };
     let now = now_ms();
     Ok(TickReport {
-        backlog: backlog(ledger, now).await?,
+        backlog: backlog(ledger, &pass.swept, now).await?,
         pass,
         maintenance: maintained,
         now_ms: now,
@@ -178,28 +176,32 @@ fn committed_tables(pass: &RunReport) -> Vec<TableName> {
         .collect()
 }
 
-/// What waits in the ledger per table: pending files and quarantined segments.
+/// What waits in the ledger for each of `tables`: pending and quarantined segments,
+/// read from the ledger's keys, and the age of each partition's head (one entry
+/// read per partition), so the cost follows partitions, not the backlog's size.
 pub async fn backlog(
     ledger: &impl Ledger,
+    tables: impl IntoIterator<Item = &String>,
     now_ms: i64,
 ) -> Result<BTreeMap<String, Backlog>, PipelineError> {
     let mut backlog: BTreeMap<String, Backlog> = BTreeMap::new();
-    // Unreadable items are the pass's to report; the backlog counts what it can read.
-    for entry in ledger.scan(Some("pending"), None).await?.entries {
-        let slot = backlog
-            .entry(entry.table.clone())
-            .or_insert_with(|| Backlog::empty(now_ms));
-        slot.pending_files += entry.data_files.len() as u64;
-        slot.pending_bytes += entry.bytes;
-        slot.oldest_pending_ms = slot.oldest_pending_ms.min(entry.created_ms);
-    }
-    for entry in ledger.scan(Some("quarantined"), None).await?.entries {
-        if matches!(entry.state, EntryState::Quarantined { .. }) {
-            backlog
-                .entry(entry.table.clone())
-                .or_insert_with(|| Backlog::empty(now_ms))
-                .quarantined += 1;
+    for table in tables {
+        let pending = ledger.work_keys("pending", table).await?;
+        let quarantined = ledger.work_keys("quarantined", table).await?;
+        if pending.is_empty() && quarantined.is_empty() {
+            continue;
         }
+        let mut slot = Backlog::empty(now_ms);
+        slot.pending_segments = pending.len() as u64;
+        slot.quarantined = quarantined.len() as u64;
+        // Unreadable items are the pass's to report; the backlog counts what it can read.
+        let heads = ledger.get_many(&partition_heads(&pending, 1)).await?;
+        for entry in heads.entries {
+            if entry.state == EntryState::Pending {
+                slot.oldest_pending_ms = slot.oldest_pending_ms.min(entry.created_ms);
+            }
+        }
+        backlog.insert(table.clone(), slot);
     }
     Ok(backlog)
 }

@@ -368,6 +368,13 @@ impl Ledger for CommitWhileListing<'_> {
         }
         self.inner.scan(state, table).await
     }
+    async fn work_keys(
+        &self,
+        state: &str,
+        table: &str,
+    ) -> Result<Vec<kfs_core::WorkKey>, LedgerError> {
+        self.inner.work_keys(state, table).await
+    }
     async fn begin_attempt(
         &self,
         segment: &str,

@@ -5,6 +5,12 @@
 //! be surfaced to an operator, never ingested behind the watermark and never dropped
 //! without a word; so must a segment below the offset its partition began at, which
 //! turned up after the partition's first commit.
+//!
+//! The same progress says which keys a sweep must list at all
+//! ([`TableProgress::ranges_to_list`]): segment keys sort by base offset, so each
+//! partition is listed after its watermark, plus the few ranges where a late segment
+//! would be (below the start, inside a gap). What is retained below the watermark is
+//! never listed, and a tick's cost follows new segments, not retention.
 
 use crate::offsets::{Gap, OffsetMap};
 
@@ -37,7 +43,71 @@ pub enum ListedSegment {
     },
 }
 
+/// Base offsets of one partition a sweep lists, inclusive; `None` is unbounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseRange {
+    /// The lowest base offset, if bounded.
+    pub from: Option<i64>,
+    /// The highest base offset, if bounded.
+    pub to: Option<i64>,
+}
+
+impl BaseRange {
+    /// Every base offset.
+    pub const ALL: Self = Self {
+        from: None,
+        to: None,
+    };
+
+    /// Whether `base_offset` lies in the range.
+    pub fn contains(&self, base_offset: i64) -> bool {
+        self.from.is_none_or(|from| base_offset >= from)
+            && self.to.is_none_or(|to| base_offset <= to)
+    }
+
+    /// Whether `base_offset` lies above the range: a listing in key order can stop.
+    pub fn is_below(&self, base_offset: i64) -> bool {
+        self.to.is_some_and(|to| base_offset > to)
+    }
+}
+
 impl TableProgress {
+    /// The base offset ranges of `partition` a sweep must list, in ascending order
+    /// and disjoint: below the partition's start and inside each recorded gap (where
+    /// a segment that came late would be), and from the watermark on (new segments).
+    /// A partition without a watermark is listed whole. Every other listed segment
+    /// would be [`ListedSegment::Committed`], so the sweep need not see it.
+    pub fn ranges_to_list(&self, partition: i32) -> Vec<BaseRange> {
+        let Some(&next) = self.watermarks.get(&partition) else {
+            return vec![BaseRange::ALL];
+        };
+        let mut ranges: Vec<BaseRange> = Vec::new();
+        // Offsets are never negative: a start at zero has nothing below it.
+        if let Some(&start) = self.starts.get(&partition)
+            && start > 0
+        {
+            ranges.push(BaseRange {
+                from: None,
+                to: Some(start - 1),
+            });
+        }
+        let mut gaps: Vec<&Gap> = self
+            .gaps
+            .iter()
+            .filter(|g| g.partition == partition && g.from < next)
+            .collect();
+        gaps.sort_by_key(|g| (g.from, g.to));
+        ranges.extend(gaps.into_iter().map(|g| BaseRange {
+            from: Some(g.from),
+            to: Some(g.to),
+        }));
+        ranges.push(BaseRange {
+            from: Some(next),
+            to: None,
+        });
+        merge(ranges)
+    }
+
     /// Whether the progress alone shows offsets `base..=last` of `partition` in the
     /// table (when the snapshot that added them has been expired): below the
     /// watermark, at or past the partition's start (recorded, else
@@ -86,6 +156,28 @@ impl TableProgress {
     }
 }
 
+/// Merges ranges sorted by their start where they overlap or touch.
+fn merge(ranges: Vec<BaseRange>) -> Vec<BaseRange> {
+    let mut merged: Vec<BaseRange> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        if let Some(last) = merged.last_mut() {
+            let touches = match (last.to, range.from) {
+                (None, _) | (_, None) => true,
+                (Some(to), Some(from)) => from <= to.saturating_add(1),
+            };
+            if touches {
+                last.to = match (last.to, range.to) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                };
+                continue;
+            }
+        }
+        merged.push(range);
+    }
+    merged
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +218,47 @@ mod tests {
             "past the watermark"
         );
         assert!(!progress.shows_committed(1, 0, 9, None), "no watermark");
+    }
+
+    #[test]
+    fn lists_only_where_a_segment_may_need_work() {
+        let gap = |from, to| Gap {
+            partition: 0,
+            from,
+            to,
+            reason: GapReason::NoSegment,
+        };
+        let progress = TableProgress {
+            watermarks: OffsetMap::from([(0, 100)]),
+            starts: OffsetMap::from([(0, 10)]),
+            gaps: vec![gap(50, 59), gap(20, 29), gap(30, 34)],
+        };
+        let range = |from, to| BaseRange { from, to };
+        assert_eq!(
+            progress.ranges_to_list(0),
+            vec![
+                range(None, Some(9)),
+                range(Some(20), Some(34)),
+                range(Some(50), Some(59)),
+                range(Some(100), None),
+            ]
+        );
+        assert_eq!(progress.ranges_to_list(1), vec![BaseRange::ALL]);
+        // Every offset the ranges leave out classifies as committed.
+        let ranges = progress.ranges_to_list(0);
+        for base in 0..120 {
+            let listed = ranges.iter().any(|r| r.contains(base));
+            let committed = progress.classify(0, base) == ListedSegment::Committed;
+            assert_eq!(listed, !committed, "base {base}");
+        }
+        // A start at zero has nothing below it; a gap reaching the watermark merges.
+        let progress = TableProgress {
+            watermarks: OffsetMap::from([(0, 100)]),
+            starts: OffsetMap::from([(0, 0)]),
+            gaps: vec![gap(90, 99)],
+        };
+        assert_eq!(progress.ranges_to_list(0), vec![range(Some(90), None)]);
+        assert!(range(Some(90), Some(95)).is_below(96));
+        assert!(!range(Some(90), None).is_below(i64::MAX));
     }
 }

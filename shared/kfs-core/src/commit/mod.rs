@@ -12,7 +12,7 @@ mod coalesce;
 mod dead_letters;
 pub(crate) mod replace;
 
-use crate::ledger::{Ledger, LedgerEntry, LedgerError};
+use crate::ledger::{EntryState, Ledger, LedgerEntry, LedgerError, partition_heads};
 use crate::table::history::newest_in_files;
 use crate::table::table_ident;
 use crate::table::{
@@ -96,6 +96,9 @@ pub struct CommitOutcome {
     /// Timestamp (Unix ms) of the newest record in the table after the cycle, when
     /// known: what the freshness metric (now − this) measures.
     pub newest_record_ms: Option<i64>,
+    /// Pending items that could not be read, with the reason: each holds its
+    /// partition at its segment.
+    pub unreadable: Vec<(String, String)>,
 }
 
 /// A commit cycle failed; nothing was lost, the pending files stay pending.
@@ -271,10 +274,19 @@ pub async fn commit_table(
         table: table_name.clone(),
         source,
     })?;
-    let pending = ledger
-        .scan(Some("pending"), Some(&table_name))
+    // The head of each partition's pending work, in pages of what one commit can
+    // take: a backlog of any size costs one commit's worth of reads.
+    let keys = ledger
+        .work_keys("pending", &table_name)
         .await
         .map_err(ledger_error)?;
+    let mut pending = ledger
+        .get_many(&partition_heads(&keys, settings.max_segments.max(1)))
+        .await
+        .map_err(ledger_error)?;
+    pending
+        .entries
+        .retain(|e| e.state == EntryState::Pending && e.table == table_name);
     // A pending item that cannot be read (reported by the pass) holds its partition
     // at its segment, as a listed segment not converted yet does, even once the
     // source no longer lists it: its offsets are never passed as a gap.
@@ -293,6 +305,10 @@ pub async fn commit_table(
         }
         &held_listing
     };
+    let mut outcome = CommitOutcome {
+        unreadable: pending.unreadable.clone(),
+        ..CommitOutcome::default()
+    };
     let pending_entries: Vec<LedgerEntry> = pending
         .entries
         .into_iter()
@@ -302,7 +318,6 @@ pub async fn commit_table(
         .iter()
         .map(|e| (e.segment.as_str(), e))
         .collect();
-    let mut outcome = CommitOutcome::default();
     // The etcd cross-check decides which pending segments this cycle may consider;
     // a held segment stays listed, so the planner holds its partition behind it.
     let aged: Vec<AgedSegment> = pending_entries

@@ -1,7 +1,8 @@
 //! The in-memory ledger: unit tests and fault injection.
 
 use super::{
-    Attempts, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing, sort_entries,
+    Attempts, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing, WorkKey,
+    sort_entries,
 };
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -43,6 +44,21 @@ impl Ledger for MemoryLedger {
                 InsertOutcome::Inserted
             }
         })
+    }
+
+    async fn work_keys(&self, state: &str, table: &str) -> Result<Vec<WorkKey>, LedgerError> {
+        let mut keys = self.with(|m| {
+            m.values()
+                .filter(|e| e.state.name() == state && e.table == table)
+                .map(|e| WorkKey {
+                    segment: e.segment.clone(),
+                    partition: e.partition,
+                    base_offset: e.base_offset,
+                })
+                .collect::<Vec<_>>()
+        })?;
+        keys.sort_by_key(|k| (k.partition, k.base_offset));
+        Ok(keys)
     }
 
     async fn scan(&self, state: Option<&str>, table: Option<&str>) -> Result<Listing, LedgerError> {

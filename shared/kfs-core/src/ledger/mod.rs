@@ -230,6 +230,38 @@ impl Listing {
     }
 }
 
+/// An entry's place in its table's open work, without its body: what a key-only
+/// index answers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WorkKey {
+    /// Object key of the `.kfs`.
+    pub segment: String,
+    /// Partition.
+    pub partition: i32,
+    /// Base offset.
+    pub base_offset: i64,
+}
+
+/// The first `per_partition` keys of each partition, of keys ordered by partition
+/// and base offset: the head of every partition's work, which is all one commit can
+/// take when it takes at most `per_partition` segments.
+pub fn partition_heads(keys: &[WorkKey], per_partition: usize) -> Vec<String> {
+    let mut heads = Vec::new();
+    let mut taken = 0;
+    let mut partition = None;
+    for key in keys {
+        if partition != Some(key.partition) {
+            partition = Some(key.partition);
+            taken = 0;
+        }
+        if taken < per_partition {
+            heads.push(key.segment.clone());
+            taken += 1;
+        }
+    }
+    heads
+}
+
 /// The conversions of a segment that began and have not ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Attempts {
@@ -279,6 +311,36 @@ pub trait Ledger: Send + Sync {
         state: Option<&str>,
         table: Option<&str>,
     ) -> impl Future<Output = Result<Listing, LedgerError>> + Send;
+
+    /// The keys of `table`'s entries in `state` (`pending`, `quarantined` or
+    /// `skipped`), ordered by partition and base offset. Cheap (DynamoDB answers from
+    /// its keys-only index) but possibly a moment behind writes: for deciding what to
+    /// read or to leave alone, never for acting on an entry.
+    fn work_keys(
+        &self,
+        state: &str,
+        table: &str,
+    ) -> impl Future<Output = Result<Vec<WorkKey>, LedgerError>> + Send;
+
+    /// The entries of `segments` that exist, read as [`Ledger::get`] reads them, in
+    /// the listing's order; items that cannot be read are reported in the listing.
+    fn get_many(
+        &self,
+        segments: &[String],
+    ) -> impl Future<Output = Result<Listing, LedgerError>> + Send {
+        async move {
+            let mut listing = Listing::default();
+            for segment in segments {
+                match self.get(segment).await {
+                    Ok(None) => {}
+                    Ok(Some(entry)) => listing.entries.push(entry),
+                    Err(e) => listing.note(Err(e))?,
+                }
+            }
+            sort_entries(&mut listing.entries);
+            Ok(listing)
+        }
+    }
 
     /// [`Ledger::scan`], failing on the first item that cannot be read: for callers
     /// that must see every entry (orphan cleanup deletes what no entry names).

@@ -2,7 +2,7 @@
 
 use super::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
-    existing_entry,
+    WorkKey, existing_entry,
 };
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -209,6 +209,30 @@ impl Ledger for SqliteLedger {
             return Ok(InsertOutcome::Inserted);
         }
         existing_entry(self, &entry.segment).await
+    }
+
+    async fn work_keys(&self, state: &str, table: &str) -> Result<Vec<WorkKey>, LedgerError> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT segment, partition_id, base_offset FROM ledger WHERE state = ?1 AND table_name = ?2
+             ORDER BY partition_id, base_offset",
+        )
+        .bind(state)
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(segment, partition, base_offset)| {
+                let partition = i32::try_from(partition).map_err(|_| LedgerError::Corrupt {
+                    segment: segment.clone(),
+                    reason: format!("partition {partition} is out of range"),
+                })?;
+                Ok(WorkKey {
+                    segment,
+                    partition,
+                    base_offset,
+                })
+            })
+            .collect()
     }
 
     async fn scan(&self, state: Option<&str>, table: Option<&str>) -> Result<Listing, LedgerError> {

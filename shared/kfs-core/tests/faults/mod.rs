@@ -230,6 +230,16 @@ impl SegmentSource for FaultySource<'_> {
     async fn list(&self) -> Result<Vec<SourceObject>, SourceError> {
         self.inner.list().await
     }
+    async fn list_dirs(&self, dir: &str) -> Result<Vec<String>, SourceError> {
+        self.inner.list_dirs(dir).await
+    }
+    async fn list_files(
+        &self,
+        dir: &str,
+        start_after: Option<&str>,
+    ) -> Result<kfs_core::ObjectStream, SourceError> {
+        self.inner.list_files(dir, start_after).await
+    }
     async fn read(&self, key: &str) -> Result<Vec<u8>, SourceError> {
         faulty(
             &self.faults,
@@ -305,6 +315,13 @@ impl Ledger for FaultyLedger<'_> {
         table: Option<&str>,
     ) -> Result<kfs_core::Listing, LedgerError> {
         self.inner.scan(state, table).await
+    }
+    async fn work_keys(
+        &self,
+        state: &str,
+        table: &str,
+    ) -> Result<Vec<kfs_core::WorkKey>, LedgerError> {
+        self.inner.work_keys(state, table).await
     }
     async fn begin_attempt(
         &self,
