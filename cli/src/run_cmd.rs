@@ -250,7 +250,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
 
 fn print_report(report: &RunReport) {
     println!(
-        "{} segments listed ({} new, {} already known), {} converted ({} records), {} quarantined, {} incomplete, {} other objects ignored",
+        "{} segments listed past the tables' watermarks ({} new, {} already known), {} converted ({} records), {} quarantined, {} incomplete, {} other objects ignored",
         report.segments,
         report.segments - report.known,
         report.known,

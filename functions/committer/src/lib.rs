@@ -203,6 +203,7 @@ pub fn metric_sets(report: &TickReport) -> Vec<MetricSet> {
             )
             .put("SegmentsSwept", count(report.pass.converted), "Count")
             .put("SegmentsDeferred", count(report.pass.deferred), "Count")
+            .put("FeedsDeferred", count(report.pass.deferred_feeds), "Count")
             .put(
                 "ConversionFailures",
                 count(report.pass.failed_segments.len()),
@@ -301,6 +302,7 @@ fn answer(report: &TickReport, shard: Shard) -> Value {
         "swept": report.pass.converted,
         "quarantined": report.pass.quarantined.len(),
         "deferred": report.pass.deferred,
+        "deferred_feeds": report.pass.deferred_feeds,
         "tables": tables,
         "failed_tables": report.pass.failed_tables,
         "failed_segments": report.pass.failed_segments,

@@ -128,8 +128,8 @@ pub struct RunReport {
     /// New segments left unconverted for the next pass (the conversion bound or the
     /// deadline reached).
     pub deferred: usize,
-    /// Feeds (`namespace/topic`) the sweep did not reach before the deadline: left
-    /// for the next pass.
+    /// Feeds (`namespace/topic`) the sweep did not finish before the deadline: the
+    /// rest of their listing waits for the next pass.
     pub deferred_feeds: usize,
     /// Tables whose feeds the sweep listed.
     pub swept: BTreeSet<String>,
@@ -257,8 +257,9 @@ pub async fn run_once(
     // holds open work for (no lookup needed for them).
     let mut swept: BTreeMap<String, SweptTable> = BTreeMap::new();
     let feeds = list_feeds(source, &config.shard, &mut report).await?;
-    for (feed_at, (namespace, topic, partitions)) in feeds.iter().enumerate() {
-        if sweep_deadline.is_some_and(|d| Instant::now() >= d) {
+    let past_deadline = || sweep_deadline.is_some_and(|d| Instant::now() >= d);
+    'sweep: for (feed_at, (namespace, topic, partitions)) in feeds.iter().enumerate() {
+        if past_deadline() {
             // Checked in every loop: a sweep of a long backlog must not eat the time
             // its commits need. What is not looked at waits for the next pass.
             report.deferred_feeds += feeds.len() - feed_at;
@@ -312,6 +313,10 @@ pub async fn run_once(
                 let by_key: HashMap<&str, &SourceObject> =
                     objects.iter().map(|o| (o.key.as_str(), o)).collect();
                 for key in found.complete {
+                    if past_deadline() {
+                        report.deferred_feeds += feeds.len() - feed_at;
+                        break 'sweep;
+                    }
                     table
                         .listing
                         .entry(key.partition)
