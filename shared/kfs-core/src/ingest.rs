@@ -8,8 +8,8 @@ use crate::convert::{
     ConvertError, ConvertedSegment, SegmentInput, ValueColumns, convert_segment, scan_json_segment,
 };
 use crate::error::PipelineError;
-use crate::ledger::converted_paths;
 use crate::ledger::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry};
+use crate::ledger::{converted_paths, resolved_paths};
 use crate::source::{SegmentSource, SourceObject};
 use crate::table::table_progress;
 use crate::table::{Feed, claim_table, ensure_owned_table, evolve_partition_spec};
@@ -161,6 +161,9 @@ pub async fn ingest_segment(
     let format = crate::table::value_format_of(table).map_err(|reason| {
         catalog_error(iceberg::Error::new(iceberg::ErrorKind::DataInvalid, reason))
     })?;
+    // Every file this conversion writes, for cleanup when another process recorded
+    // the segment first.
+    let mut written: Vec<String> = Vec::new();
     let converted = match format {
         ValueFormat::Raw => {
             let body = source.open(&object.key, object.etag.as_deref()).await?;
@@ -189,7 +192,20 @@ pub async fn ingest_segment(
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(catalog_error)
             };
-            entry.data_files = serialize(converted.data_files, &table)?;
+            // Past what a ledger item holds, beside the files they describe.
+            let spilled_at = format!(
+                "{}/data/kfs-descriptions/{}.json",
+                table.metadata().location().trim_end_matches('/'),
+                uuid::Uuid::new_v4()
+            );
+            let descriptions = serialize(converted.data_files, &table)?;
+            written.extend(converted_paths(&LedgerEntry {
+                data_files: descriptions.clone(),
+                ..entry.clone()
+            }));
+            entry.data_files = crate::ledger::spill(descriptions, table.file_io(), &spilled_at)
+                .await
+                .map_err(catalog_error)?;
             if let Some(dead_letter_table) = &dead_letter_table {
                 entry.dead_letters = DeadLetters {
                     records: converted.dead_letters,
@@ -207,7 +223,7 @@ pub async fn ingest_segment(
         }
         Err(e) => return Err(e.into()),
     }
-    let written = converted_paths(&entry);
+    written.extend(converted_paths(&entry));
     match ledger.insert(&entry).await? {
         InsertOutcome::Inserted => Ok(entry),
         InsertOutcome::Exists(existing) => {
@@ -215,7 +231,10 @@ pub async fn ingest_segment(
             // write alone) are referenced by nothing, unless the entry found is our
             // own (a retried insert whose first attempt landed). Best effort; orphan
             // cleanup removes what a failure here leaves.
-            let kept: HashSet<String> = converted_paths(&existing).into_iter().collect();
+            let Ok(kept) = resolved_paths(&existing, table.file_io()).await else {
+                return Ok(*existing);
+            };
+            let kept: HashSet<String> = kept.into_iter().collect();
             for path in written.iter().filter(|path| !kept.contains(*path)) {
                 let _ = crate::failpoint::delete_file(table.file_io(), path).await;
             }

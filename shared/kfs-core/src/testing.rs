@@ -13,7 +13,7 @@ pub use crate::convert::{
     ROWS_PER_BATCH, RecordColumns, SegmentInput, ValueColumns, convert_segment,
 };
 pub use crate::ingest::{TopicTable, ingest_segment};
-pub use crate::ledger::{check_contract, converted_paths};
+pub use crate::ledger::{check_contract, converted_paths, spilled_to};
 pub use crate::parquet::{merge_data_files, writer_properties};
 pub use crate::source::in_memory;
 pub use crate::table::{

@@ -441,3 +441,76 @@ async fn tables_of_an_older_layout_are_upgraded_and_take_every_record() -> TestR
     assert!(rows[&3].1);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_segment_in_many_partition_values_keeps_its_ledger_item_small() -> TestResult {
+    use kfs_core::testing::{TopicTable, ingest_segment};
+    use kfs_core::{Feed, Ledger, OrphanRule, S3Settings, SegmentSource, remove_orphans};
+    use kfs_plan::keys::SegmentFile;
+    let local = Local::open().await?;
+    // One record per key, partitioned by the key: one data file (and one description
+    // of a kilobyte or more) per record.
+    let count = 400;
+    let records: Vec<OwnedRecord> = (0..count)
+        .map(|offset| OwnedRecord {
+            offset,
+            timestamp_ms: 1_700_000_000_000,
+            key: Some(format!("customer-{offset:05}").into_bytes()),
+            value: Some(b"v".to_vec()),
+            headers: vec![],
+        })
+        .collect();
+    let key = local.put_records("wide", records)?;
+    let naming = TableNaming {
+        partition_by: parse_partition_spec("identity(key)")?,
+        partition_by_given: true,
+        ..TableNaming::default()
+    };
+    let feed = Feed {
+        namespace: "ns",
+        topic: "wide",
+    };
+    let target = TopicTable::open(local.access(), &naming, feed, &local.ledger.identity()).await?;
+    let segment = key.object_key(SegmentFile::Data);
+    let object = local.source.stat(&segment).await?.ok_or("no segment")?;
+    let entry = ingest_segment(
+        local.access(),
+        &local.source,
+        &target,
+        &local.ledger,
+        &key,
+        &object,
+        kfs_segment::DecodeLimits::default(),
+    )
+    .await?;
+    // The item holds one pointer, far below DynamoDB's 400 KB.
+    let stored = serde_json::to_string(&entry)?;
+    assert!(stored.len() < 4_096, "{} bytes", stored.len());
+    let pointer = kfs_core::testing::spilled_to(&entry.data_files).ok_or("not spilled")?;
+    assert!(pointer.contains("/data/kfs-descriptions/"), "{pointer}");
+    // Orphan cleanup reads the pointer: no pending file is an orphan.
+    let name = naming.table_for("wide");
+    let rule = OrphanRule {
+        older_than: std::time::Duration::ZERO,
+        now_ms: kfs_core::now_ms() + 60_000,
+        force: true,
+        dry_run: true,
+    };
+    let ident = table_ident(&name);
+    let s3 = S3Settings::default();
+    let report = remove_orphans(&local.catalog, &local.ledger, &ident, &s3, &rule).await?;
+    assert!(report.orphans.is_empty(), "{:?}", report.orphans);
+    // The commit reads the descriptions back: every record lands once.
+    let report = local.run(&naming).await?;
+    assert!(!report.has_failures(), "{report:?}");
+    let expected: BTreeMap<(i32, i64), usize> = (0..count).map(|o| ((0, o), 1)).collect();
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    // Committed, the spilled descriptions are an orphan like any unreferenced file.
+    let report = remove_orphans(&local.catalog, &local.ledger, &ident, &s3, &rule).await?;
+    assert!(
+        report.orphans.iter().any(|o| o == pointer),
+        "{:?}",
+        report.orphans
+    );
+    Ok(())
+}

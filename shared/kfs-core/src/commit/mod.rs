@@ -395,7 +395,7 @@ pub async fn commit_table(
         let dead_letters =
             commit_dead_letters(catalog, name, topic, &plan, &entries, settings, &commit_id)
                 .await?;
-        let data_files = data_files_of(&table, &plan, &entries, &table_name)?;
+        let data_files = data_files_of(&table, &plan, &entries, &table_name).await?;
         // Files written before the table's partition spec evolved are written again
         // in the current spec (an append takes files of the default spec only).
         let (data_files, relaid) = relayout(&table, data_files, &commit_id)
@@ -589,7 +589,7 @@ async fn recover_covered(
     Ok(recovered)
 }
 
-fn data_files_of(
+async fn data_files_of(
     table: &Table,
     plan: &CommitPlan,
     entries: &HashMap<&str, &LedgerEntry>,
@@ -601,7 +601,14 @@ fn data_files_of(
         let Some(entry) = entries.get(segment.id.as_str()) else {
             continue;
         };
-        for json in &entry.data_files {
+        let descriptions = crate::ledger::resolve(&entry.data_files, table.file_io())
+            .await
+            .map_err(|source| CommitError::DataFile {
+                table: table_name.to_owned(),
+                segment: segment.id.clone(),
+                source: Box::new(source),
+            })?;
+        for json in &descriptions {
             let file = crate::ledger::from_ledger(json, metadata).map_err(|source| {
                 CommitError::DataFile {
                     table: table_name.to_owned(),

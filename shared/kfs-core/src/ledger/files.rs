@@ -1,11 +1,67 @@
 //! Data files as the ledger records them: iceberg-rust's `DataFile` JSON plus the id of
 //! the partition spec the file was written in, which that JSON leaves out (a manifest
 //! knows it) and which a pending file needs once the table's spec has evolved.
+//!
+//! An entry holds its descriptions inline while they are small. A segment written
+//! into many partition values (`identity(key)`) has one file, and one description of
+//! a kilobyte or two, per value: past [`INLINE_DESCRIPTION_BYTES`] they are written as
+//! a JSON array to object storage beside the files they describe, and the entry holds
+//! one pointer (`@<location>`) instead, so no ledger item outgrows its store
+//! (DynamoDB's stop at 400 KB).
 
+use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFile, TableMetadata, deserialize_data_file_from_json, serialize_data_file_to_json,
 };
 use iceberg::{Error, ErrorKind, Result};
+
+/// Most bytes of descriptions an entry holds inline; more go to object storage.
+pub const INLINE_DESCRIPTION_BYTES: usize = 256 * 1024;
+
+/// What starts a stored description that points at the descriptions' location (a
+/// description itself is a JSON object, `{`).
+const POINTER: char = '@';
+
+/// Where an entry's descriptions were written, when it holds a pointer.
+pub fn spilled_to(stored: &[String]) -> Option<&str> {
+    match stored {
+        [only] => only.strip_prefix(POINTER),
+        _ => None,
+    }
+}
+
+/// `descriptions` as an entry stores them: as they are while they fit
+/// [`INLINE_DESCRIPTION_BYTES`], else written to `location` (a JSON array, through
+/// `file_io`) and replaced by a pointer to it.
+pub async fn spill(
+    descriptions: Vec<String>,
+    file_io: &FileIO,
+    location: &str,
+) -> Result<Vec<String>> {
+    let bytes: usize = descriptions.iter().map(String::len).sum();
+    if bytes <= INLINE_DESCRIPTION_BYTES {
+        return Ok(descriptions);
+    }
+    let json = serde_json::to_vec(&descriptions)
+        .map_err(|e| Error::new(ErrorKind::Unexpected, format!("descriptions: {e}")))?;
+    file_io.new_output(location)?.write(json.into()).await?;
+    Ok(vec![format!("{POINTER}{location}")])
+}
+
+/// The descriptions an entry stores: read back from object storage when it holds a
+/// pointer ([`spill`]).
+pub async fn resolve(stored: &[String], file_io: &FileIO) -> Result<Vec<String>> {
+    let Some(location) = spilled_to(stored) else {
+        return Ok(stored.to_vec());
+    };
+    let bytes = file_io.new_input(location)?.read().await?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        Error::new(
+            ErrorKind::DataInvalid,
+            format!("data file descriptions at {location}: {e}"),
+        )
+    })
+}
 
 /// The field holding the file's partition spec id.
 pub const SPEC_ID_FIELD: &str = "partition_spec_id";

@@ -16,7 +16,7 @@ mod sqlite;
 
 #[cfg(any(test, feature = "test-support"))]
 pub use contract::check_contract;
-pub use files::{from_ledger, to_ledger};
+pub use files::{from_ledger, resolve, spill, spilled_to, to_ledger};
 pub use memory::MemoryLedger;
 pub use sqlite::SqliteLedger;
 
@@ -420,13 +420,36 @@ pub fn sort_entries(entries: &mut [LedgerEntry]) {
     });
 }
 
-/// The data file paths of an entry (as serialized in the ledger), its dead-letter
-/// files included.
+/// The paths of the files an entry names as stored: its data files and dead-letter
+/// files, or, when its descriptions were spilled to object storage, the location they
+/// were spilled to instead of the data files (`resolved_paths` reads them).
 pub fn converted_paths(entry: &LedgerEntry) -> Vec<String> {
-    entry
-        .data_files
-        .iter()
-        .chain(&entry.dead_letters.files)
+    let mut paths: Vec<String> = spilled_to(&entry.data_files)
+        .map(str::to_owned)
+        .into_iter()
+        .collect();
+    paths.extend(paths_in(
+        entry.data_files.iter().chain(&entry.dead_letters.files),
+    ));
+    paths
+}
+
+/// Every path an entry names: [`converted_paths`], and the data files of spilled
+/// descriptions, read back through `file_io`.
+pub async fn resolved_paths(
+    entry: &LedgerEntry,
+    file_io: &iceberg::io::FileIO,
+) -> iceberg::Result<Vec<String>> {
+    let mut paths = converted_paths(entry);
+    if spilled_to(&entry.data_files).is_some() {
+        paths.extend(paths_in(resolve(&entry.data_files, file_io).await?.iter()));
+    }
+    Ok(paths)
+}
+
+/// The `file_path` of each description (a pointer names none).
+fn paths_in<'a>(descriptions: impl Iterator<Item = &'a String>) -> Vec<String> {
+    descriptions
         .filter_map(|file| {
             serde_json::from_str::<serde_json::Value>(file)
                 .ok()?

@@ -78,6 +78,7 @@ pub async fn remove_orphans(
     // The ledger first: whatever it lists as pending now is either still pending or
     // in a snapshot of the table read after it.
     let mut referenced: HashSet<String> = HashSet::new();
+    let mut pending_entries = Vec::new();
     // A dead-letter table's pending files are in its parent table's ledger entries.
     let parent = kfs_plan::naming::TableName::parse(&name)
         .and_then(|table| table.dead_letter_parent())
@@ -90,11 +91,17 @@ pub async fn remove_orphans(
                 table: name.clone(),
                 source,
             })?;
-        for entry in &pending {
-            referenced.extend(crate::ledger::converted_paths(entry));
-        }
+        pending_entries.extend(pending);
     }
     let table = catalog.load_table(ident).await.map_err(iceberg)?;
+    for entry in &pending_entries {
+        // Spilled descriptions are read back: an unreadable one stops the cleanup.
+        referenced.extend(
+            crate::ledger::resolved_paths(entry, table.file_io())
+                .await
+                .map_err(iceberg)?,
+        );
+    }
     super::ensure_ours(&table)?;
     // A dead-letter table created before ledgers were recorded: its parent's.
     let recorded = match (table.metadata().properties().get(LEDGER_PROPERTY), &parent) {
