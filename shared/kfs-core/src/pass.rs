@@ -258,11 +258,13 @@ pub async fn run_once(
     let mut swept: BTreeMap<String, SweptTable> = BTreeMap::new();
     let feeds = list_feeds(source, &config.shard, &mut report).await?;
     let past_deadline = || sweep_deadline.is_some_and(|d| Instant::now() >= d);
+    // Feeds before this one were listed in full.
+    let mut reached = feeds.len();
     'sweep: for (feed_at, (namespace, topic, partitions)) in feeds.iter().enumerate() {
         if past_deadline() {
             // Checked in every loop: a sweep of a long backlog must not eat the time
             // its commits need. What is not looked at waits for the next pass.
-            report.deferred_feeds += feeds.len() - feed_at;
+            reached = feed_at;
             break;
         }
         let feed = Feed { namespace, topic };
@@ -273,17 +275,18 @@ pub async fn run_once(
         let table = match swept.entry(table_name.clone()) {
             std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
             std::collections::btree_map::Entry::Vacant(slot) => {
-                let mut open = HashSet::new();
-                for state in ["pending", "quarantined"] {
-                    let keys = ledger.work_keys(state, &table_name).await?;
-                    open.extend(keys.into_iter().map(|k| k.segment));
-                }
+                let pending = ledger.work_keys("pending", &table_name).await?;
+                let has_pending = !pending.is_empty();
+                let mut open: HashSet<String> = pending.into_iter().map(|k| k.segment).collect();
+                let quarantined = ledger.work_keys("quarantined", &table_name).await?;
+                open.extend(quarantined.into_iter().map(|k| k.segment));
                 report.swept.insert(table_name.clone());
                 slot.insert(SweptTable {
                     topic: topic.clone(),
                     name: target.name.clone(),
                     listing: BTreeMap::new(),
                     open,
+                    has_pending,
                 })
             }
         };
@@ -314,7 +317,7 @@ pub async fn run_once(
                     objects.iter().map(|o| (o.key.as_str(), o)).collect();
                 for key in found.complete {
                     if past_deadline() {
-                        report.deferred_feeds += feeds.len() - feed_at;
+                        reached = feed_at;
                         break 'sweep;
                     }
                     table
@@ -352,6 +355,18 @@ pub async fn run_once(
                     }
                 }
             }
+        }
+    }
+    // A table whose feeds were not all listed does not commit in this pass: its
+    // listing is partial, and a segment not listed must never pass for a gap.
+    report.deferred_feeds = feeds.len() - reached;
+    for (_, topic, _) in &feeds[reached..] {
+        let name = config.naming.table_for(topic).to_string();
+        if swept.remove(&name).is_some() {
+            report.failed_tables.insert(
+                name,
+                "deadline reached before its listing finished; the next pass lists it again".into(),
+            );
         }
     }
     progress(&Progress::Listed {
@@ -427,6 +442,9 @@ pub async fn run_once(
                 });
                 report.converted += 1;
                 report.records_converted += entry.records;
+                if let Some(table) = swept.get_mut(&entry.table) {
+                    table.has_pending = true;
+                }
             }
         }
     }
@@ -434,9 +452,8 @@ pub async fn run_once(
     // that share one table, which only a table from before namespaces were recorded
     // allows, commit together).
     let mut jobs = Vec::new();
-    for (name, table) in swept {
-        let pending = ledger.work_keys("pending", &name).await?;
-        if pending.is_empty() {
+    for table in swept.into_values() {
+        if !table.has_pending {
             continue;
         }
         let settings = CommitSettings {
@@ -517,6 +534,8 @@ struct SweptTable {
     listing: BTreeMap<i32, BTreeSet<i64>>,
     /// Segments with open work in the ledger (pending or quarantined).
     open: HashSet<String>,
+    /// Whether it has pending work: pending before the pass, or converted in it.
+    has_pending: bool,
 }
 
 /// The feeds of the source and their partitions, as its directories show them

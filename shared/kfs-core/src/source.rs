@@ -378,13 +378,22 @@ impl SegmentSource for MemorySource {
     async fn list_dirs(&self, dir: &str) -> Result<Vec<String>, SourceError> {
         self.count_request();
         self.locked(|objects| {
-            let mut names: Vec<String> = objects
-                .range(dir.to_owned()..)
-                .map(|(key, _)| key)
-                .take_while(|key| key.starts_with(dir))
-                .filter_map(|key| Some(key[dir.len()..].split_once('/')?.0.to_owned()))
-                .collect();
-            names.dedup();
+            // As S3 answers a delimiter listing: one step per directory, skipping
+            // what each holds (`0` sorts right after `/`).
+            let mut names: Vec<String> = Vec::new();
+            let mut from = dir.to_owned();
+            while let Some((key, _)) = objects.range(from.clone()..).next() {
+                let Some(rest) = key.strip_prefix(dir) else {
+                    break;
+                };
+                match rest.split_once('/') {
+                    Some((name, _)) => {
+                        names.push(name.to_owned());
+                        from = format!("{dir}{name}0");
+                    }
+                    None => from = format!("{key}\0"),
+                }
+            }
             names
         })
     }

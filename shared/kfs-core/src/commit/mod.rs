@@ -274,14 +274,20 @@ pub async fn commit_table(
         table: table_name.clone(),
         source,
     })?;
-    // The head of each partition's pending work, in pages of what one commit can
-    // take: a backlog of any size costs one commit's worth of reads.
+    // The head of each partition's pending work, the partitions sharing what one
+    // commit may take: a backlog of any size costs one commit's worth of reads.
     let keys = ledger
         .work_keys("pending", &table_name)
         .await
         .map_err(ledger_error)?;
+    let partitions = keys
+        .iter()
+        .map(|k| k.partition)
+        .collect::<HashSet<_>>()
+        .len();
+    let share = (settings.max_segments / partitions.max(1)).max(1);
     let mut pending = ledger
-        .get_many(&partition_heads(&keys, settings.max_segments.max(1)))
+        .get_many(&partition_heads(&keys, share))
         .await
         .map_err(ledger_error)?;
     pending

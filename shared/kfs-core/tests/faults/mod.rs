@@ -331,6 +331,11 @@ impl Ledger for FaultyLedger<'_> {
         self.inner.begin_attempt(segment, now_ms).await
     }
     async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
+        // A process that crashed never ends what it began: its attempt stays open,
+        // as it does when a function dies out of memory or at its timeout.
+        if self.faults.crashed() {
+            return Err(ledger_error("injected: the process has crashed".into()));
+        }
         self.inner.end_attempt(segment).await
     }
     async fn mark_committed(
