@@ -42,9 +42,14 @@ async fn the_built_converter_answers_under_cargo_lambda() {
     let stack = LocalStack::start();
     let segment = sample_segment(0, 10, b'w');
     let stem = "default/orders/0/segment-00000000000000000000";
+    // The segment of the SQS-wrapped EventBridge sample (what the stack delivers).
+    let payments = sample_segment(0, 6, b'p');
+    let payments_stem = "default/payments/2/segment-00000000000000000000";
     stack.put(&[
         (&format!("{stem}.kfs"), &segment.kfs),
         (&format!("{stem}.index"), &segment.index),
+        (&format!("{payments_stem}.kfs"), &payments.kfs),
+        (&format!("{payments_stem}.index"), &payments.index),
     ]);
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     // cargo lambda takes a port number, not a bound socket: a free one, and another
@@ -99,9 +104,31 @@ async fn the_built_converter_answers_under_cargo_lambda() {
         ]),
         "the converter binary",
     );
+    for (sample, stem, records) in [
+        ("sqs-s3-put-index.json", stem, 10),
+        ("sqs-eventbridge-object-created.json", payments_stem, 6),
+    ] {
+        let answer = invoke(port, sample);
+        assert!(
+            answer.contains("\"batchItemFailures\":[]")
+                || answer.contains("\"batchItemFailures\": []"),
+            "{sample}: {answer}"
+        );
+        let entry = stack
+            .ledger()
+            .get(&format!("{stem}.kfs"))
+            .await
+            .unwrap_or_else(|e| panic!("ledger: {e}"));
+        assert_eq!(entry.map(|e| e.records), Some(records), "{sample}");
+    }
+}
+
+/// Delivers `events/<sample>` to the function behind the emulator on `port`; its
+/// answer.
+fn invoke(port: u16, sample: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let event = workspace_root().join("events/sqs-s3-put-index.json");
-    let answer = loop {
+    let event = workspace_root().join("events").join(sample);
+    loop {
         // `timeout`: an invoke waits for as long as no function answers.
         let output = Command::new("timeout")
             .current_dir(workspace_root())
@@ -120,7 +147,7 @@ async fn the_built_converter_answers_under_cargo_lambda() {
             .output()
             .unwrap_or_else(|e| panic!("cargo lambda invoke (pip install cargo-lambda): {e}"));
         if output.status.success() {
-            break String::from_utf8_lossy(&output.stdout).into_owned();
+            return String::from_utf8_lossy(&output.stdout).into_owned();
         }
         // The emulator and the function take a moment to start.
         assert!(
@@ -129,15 +156,5 @@ async fn the_built_converter_answers_under_cargo_lambda() {
             String::from_utf8_lossy(&output.stderr)
         );
         std::thread::sleep(Duration::from_millis(300));
-    };
-    assert!(
-        answer.contains("\"batchItemFailures\":[]") || answer.contains("\"batchItemFailures\": []"),
-        "{answer}"
-    );
-    let entry = stack
-        .ledger()
-        .get(&format!("{stem}.kfs"))
-        .await
-        .unwrap_or_else(|e| panic!("ledger: {e}"));
-    assert_eq!(entry.map(|e| e.records), Some(10));
+    }
 }

@@ -142,6 +142,28 @@ async fn every_sample_event_through_the_handler() {
         json!([{"itemIdentifier": "6f9b2f1e-0006-4a6b-9c1d-000000000006"}])
     );
 
+    // What the stack delivers: the bucket's EventBridge event, through the queue.
+    let payments = sample_segment(0, 6, b'p');
+    stack.put(&[
+        (
+            "default/payments/2/segment-00000000000000000000.kfs",
+            &payments.kfs,
+        ),
+        (
+            "default/payments/2/segment-00000000000000000000.index",
+            &payments.index,
+        ),
+    ]);
+    let response = handle(&service, &event("sqs-eventbridge-object-created.json"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(no_failures(&response), "{response}");
+    let entry = ledger
+        .get("default/payments/2/segment-00000000000000000000.kfs")
+        .await
+        .unwrap_or_else(|e| panic!("ledger: {e}"));
+    assert!(entry.is_some_and(|e| e.records == 6));
+
     // A foreign event is an error, not a silent success.
     assert!(handle(&service, &json!({"hello": "world"})).await.is_err());
 }
