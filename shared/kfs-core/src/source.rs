@@ -360,17 +360,22 @@ impl MemorySource {
     }
 }
 
+/// An object held in memory, as a listing shows it.
+fn held(key: &str, bytes: &[u8]) -> SourceObject {
+    SourceObject {
+        key: key.to_owned(),
+        size: bytes.len() as u64,
+        etag: None,
+        modified_ms: None,
+    }
+}
+
 impl SegmentSource for MemorySource {
     async fn list(&self) -> Result<Vec<SourceObject>, SourceError> {
         self.locked(|objects| {
             objects
                 .iter()
-                .map(|(key, bytes)| SourceObject {
-                    key: key.clone(),
-                    size: bytes.len() as u64,
-                    etag: None,
-                    modified_ms: None,
-                })
+                .map(|(key, bytes)| held(key, bytes))
                 .collect()
         })
     }
@@ -414,12 +419,7 @@ impl SegmentSource for MemorySource {
                 .range((from, std::ops::Bound::Unbounded))
                 .take_while(|(key, _)| key.starts_with(dir))
                 .filter(|(key, _)| !key[dir.len()..].contains('/'))
-                .map(|(key, bytes)| SourceObject {
-                    key: key.clone(),
-                    size: bytes.len() as u64,
-                    etag: None,
-                    modified_ms: None,
-                })
+                .map(|(key, bytes)| held(key, bytes))
                 .collect()
         })?;
         let requests = self.list_requests.clone();
@@ -460,14 +460,7 @@ impl SegmentSource for MemorySource {
     }
 
     async fn stat(&self, key: &str) -> Result<Option<SourceObject>, SourceError> {
-        self.locked(|objects| {
-            objects.get(key).map(|bytes| SourceObject {
-                key: key.to_owned(),
-                size: bytes.len() as u64,
-                etag: None,
-                modified_ms: None,
-            })
-        })
+        self.locked(|objects| objects.get(key).map(|bytes| held(key, bytes)))
     }
 
     fn describe(&self, key: &str) -> String {

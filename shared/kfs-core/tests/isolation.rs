@@ -6,11 +6,9 @@
 use std::collections::BTreeMap;
 
 use iceberg::Catalog;
-use kfs_core::testing::{TopicTable, ingest_segment};
-use kfs_core::{Feed, Ledger, SegmentSource, table_ident};
+use kfs_core::{Ledger, SegmentSource, table_ident};
 use kfs_plan::keys::SegmentFile;
 use kfs_plan::naming::TableNaming;
-use kfs_segment::DecodeLimits;
 
 use crate::local::{BoxError, Local, offsets};
 
@@ -45,28 +43,8 @@ async fn a_broken_table_and_an_unreadable_ledger_item_stop_nothing_else() -> Tes
     std::fs::write(&location, b"{ not metadata")?;
     // A pending item of the poisoned topic becomes unreadable.
     let poisoned = local.put("poisoned", 5, &VALUES, 1)?;
-    let target = TopicTable::open(
-        local.access(),
-        &naming,
-        Feed {
-            namespace: "ns",
-            topic: "poisoned",
-        },
-        &local.ledger.identity(),
-    )
-    .await?;
     let segment = poisoned.object_key(SegmentFile::Data);
-    let object = local.source.stat(&segment).await?.ok_or("no segment")?;
-    ingest_segment(
-        local.access(),
-        &local.source,
-        &target,
-        &local.ledger,
-        &poisoned,
-        &object,
-        DecodeLimits::default(),
-    )
-    .await?;
+    local.convert(&naming, &poisoned).await?;
     let database = sqlx::SqlitePool::connect(&format!(
         "sqlite:{}",
         local.dir.path().join("ledger.db").display()
@@ -233,28 +211,7 @@ async fn a_sweep_cut_by_its_deadline_never_commits_a_partly_listed_table() -> Te
     // offsets 5..9 as a gap.
     local.put("cut", 5, &VALUES, 1)?;
     let later = local.put("cut", 10, &VALUES, 1)?;
-    let target = TopicTable::open(
-        local.access(),
-        &naming,
-        Feed {
-            namespace: "ns",
-            topic: "cut",
-        },
-        &local.ledger.identity(),
-    )
-    .await?;
-    let segment = later.object_key(SegmentFile::Data);
-    let object = local.source.stat(&segment).await?.ok_or("no segment")?;
-    ingest_segment(
-        local.access(),
-        &local.source,
-        &target,
-        &local.ledger,
-        &later,
-        &object,
-        DecodeLimits::default(),
-    )
-    .await?;
+    local.convert(&naming, &later).await?;
     // The listing answers after the sweep's deadline: the sweep stops before it
     // looks at any listed segment.
     let slow = SlowListing {

@@ -444,9 +444,7 @@ async fn tables_of_an_older_layout_are_upgraded_and_take_every_record() -> TestR
 
 #[tokio::test]
 async fn a_segment_in_many_partition_values_keeps_its_ledger_item_small() -> TestResult {
-    use kfs_core::testing::{TopicTable, ingest_segment};
-    use kfs_core::{Feed, Ledger, OrphanRule, S3Settings, SegmentSource, remove_orphans};
-    use kfs_plan::keys::SegmentFile;
+    use kfs_core::{OrphanRule, S3Settings, remove_orphans};
     let local = Local::open().await?;
     // One record per key, partitioned by the key: one data file (and one description
     // of a kilobyte or more) per record.
@@ -466,23 +464,7 @@ async fn a_segment_in_many_partition_values_keeps_its_ledger_item_small() -> Tes
         partition_by_given: true,
         ..TableNaming::default()
     };
-    let feed = Feed {
-        namespace: "ns",
-        topic: "wide",
-    };
-    let target = TopicTable::open(local.access(), &naming, feed, &local.ledger.identity()).await?;
-    let segment = key.object_key(SegmentFile::Data);
-    let object = local.source.stat(&segment).await?.ok_or("no segment")?;
-    let entry = ingest_segment(
-        local.access(),
-        &local.source,
-        &target,
-        &local.ledger,
-        &key,
-        &object,
-        kfs_segment::DecodeLimits::default(),
-    )
-    .await?;
+    let entry = local.convert(&naming, &key).await?;
     // The item holds one pointer, far below DynamoDB's 400 KB.
     let stored = serde_json::to_string(&entry)?;
     assert!(stored.len() < 4_096, "{} bytes", stored.len());

@@ -129,6 +129,39 @@ impl Local {
         Ok(key)
     }
 
+    /// Converts the segment `key` into a pending entry of its feed's table, as the
+    /// converter does on the segment's event (no commit).
+    pub async fn convert(
+        &self,
+        naming: &TableNaming,
+        key: &SegmentKey,
+    ) -> Result<kfs_core::LedgerEntry, BoxError> {
+        use kfs_core::{Feed, Ledger, SegmentSource};
+        let feed = Feed {
+            namespace: &key.namespace,
+            topic: &key.topic,
+        };
+        let target = kfs_core::testing::TopicTable::open(
+            self.access(),
+            naming,
+            feed,
+            &self.ledger.identity(),
+        )
+        .await?;
+        let segment = key.object_key(SegmentFile::Data);
+        let object = self.source.stat(&segment).await?.ok_or("no segment")?;
+        Ok(kfs_core::testing::ingest_segment(
+            self.access(),
+            &self.source,
+            &target,
+            &self.ledger,
+            key,
+            &object,
+            kfs_segment::DecodeLimits::default(),
+        )
+        .await?)
+    }
+
     /// Runs one pass with `naming` and the default settings otherwise.
     pub async fn run(&self, naming: &TableNaming) -> Result<RunReport, BoxError> {
         let config = PipelineConfig {
