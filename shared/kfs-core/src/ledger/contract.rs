@@ -74,6 +74,48 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
         ledger.list(Some("pending"), None).await.map_err(store)?,
         vec![pending.clone(), later.clone()],
     )?;
+    let key = |e: &LedgerEntry| super::WorkKey {
+        segment: e.segment.clone(),
+        partition: e.partition,
+        base_offset: e.base_offset,
+    };
+    expect(
+        "pending keys of the table, in offset order",
+        ledger
+            .work_keys("pending", "kafscale.orders")
+            .await
+            .map_err(store)?,
+        vec![key(&pending), key(&later)],
+    )?;
+    expect(
+        "quarantined keys of the table",
+        ledger
+            .work_keys("quarantined", "kafscale.orders")
+            .await
+            .map_err(store)?,
+        vec![key(&bad)],
+    )?;
+    expect(
+        "keys of another table",
+        ledger
+            .work_keys("pending", "kafscale.other")
+            .await
+            .map_err(store)?,
+        Vec::new(),
+    )?;
+    let read = ledger
+        .get_many(&[
+            later.segment.clone(),
+            "ns/orders/0/segment-00000000000000000099.kfs".into(),
+            pending.segment.clone(),
+        ])
+        .await
+        .map_err(store)?;
+    expect(
+        "entries read together, a missing one left out, in offset order",
+        (read.entries, read.unreadable),
+        (vec![pending.clone(), later.clone()], Vec::new()),
+    )?;
     expect(
         "pending of the table",
         ledger
@@ -259,6 +301,21 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
     )?;
     ledger.end_attempt(crashing).await.map_err(store)?;
     ledger.end_attempt(other).await.map_err(store)?;
+    // A pointer to spilled descriptions is stored as it is.
+    let spilled = LedgerEntry {
+        data_files: vec!["@s3://lakehouse/t/data/kfs-descriptions/x.json".into()],
+        ..entry(
+            "ns/orders/1/segment-00000000000000000000.kfs",
+            0,
+            EntryState::Pending,
+        )
+    };
+    ledger.insert(&spilled).await.map_err(store)?;
+    expect(
+        "an entry holding a pointer",
+        ledger.get(&spilled.segment).await.map_err(store)?,
+        Some(spilled.clone()),
+    )?;
     Ok(())
 }
 
@@ -279,7 +336,7 @@ mod tests {
         check_contract(&ledger).await?;
         // Reopening sees the same state.
         let reopened = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
-        assert_eq!(reopened.list(None, None).await?.len(), 3);
+        assert_eq!(reopened.list(None, None).await?.len(), 4);
         Ok(())
     }
 }
