@@ -24,7 +24,9 @@ pub fn table_ident(name: &TableName) -> TableIdent {
 /// Loads the table for `topic`, creating its namespace and the table (laid out as
 /// `layout` says: value format, partition spec and properties) on first sight, and
 /// makes sure iceberg-rust's blind commit retries are off for it. An existing table
-/// keeps its own format, spec and properties.
+/// keeps its own format, spec and properties. (Tests and benchmarks; the pipeline
+/// opens tables through `ensure_owned_table`, which also claims them.)
+#[cfg(any(test, feature = "test-support"))]
 pub async fn ensure_topic_table(
     catalog: &dyn Catalog,
     name: &TableName,
