@@ -9,6 +9,32 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the tests need beyond Rust, checked up front: one message naming everything
+# missing and how to get it (`bash .ci/run` installs it all on Debian).
+prerequisites() {
+    local missing=()
+    python3 - <<'PY' || missing+=("Python packages: pip install -r tests/requirements.txt")
+import importlib.util, sys
+needed = ["crc32c", "cramjam", "pyiceberg", "duckdb", "moto", "cfnlint"]
+sys.exit(any(importlib.util.find_spec(m) is None for m in needed))
+PY
+    if [ "${1:-}" != "--fast" ]; then
+        { command -v etcd && command -v etcdctl; } >/dev/null \
+            || missing+=("etcd: apt-get install etcd-server etcd-client")
+        ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null \
+            || missing+=("PostgreSQL: apt-get install postgresql")
+        cargo lambda --version >/dev/null 2>&1 \
+            || missing+=("cargo lambda: pip install cargo-lambda ziglang")
+    fi
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "The tests need what this machine lacks:" >&2
+        printf '  - %s\n' "${missing[@]}" >&2
+        echo "(on Debian, bash .ci/run installs all of it, then runs the tests)" >&2
+        exit 1
+    fi
+}
+prerequisites "${1:-}"
+
 if [ "${1:-}" = "--fast" ]; then
     exec cargo test --workspace --locked -- --skip servers::
 fi
