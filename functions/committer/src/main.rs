@@ -32,6 +32,7 @@ async fn main() -> Result<(), Error> {
             max_conversions: Some(env.sweep_max_segments),
             commit_reserve: Duration::from_secs(120),
             table_concurrency: 8,
+            crosscheck: env.crosscheck,
             commit: kfs_core::CommitSettings {
                 coalesce: true,
                 ..kfs_core::CommitSettings::default()

@@ -37,6 +37,7 @@ use std::path::PathBuf;
 use kfs_core::MaintenancePolicy;
 use kfs_core::OpendalSource;
 use kfs_core::{CatalogHandle, CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse};
+use kfs_plan::crosscheck::{CrossCheckPolicy, UnreachablePolicy};
 use kfs_plan::duration::parse_duration;
 use kfs_plan::layout::parse_partition_spec;
 use kfs_plan::naming::{TableNaming, TablePattern, ValueFormat};
@@ -83,6 +84,10 @@ pub struct FunctionEnv {
     pub s3: S3Settings,
     /// etcd endpoints of the cross-check.
     pub etcd_endpoints: Vec<String>,
+    /// How the cross-check treats etcd lag and outages: `ETCD_GRACE` (default `5m`)
+    /// and `ETCD_UNREACHABLE` (`hold`, the default: commits wait for etcd; `proceed`:
+    /// after the grace they commit without the check, with a warning metric).
+    pub crosscheck: CrossCheckPolicy,
     /// Secrets Manager secret of the REST catalog's credentials.
     pub catalog_secret_arn: Option<String>,
     /// The committer's maintenance policy (`None`: off).
@@ -136,6 +141,19 @@ impl FunctionEnv {
                     "MAINTENANCE={other:?}: expected on or off"
                 )));
             }
+        };
+        let crosscheck = CrossCheckPolicy {
+            grace_ms: i64::try_from(duration("ETCD_GRACE", "5m")?.as_millis())
+                .map_err(|_| ConfigError("ETCD_GRACE is too long".into()))?,
+            on_unreachable: match var("ETCD_UNREACHABLE").as_deref().unwrap_or("hold") {
+                "hold" => UnreachablePolicy::Hold,
+                "proceed" => UnreachablePolicy::Proceed,
+                other => {
+                    return Err(ConfigError(format!(
+                        "ETCD_UNREACHABLE={other:?}: expected hold or proceed"
+                    )));
+                }
+            },
         };
         let warehouse = Warehouse::parse(&required("WAREHOUSE")?).map_err(ConfigError)?;
         let catalog = match var("CATALOG_TYPE").as_deref().unwrap_or("glue") {
@@ -215,6 +233,7 @@ impl FunctionEnv {
                 .unwrap_or_default(),
             catalog_secret_arn: var("CATALOG_SECRET_ARN"),
             maintenance,
+            crosscheck,
         })
     }
 
@@ -353,6 +372,30 @@ mod tests {
         assert_eq!(with("50"), Some(Some(50)));
         assert_eq!(with("0"), Some(None));
         assert!(env(&[("WAREHOUSE", "s3://b/w"), ("MAX_SNAPSHOTS", "many")]).is_err());
+    }
+
+    #[test]
+    fn the_etcd_policy_comes_from_etcd_grace_and_etcd_unreachable() {
+        let base = [
+            ("WAREHOUSE", "s3://bucket/wh"),
+            ("SEGMENT_BUCKET", "segments"),
+            ("LEDGER_TABLE", "ledger"),
+        ];
+        let policy = |extra: &[(&str, &str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            env(&pairs).map(|e| e.crosscheck)
+        };
+        assert!(policy(&[]).is_ok_and(|p| p == CrossCheckPolicy::default()));
+        assert!(
+            policy(&[("ETCD_GRACE", "30s"), ("ETCD_UNREACHABLE", "proceed")]).is_ok_and(|p| p
+                == CrossCheckPolicy {
+                    grace_ms: 30_000,
+                    on_unreachable: UnreachablePolicy::Proceed,
+                })
+        );
+        assert!(policy(&[("ETCD_UNREACHABLE", "skip")]).is_err());
+        assert!(policy(&[("ETCD_GRACE", "soon")]).is_err());
     }
 
     #[test]
