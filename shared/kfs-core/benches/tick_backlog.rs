@@ -268,8 +268,8 @@ async fn measure(
         .zip(asked_before)
         .map(|(after, before)| after - before)
         .collect();
-    let live = naming_outcome(&tick.pass, "live")?;
-    let held_outcome = naming_outcome(&tick.pass, "held")?;
+    let live = outcome_of(&tick.pass, "live")?;
+    let held_outcome = outcome_of(&tick.pass, "held")?;
     Ok(Measured {
         elapsed,
         list_requests: source.list_requests() - requests_before,
@@ -279,7 +279,7 @@ async fn measure(
     })
 }
 
-fn naming_outcome<'a>(
+fn outcome_of<'a>(
     pass: &'a kfs_core::RunReport,
     topic: &str,
 ) -> BenchResult<&'a kfs_core::CommitOutcome> {

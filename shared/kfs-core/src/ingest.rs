@@ -9,7 +9,7 @@ use crate::convert::{
 };
 use crate::error::PipelineError;
 use crate::ledger::{DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry};
-use crate::ledger::{converted_paths, resolved_paths};
+use crate::ledger::{converted_paths, description_paths, resolved_paths};
 use crate::source::{SegmentSource, SourceObject};
 use crate::table::table_progress;
 use crate::table::{Feed, claim_table, ensure_owned_table, evolve_partition_spec};
@@ -199,10 +199,7 @@ pub async fn ingest_segment(
                 uuid::Uuid::new_v4()
             );
             let descriptions = serialize(converted.data_files, &table)?;
-            written.extend(converted_paths(&LedgerEntry {
-                data_files: descriptions.clone(),
-                ..entry.clone()
-            }));
+            written.extend(description_paths(descriptions.iter()));
             entry.data_files = crate::ledger::spill(descriptions, table.file_io(), &spilled_at)
                 .await
                 .map_err(catalog_error)?;

@@ -17,7 +17,7 @@ use iceberg::Catalog;
 use kfs_plan::keys::{SegmentFile, SegmentKey, SegmentListing};
 use kfs_plan::naming::TableNaming;
 use kfs_plan::shard::Shard;
-use kfs_plan::sweep::ListedSegment;
+use kfs_plan::sweep::{BaseRange, ListedSegment};
 use kfs_segment::DecodeLimits;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -296,18 +296,7 @@ pub async fn run_once(
             // Only where work can be: after the watermark, and where a late segment
             // would be. What is retained below the watermark is never listed.
             for range in target.progress.ranges_to_list(partition) {
-                let start_after = range.from.map(|from| format!("{dir}segment-{from:020}"));
-                let mut listed = source.list_files(&dir, start_after.as_deref()).await?;
-                let mut objects = Vec::new();
-                while let Some(object) = listed.next().await {
-                    let object = object?;
-                    if SegmentKey::parse(&object.key)
-                        .is_some_and(|(k, _)| range.is_below(k.base_offset))
-                    {
-                        break;
-                    }
-                    objects.push(object);
-                }
+                let objects = list_range(source, &dir, range).await?;
                 let found = SegmentListing::from_keys(objects.iter().map(|o| o.key.as_str()));
                 report.objects += objects.len();
                 report.ignored += found.ignored;
@@ -519,6 +508,27 @@ pub async fn run_once(
     report.unreadable.sort();
     report.unreadable.dedup();
     Ok(report)
+}
+
+/// The objects of the partition directory `dir` whose base offsets lie in `range`,
+/// in key order: listed from the range's start (`StartAfter`), and no further than
+/// its end (segment keys sort by base offset).
+async fn list_range(
+    source: &impl SegmentSource,
+    dir: &str,
+    range: BaseRange,
+) -> Result<Vec<SourceObject>, PipelineError> {
+    let start_after = range.from.map(|from| format!("{dir}segment-{from:020}"));
+    let mut listed = source.list_files(dir, start_after.as_deref()).await?;
+    let mut objects = Vec::new();
+    while let Some(object) = listed.next().await {
+        let object = object?;
+        if SegmentKey::parse(&object.key).is_some_and(|(k, _)| range.is_below(k.base_offset)) {
+            break;
+        }
+        objects.push(object);
+    }
+    Ok(objects)
 }
 
 /// A feed's namespace, topic, and partitions (directory name and number).

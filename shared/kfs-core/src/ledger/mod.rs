@@ -428,7 +428,7 @@ pub fn converted_paths(entry: &LedgerEntry) -> Vec<String> {
         .map(str::to_owned)
         .into_iter()
         .collect();
-    paths.extend(paths_in(
+    paths.extend(description_paths(
         entry.data_files.iter().chain(&entry.dead_letters.files),
     ));
     paths
@@ -442,13 +442,15 @@ pub async fn resolved_paths(
 ) -> iceberg::Result<Vec<String>> {
     let mut paths = converted_paths(entry);
     if spilled_to(&entry.data_files).is_some() {
-        paths.extend(paths_in(resolve(&entry.data_files, file_io).await?.iter()));
+        paths.extend(description_paths(
+            resolve(&entry.data_files, file_io).await?.iter(),
+        ));
     }
     Ok(paths)
 }
 
-/// The `file_path` of each description (a pointer names none).
-fn paths_in<'a>(descriptions: impl Iterator<Item = &'a String>) -> Vec<String> {
+/// The `file_path` of each data file description (a pointer names none).
+pub(crate) fn description_paths<'a>(descriptions: impl Iterator<Item = &'a String>) -> Vec<String> {
     descriptions
         .filter_map(|file| {
             serde_json::from_str::<serde_json::Value>(file)
