@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: formatting, lints (warnings are errors), docs, the module
-# cycle check, and every test of the workspace. Needs the Python packages of
+# cycle check, every test of the workspace, and the seeded simulation at its full count. Needs the Python packages of
 # tests/requirements.txt and the servers of the README's Test section (each test starts
 # its own). Run from anywhere.
 #
@@ -51,12 +51,26 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 echo "== module cycles"
 python3 scripts/module_cycles.py
 
-echo "== cargo test"
+echo "== cargo test (and the seeded simulation at full count beside it)"
 log=$(mktemp)
+cargo test --workspace --locked --no-run
+# The simulation's 1,000 seeds run on the test binary just built, at a lower priority,
+# while the other tests mostly wait on their servers: it soaks up the idle core.
+simulation_log=$(mktemp)
+nice -n 10 bash scripts/simulation.sh >"$simulation_log" 2>&1 &
+simulation=$!
 set +e
 cargo test --workspace --locked 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+wait "$simulation"
+simulation_status=$?
 set -e
+grep -E '^test simulation::|^test result:|panicked|seed' "$simulation_log" | tail -n 5
+if [ "$simulation_status" -ne 0 ]; then
+    cat "$simulation_log" >&2
+    echo "the seeded simulation failed (exit $simulation_status)" >&2
+    status=1
+fi
 passed=$(awk '/^test result:/ { s += $4 } END { print s + 0 }' "$log")
 failed=$(awk '/^test result:/ { s += $6 } END { print s + 0 }' "$log")
 rm -f "$log"

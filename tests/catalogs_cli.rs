@@ -139,7 +139,7 @@ async fn run_commits_to_a_rest_catalog_with_client_credentials_from_a_file() {
     );
     let stderr = String::from_utf8_lossy(&no_uri.stderr);
     assert!(
-        stderr.contains("--catalog-type rest needs --catalog-uri"),
+        stderr.contains("--catalog-type rest") && stderr.contains("needs a URI (--catalog-uri"),
         "{stderr}"
     );
 }

@@ -17,4 +17,5 @@ mod run_local;
 mod servers {
     mod moto_cli;
     mod postgres_cli;
+    mod stack_cli;
 }

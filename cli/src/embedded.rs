@@ -3,12 +3,14 @@
 //! `<warehouse>/catalog.db` and `<warehouse>/ledger.db` for a local warehouse; for an S3
 //! warehouse, `--catalog` and `--state` say where they live. `--catalog-type` chooses
 //! another catalog (REST, Glue, S3 Tables); the ledger stays in the state directory.
+//! With `--stack NAME`, a deployed stack's: its catalog and its DynamoDB ledger, as its
+//! functions' configuration names them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use iceberg::Catalog;
-use kfs_core::{CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse};
+use kfs_core::{CatalogKind, CatalogSettings, RestCredentials, S3Settings, Warehouse};
 // Every catalog kind with the AWS feature; the SQL, REST and memory ones without it.
 #[cfg(feature = "aws")]
 use kfs_aws::open_catalog_handle;
@@ -22,12 +24,25 @@ use crate::CliError;
 /// Environment variable holding REST catalog credentials as JSON (as `--catalog-credentials`).
 pub const CREDENTIALS_VARIABLE: &str = "KFS_CATALOG_CREDENTIALS";
 
+/// The stack `--stack` names, for the whole command.
+static STACK: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Makes every command of this process work on the deployed stack `name`.
+pub fn use_stack(name: String) {
+    let _ = STACK.set(name);
+}
+
+/// The deployed stack the command works on, if `--stack` named one.
+pub fn stack() -> Option<&'static str> {
+    STACK.get().map(String::as_str)
+}
+
 /// Where the embedded catalog and ledger live.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WarehouseArgs {
-    /// Warehouse: a directory or s3://bucket/prefix.
+    /// Warehouse: a directory or s3://bucket/prefix (not with `--stack`).
     #[arg(long)]
-    pub warehouse: String,
+    pub warehouse: Option<String>,
     /// The SQLite file of the catalog (default: `WAREHOUSE/catalog.db`, or `STATE/catalog.db`).
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<PathBuf>,
@@ -61,13 +76,39 @@ pub struct WarehouseArgs {
 }
 
 /// The opened catalog and ledger.
-pub struct Embedded {
+pub struct Embedded<L> {
     /// The catalog.
     pub catalog: Arc<dyn Catalog>,
     /// The catalog's pointer swap (replace snapshots, schema changes).
     pub swap: Arc<dyn TableSwap>,
     /// The ledger.
-    pub ledger: SqliteLedger,
+    pub ledger: L,
+    /// The S3 settings of the warehouse's files.
+    pub s3: S3Settings,
+    /// Where the last run's (a stack: each committer shard's last tick's) summary is.
+    pub tick_log: kfs_core::TickLog,
+}
+
+/// The catalog and ledger of a local warehouse, or of a deployed stack.
+pub enum Opened {
+    /// The embedded default (or another catalog) with the SQLite ledger.
+    Local(Embedded<SqliteLedger>),
+    /// A deployed stack's catalog and DynamoDB ledger.
+    #[cfg(feature = "aws")]
+    Stack(Embedded<kfs_aws::dynamo_ledger::DynamoLedger>),
+}
+
+/// Runs `$body` with `$embedded` bound to the opened catalog and ledger, whichever
+/// ledger it is.
+#[macro_export]
+macro_rules! with_opened {
+    ($opened:expr, $embedded:ident => $body:expr) => {
+        match $opened {
+            $crate::embedded::Opened::Local($embedded) => $body,
+            #[cfg(feature = "aws")]
+            $crate::embedded::Opened::Stack($embedded) => $body,
+        }
+    };
 }
 
 impl WarehouseArgs {
@@ -82,16 +123,60 @@ impl WarehouseArgs {
         }
     }
 
-    /// Opens the catalog and the ledger.
-    pub async fn open(&self) -> Result<Embedded, CliError> {
-        let warehouse = Warehouse::parse(&self.warehouse).map_err(CliError::Usage)?;
+    /// Opens the catalog and the ledger: the stack's with `--stack`, else the
+    /// warehouse's.
+    pub async fn open(&self) -> Result<Opened, CliError> {
+        match stack() {
+            Some(name) => self.open_stack(name).await,
+            None => Ok(Opened::Local(self.open_local().await?)),
+        }
+    }
+
+    #[cfg(feature = "aws")]
+    async fn open_stack(&self, name: &str) -> Result<Opened, CliError> {
+        if self.warehouse.is_some() || self.catalog.is_some() || self.state.is_some() {
+            return Err(CliError::Usage(format!(
+                "--stack {name} names the warehouse, catalog and ledger: leave out --warehouse, --catalog and --state"
+            )));
+        }
+        let env = kfs_aws::stack::stack_function_env(name)
+            .await
+            .map_err(|e| CliError::Usage(e.0))?;
+        let handle = env
+            .catalog_handle()
+            .await
+            .map_err(|e| CliError::Pipeline(format!("stack {name}: {}", e.0)))?;
+        Ok(Opened::Stack(Embedded {
+            catalog: handle.catalog,
+            swap: handle.swap,
+            ledger: env.ledger().await,
+            s3: env.s3.clone(),
+            tick_log: env.tick_log(),
+        }))
+    }
+
+    #[cfg(not(feature = "aws"))]
+    async fn open_stack(&self, name: &str) -> Result<Opened, CliError> {
+        Err(CliError::Usage(format!(
+            "--stack {name}: this kfs-iceberg was built without the aws feature"
+        )))
+    }
+
+    async fn open_local(&self) -> Result<Embedded<SqliteLedger>, CliError> {
+        let location = self.warehouse.as_deref().ok_or_else(|| {
+            CliError::Usage(
+                "--warehouse DIR (or --stack NAME, a deployed stack) is required".into(),
+            )
+        })?;
+        let warehouse = Warehouse::parse(location).map_err(CliError::Usage)?;
         let state = self.state_dir(&warehouse)?;
         std::fs::create_dir_all(&state).map_err(|source| CliError::Io {
             path: state.clone(),
             source,
         })?;
         let kind = self.catalog_kind(&state)?;
-        let handle = open_catalog_handle(&kind, &warehouse, &S3Settings::from_env())
+        let s3 = S3Settings::from_env();
+        let handle = open_catalog_handle(&kind, &warehouse, &s3)
             .await
             .map_err(|e| {
                 CliError::Pipeline(format!("opening the {} catalog: {e}", self.catalog_type))
@@ -102,75 +187,47 @@ impl WarehouseArgs {
             catalog: handle.catalog,
             swap: handle.swap,
             ledger,
+            tick_log: kfs_core::TickLog::new(s3.file_io(), &warehouse.location()),
+            s3,
         })
     }
 
-    /// The catalog the options choose; the SQLite catalog lives in `state` unless
-    /// `--catalog` says where.
+    /// The catalog the options choose ([`CatalogSettings::kind`]); the SQLite catalog
+    /// lives in `state` unless `--catalog` says where.
     fn catalog_kind(&self, state: &Path) -> Result<CatalogKind, CliError> {
-        let needs = |option: &str| {
-            CliError::Usage(format!(
-                "--catalog-type {} needs {option}",
-                self.catalog_type
-            ))
+        if self.catalog_type == "sql"
+            && self.catalog_uri.as_deref().is_some_and(|uri| {
+                !uri.starts_with("postgres://") && !uri.starts_with("postgresql://")
+            })
+        {
+            return Err(CliError::Usage(format!(
+                "--catalog-type sql: --catalog-uri must be a postgres:// URL (a SQLite catalog is --catalog FILE), not {:?}",
+                self.catalog_uri
+                    .as_deref()
+                    .and_then(|uri| uri.split('@').next_back())
+                    .unwrap_or_default()
+            )));
+        }
+        let credentials = if self.catalog_type == "rest" {
+            self.rest_credentials()?
+        } else {
+            RestCredentials::default()
         };
-        Ok(match self.catalog_type.as_str() {
-            "sql" => match &self.catalog_uri {
-                Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                    CatalogKind::SqlPostgres { url: url.clone() }
-                }
-                Some(other) => {
-                    return Err(CliError::Usage(format!(
-                        "--catalog-type sql: --catalog-uri must be a postgres:// URL (a SQLite catalog is --catalog FILE), not {:?}",
-                        other.split('@').next_back().unwrap_or_default()
-                    )));
-                }
-                None => CatalogKind::Sql {
-                    database: self
-                        .catalog
-                        .clone()
-                        .unwrap_or_else(|| state.join("catalog.db")),
-                },
-            },
-            "rest" => CatalogKind::Rest(RestSettings {
-                uri: self
-                    .catalog_uri
-                    .clone()
-                    .ok_or_else(|| needs("--catalog-uri"))?,
-                warehouse: self.rest_warehouse.clone(),
-                credentials: self.rest_credentials()?,
-            }),
-            "memory" => CatalogKind::Memory,
-            "glue" => CatalogKind::Glue {
-                endpoint: std::env::var("AWS_ENDPOINT_URL_GLUE")
-                    .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
-                    .ok()
-                    .filter(|e| !e.is_empty()),
-            },
-            "s3tables" => {
-                let arn = self
-                    .table_bucket_arn
-                    .clone()
-                    .ok_or_else(|| needs("--table-bucket-arn"))?;
-                if !kfs_core::is_table_bucket_arn(&arn) {
-                    return Err(CliError::Usage(format!(
-                        "--table-bucket-arn {arn:?}: expected arn:aws:s3tables:<region>:<account>:bucket/<name>"
-                    )));
-                }
-                CatalogKind::S3Tables(kfs_core::S3TablesSettings {
-                    table_bucket_arn: arn,
-                    endpoint: std::env::var("AWS_ENDPOINT_URL_S3TABLES")
-                        .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
-                        .ok()
-                        .filter(|e| !e.is_empty()),
-                })
-            }
-            other => {
-                return Err(CliError::Usage(format!(
-                    "--catalog-type {other:?}: expected sql, rest, glue, s3tables or memory"
-                )));
-            }
-        })
+        let settings = CatalogSettings {
+            kind: Some(self.catalog_type.clone()),
+            uri: self.catalog_uri.clone(),
+            database: self.catalog.clone(),
+            warehouse: self.rest_warehouse.clone(),
+            table_bucket_arn: self.table_bucket_arn.clone(),
+        };
+        settings
+            .kind(
+                "sql",
+                Some(&state.join("catalog.db")),
+                credentials,
+                &|name| std::env::var(name).ok(),
+            )
+            .map_err(|e| CliError::Usage(format!("--catalog-type {}: {e}", self.catalog_type)))
     }
 
     /// REST credentials from `--catalog-credentials` or `KFS_CATALOG_CREDENTIALS`

@@ -24,6 +24,12 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "kfs-iceberg", version, about)]
 struct Cli {
+    /// Work on a deployed stack (AWS CloudFormation): its catalog and DynamoDB ledger,
+    /// as its functions' configuration names them; the AWS side (region, credentials,
+    /// endpoints) from this environment. For status, quarantine and the maintenance
+    /// commands.
+    #[arg(long, global = true, value_name = "NAME")]
+    stack: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -95,6 +101,9 @@ fn block_on<F: std::future::Future<Output = Result<(), CliError>>>(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(stack) = cli.stack {
+        embedded::use_stack(stack);
+    }
     let result = match cli.command {
         Command::Dump(args) => dump::run(&args),
         Command::Gen(args) => gen_cmd::run(&args),

@@ -14,6 +14,7 @@ use kfs_plan::naming::TableName;
 
 use crate::CliError;
 use crate::embedded::{Embedded, WarehouseArgs};
+use kfs_core::Ledger;
 use kfs_plan::duration::parse_duration;
 
 /// Which tables, and whether to act.
@@ -113,7 +114,7 @@ fn pipeline(e: impl std::fmt::Display) -> CliError {
     CliError::Pipeline(e.to_string())
 }
 
-async fn tables(embedded: &Embedded, target: &Target) -> Result<Vec<TableIdent>, CliError> {
+async fn tables<L>(embedded: &Embedded<L>, target: &Target) -> Result<Vec<TableIdent>, CliError> {
     if let Some(table) = &target.table {
         let name = TableName::parse(table)
             .ok_or_else(|| CliError::Usage(format!("--table {table}: expected namespace.name")))?;
@@ -178,8 +179,16 @@ pub async fn maintain(args: &MaintainArgs) -> Result<(), CliError> {
             args.orphan_age
         )));
     }
-    let embedded = args.target.warehouse.open().await?;
-    let names: Vec<TableName> = tables(&embedded, &args.target)
+    let opened = args.target.warehouse.open().await?;
+    crate::with_opened!(opened, embedded => maintain_on(args, &policy, &embedded).await)
+}
+
+async fn maintain_on<L: Ledger>(
+    args: &MaintainArgs,
+    policy: &MaintenancePolicy,
+    embedded: &Embedded<L>,
+) -> Result<(), CliError> {
+    let names: Vec<TableName> = tables(embedded, &args.target)
         .await?
         .iter()
         .map(|ident| TableName {
@@ -193,9 +202,9 @@ pub async fn maintain(args: &MaintainArgs) -> Result<(), CliError> {
             swap: embedded.swap.as_ref(),
         },
         &embedded.ledger,
-        &kfs_core::S3Settings::from_env(),
+        &embedded.s3,
         &names,
-        &policy,
+        policy,
         None,
     )
     .await;
@@ -231,8 +240,12 @@ pub async fn maintain(args: &MaintainArgs) -> Result<(), CliError> {
 
 /// Runs `compact`.
 pub async fn compact(args: &CompactArgs) -> Result<(), CliError> {
-    let embedded = args.target.warehouse.open().await?;
-    for ident in tables(&embedded, &args.target).await? {
+    let opened = args.target.warehouse.open().await?;
+    crate::with_opened!(opened, embedded => compact_on(args, &embedded).await)
+}
+
+async fn compact_on<L: Ledger>(args: &CompactArgs, embedded: &Embedded<L>) -> Result<(), CliError> {
+    for ident in tables(embedded, &args.target).await? {
         let policy = args.target_file_size.map(CompactionPolicy::for_target);
         if args.target.dry_run {
             let table = embedded
@@ -283,9 +296,13 @@ pub async fn compact(args: &CompactArgs) -> Result<(), CliError> {
 
 /// Runs `expire-snapshots`.
 pub async fn expire(args: &ExpireArgs) -> Result<(), CliError> {
-    let embedded = args.target.warehouse.open().await?;
+    let opened = args.target.warehouse.open().await?;
+    crate::with_opened!(opened, embedded => expire_on(args, &embedded).await)
+}
+
+async fn expire_on<L: Ledger>(args: &ExpireArgs, embedded: &Embedded<L>) -> Result<(), CliError> {
     let older_than = cutoff(&args.older_than)?;
-    for ident in tables(&embedded, &args.target).await? {
+    for ident in tables(embedded, &args.target).await? {
         let report = expire_snapshots(
             embedded.catalog.as_ref(),
             &ident,
@@ -315,7 +332,11 @@ pub async fn expire(args: &ExpireArgs) -> Result<(), CliError> {
 
 /// Runs `remove-orphans`.
 pub async fn orphans(args: &OrphanArgs) -> Result<(), CliError> {
-    let embedded = args.target.warehouse.open().await?;
+    let opened = args.target.warehouse.open().await?;
+    crate::with_opened!(opened, embedded => orphans_on(args, &embedded).await)
+}
+
+async fn orphans_on<L: Ledger>(args: &OrphanArgs, embedded: &Embedded<L>) -> Result<(), CliError> {
     let rule = kfs_core::OrphanRule {
         older_than: parse_duration(&args.older_than)
             .map_err(|e| CliError::Usage(format!("--older-than {e}")))?,
@@ -329,8 +350,8 @@ pub async fn orphans(args: &OrphanArgs) -> Result<(), CliError> {
             args.older_than
         )));
     }
-    let s3 = kfs_core::S3Settings::from_env();
-    for ident in tables(&embedded, &args.target).await? {
+    let s3 = embedded.s3.clone();
+    for ident in tables(embedded, &args.target).await? {
         let report = remove_orphans(
             embedded.catalog.as_ref(),
             &embedded.ledger,
@@ -362,8 +383,15 @@ pub async fn orphans(args: &OrphanArgs) -> Result<(), CliError> {
 
 /// Runs `rewrite-manifests`.
 pub async fn rewrite(args: &RewriteManifestsArgs) -> Result<(), CliError> {
-    let embedded = args.target.warehouse.open().await?;
-    for ident in tables(&embedded, &args.target).await? {
+    let opened = args.target.warehouse.open().await?;
+    crate::with_opened!(opened, embedded => rewrite_on(args, &embedded).await)
+}
+
+async fn rewrite_on<L: Ledger>(
+    args: &RewriteManifestsArgs,
+    embedded: &Embedded<L>,
+) -> Result<(), CliError> {
+    for ident in tables(embedded, &args.target).await? {
         if args.target.dry_run {
             println!("{ident}: --dry-run: nothing rewritten");
             continue;

@@ -5,7 +5,7 @@
 use kfs_core::{EntryState, Ledger};
 
 use crate::CliError;
-use crate::embedded::WarehouseArgs;
+use crate::embedded::{Embedded, WarehouseArgs};
 use crate::time::rfc3339_ms;
 
 /// Arguments of `quarantine`.
@@ -55,29 +55,8 @@ fn pipeline(e: impl std::fmt::Display) -> CliError {
 pub async fn run(args: &QuarantineArgs) -> Result<(), CliError> {
     match &args.action {
         Action::List { warehouse } => {
-            let embedded = warehouse.open().await?;
-            let entries = embedded
-                .ledger
-                .list(Some("quarantined"), None)
-                .await
-                .map_err(pipeline)?;
-            if entries.is_empty() {
-                println!("no quarantined segments");
-            }
-            for entry in entries {
-                if let EntryState::Quarantined { error } = &entry.state {
-                    println!(
-                        "{}\t{} partition {} from offset {}\t{}\t{}",
-                        entry.segment,
-                        entry.table,
-                        entry.partition,
-                        entry.base_offset,
-                        rfc3339_ms(entry.created_ms),
-                        error
-                    );
-                }
-            }
-            Ok(())
+            let opened = warehouse.open().await?;
+            crate::with_opened!(opened, embedded => list(&embedded).await)
         }
         Action::Retry {
             warehouse,
@@ -90,6 +69,32 @@ pub async fn run(args: &QuarantineArgs) -> Result<(), CliError> {
             all,
         } => act_on(warehouse, segments, *all, Verb::Skip).await,
     }
+}
+
+/// Prints the quarantined segments.
+async fn list<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
+    let entries = embedded
+        .ledger
+        .list(Some("quarantined"), None)
+        .await
+        .map_err(pipeline)?;
+    if entries.is_empty() {
+        println!("no quarantined segments");
+    }
+    for entry in entries {
+        if let EntryState::Quarantined { error } = &entry.state {
+            println!(
+                "{}\t{} partition {} from offset {}\t{}\t{}",
+                entry.segment,
+                entry.table,
+                entry.partition,
+                entry.base_offset,
+                rfc3339_ms(entry.created_ms),
+                error
+            );
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +110,17 @@ async fn act_on(
     all: bool,
     verb: Verb,
 ) -> Result<(), CliError> {
-    let embedded = warehouse.open().await?;
+    let opened = warehouse.open().await?;
+    crate::with_opened!(opened, embedded => act(&embedded, segments, all, verb).await)
+}
+
+/// Releases or skips segments of one ledger.
+async fn act<L: Ledger>(
+    embedded: &Embedded<L>,
+    segments: &[String],
+    all: bool,
+    verb: Verb,
+) -> Result<(), CliError> {
     let quarantined = embedded
         .ledger
         .list(Some("quarantined"), None)

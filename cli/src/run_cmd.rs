@@ -1,16 +1,15 @@
 //! `kfs-iceberg run`: one pass of the pipeline on the embedded default, with a
 //! progress bar and a closing summary.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kfs_core::OpendalSource;
 use kfs_core::S3Settings;
+use kfs_core::Settings;
 use kfs_core::{PipelineConfig, Progress, RunReport, run_once};
 use kfs_plan::commit::HoldReason;
-use kfs_plan::naming::{TableName, TableNaming, TablePattern, ValueFormat};
-use serde::Deserialize;
+use kfs_plan::naming::ValueFormat;
 
 use crate::CliError;
 use crate::embedded::WarehouseArgs;
@@ -48,48 +47,7 @@ pub struct RunArgs {
     no_coalesce: bool,
 }
 
-/// The configuration file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigFile {
-    /// Namespace of tables not named explicitly (default `kafscale`).
-    namespace: Option<String>,
-    /// `topic = "namespace.table"` entries.
-    #[serde(default)]
-    tables: BTreeMap<String, String>,
-    /// `[start_offsets.<topic>]` with `"<partition>" = offset` entries.
-    #[serde(default)]
-    start_offsets: BTreeMap<String, BTreeMap<String, i64>>,
-    /// Partition spec of new tables (`"day(timestamp)"`).
-    partition_by: Option<String>,
-    /// `topic = "spec"` entries: the partition spec of that topic's new table.
-    #[serde(default)]
-    partitioning: BTreeMap<String, String>,
-    /// `[[table_patterns]]` rules: `topic` (a regular expression matching whole topic
-    /// names) and `table` (`namespace.name`, with `$1` or `${group}`), tried in order
-    /// after the explicit `tables` entries.
-    #[serde(default)]
-    table_patterns: Vec<TablePatternEntry>,
-    /// Properties of new tables (`"write.parquet.compression-codec" = "zstd"`).
-    #[serde(default)]
-    table_properties: BTreeMap<String, String>,
-    /// How new tables store record values: `"raw"` (default) or `"json"`.
-    value_format: Option<String>,
-    /// `topic = "name type, ..."` entries: the declared columns of that topic's new
-    /// JSON table (otherwise inferred from the values).
-    #[serde(default)]
-    value_columns: BTreeMap<String, String>,
-}
-
-/// One `[[table_patterns]]` rule.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TablePatternEntry {
-    topic: String,
-    table: String,
-}
-
-/// Parses a partition spec given on the command line or in the configuration.
+/// Parses a partition spec given on the command line.
 fn partition_spec(
     text: &str,
     origin: &str,
@@ -98,77 +56,43 @@ fn partition_spec(
         .map_err(|e| CliError::Usage(format!("{origin}: {e}")))
 }
 
+/// The pipeline's settings from the configuration file ([`kfs_core::Settings`] in
+/// TOML), checked once.
 fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
     let Some(path) = path else {
         return Ok(PipelineConfig::default());
     };
-    let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let file: ConfigFile = toml::from_str(&text)
-        .map_err(|e| CliError::Usage(format!("{}: {}", path.display(), e.message())))?;
-    let origin = path.display().to_string();
-    let mut naming = TableNaming {
-        namespace: file.namespace,
-        partition_by: partition_spec(file.partition_by.as_deref().unwrap_or_default(), &origin)?,
-        partition_by_given: file.partition_by.is_some(),
-        value_format: file
-            .value_format
-            .as_deref()
-            .map(ValueFormat::parse)
-            .transpose()
-            .map_err(|e| CliError::Usage(format!("{origin}: {e}")))?
-            .unwrap_or_default(),
-        ..TableNaming::default()
-    };
-    for rule in &file.table_patterns {
-        let pattern = TablePattern::new(&rule.topic, &rule.table)
-            .map_err(|e| CliError::Usage(format!("{origin}: table_patterns: {e}")))?;
-        naming.patterns.push(pattern);
-    }
-    // Checked now, not at the first table creation.
-    kfs_core::compression(&file.table_properties.clone().into_iter().collect())
-        .map_err(|e| CliError::Usage(format!("{origin}: table_properties: {}", e.message())))?;
-    naming.properties = file.table_properties;
-    for (topic, text) in file.value_columns {
-        let columns = kfs_plan::value_columns::parse_value_columns(&text)
-            .map_err(|e| CliError::Usage(format!("{origin}: value_columns.{topic}: {e}")))?;
-        naming.value_columns.insert(topic, columns);
-    }
-    for (topic, spec) in file.partitioning {
-        let fields = partition_spec(&spec, &format!("{origin}: partitioning.{topic}"))?;
-        naming.partitioning.insert(topic, fields);
-    }
-    for (topic, table) in file.tables {
-        let name = TableName::parse(&table).ok_or_else(|| {
-            CliError::Usage(format!(
-                "{}: table {table:?} is not namespace.name",
+    let settings = Settings::from_toml_file(path).map_err(|e| CliError::Usage(e.0))?;
+    // Sections the deployed functions read, which `run` takes from its flags: refused
+    // rather than silently ignored.
+    for (section, given) in [
+        (
+            "[catalog] (use --catalog-type and its options)",
+            settings.catalog != Default::default(),
+        ),
+        (
+            "[maintenance] (use `kfs-iceberg maintain`)",
+            settings.maintenance != Default::default(),
+        ),
+        (
+            "[etcd] (the committer's cross-check)",
+            !settings.etcd.endpoints.is_empty(),
+        ),
+    ] {
+        if given {
+            return Err(CliError::Usage(format!(
+                "{}: run does not read {section}",
                 path.display()
-            ))
-        })?;
-        naming.overrides.insert(topic, name);
-    }
-    naming
-        .validate()
-        .map_err(|e| CliError::Usage(format!("{origin}: {e}")))?;
-    let mut start_offsets = BTreeMap::new();
-    for (topic, partitions) in file.start_offsets {
-        let mut map = BTreeMap::new();
-        for (partition, offset) in partitions {
-            let p = partition.parse::<i32>().map_err(|_| {
-                CliError::Usage(format!(
-                    "{}: start_offsets.{topic}: {partition:?} is not a partition",
-                    path.display()
-                ))
-            })?;
-            map.insert(p, offset);
+            )));
         }
-        start_offsets.insert(topic, map);
     }
+    let valid = settings
+        .validate(&path.display().to_string())
+        .map_err(|e| CliError::Usage(e.0))?;
     Ok(PipelineConfig {
-        naming,
-        start_offsets,
+        naming: valid.naming,
+        start_offsets: valid.start_offsets,
+        crosscheck: valid.crosscheck,
         ..PipelineConfig::default()
     })
 }
@@ -187,7 +111,14 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     }
     let source = OpendalSource::from_location(&args.source, &S3Settings::from_env())
         .map_err(|e| CliError::Pipeline(format!("source {e}")))?;
-    let embedded = args.warehouse.open().await?;
+    if let Some(stack) = crate::embedded::stack() {
+        return Err(CliError::Usage(format!(
+            "run --stack {stack}: the stack's committer runs its passes (invoke it to run one now); run works on a local warehouse"
+        )));
+    }
+    let crate::embedded::Opened::Local(embedded) = args.warehouse.open().await? else {
+        return Err(CliError::Usage("run works on a local warehouse".into()));
+    };
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
@@ -220,6 +151,18 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     .map_err(|e| CliError::Pipeline(e.to_string()))?;
     bar.finish_and_clear();
     print_report(&report);
+    let mut summary = report.summary();
+    if let Some(fields) = summary.as_object_mut() {
+        fields.insert("shard".into(), serde_json::json!([0, 1]));
+        fields.insert("finished_ms".into(), serde_json::json!(kfs_core::now_ms()));
+    }
+    if let Err(e) = embedded
+        .tick_log
+        .write(kfs_plan::shard::Shard::default(), &summary)
+        .await
+    {
+        eprintln!("kfs-iceberg: the run's summary could not be kept for status: {e}");
+    }
     if !report.failed_tables.is_empty() {
         let reasons: Vec<String> = report
             .failed_tables

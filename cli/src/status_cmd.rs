@@ -9,8 +9,10 @@ use kfs_core::table_watermarks;
 use kfs_core::{EntryState, Ledger, LedgerEntry};
 use kfs_plan::naming::TableName;
 
+use serde_json::Value;
+
 use crate::CliError;
-use crate::embedded::WarehouseArgs;
+use crate::embedded::{Embedded, WarehouseArgs};
 use crate::time::rfc3339_ms;
 
 /// Arguments of `status`.
@@ -31,7 +33,11 @@ fn age(ms: i64) -> String {
 
 /// Runs `status`.
 pub async fn run(args: &StatusArgs) -> Result<(), CliError> {
-    let embedded = args.warehouse.open().await?;
+    let opened = args.warehouse.open().await?;
+    crate::with_opened!(opened, embedded => report(&embedded).await)
+}
+
+async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
     let listing = embedded
         .ledger
         .scan(None, None)
@@ -54,6 +60,7 @@ pub async fn run(args: &StatusArgs) -> Result<(), CliError> {
         println!("no segments seen yet");
     }
     let now = now_ms();
+    last_ticks(embedded, now).await;
     for (table, entries) in by_table {
         let topic = entries.first().map_or("", |e| e.topic.as_str());
         println!("table {table} (topic {topic})");
@@ -69,6 +76,13 @@ pub async fn run(args: &StatusArgs) -> Result<(), CliError> {
                         age(now - snapshot.timestamp_ms())
                     ),
                     None => println!("  last commit: none"),
+                }
+                if let Some(newest) = kfs_core::newest_record_ms(&loaded) {
+                    println!(
+                        "  freshness: newest committed record at {} ({} ago)",
+                        rfc3339_ms(newest),
+                        age(now - newest)
+                    );
                 }
                 let watermarks =
                     table_watermarks(&loaded).map_err(|e| CliError::Pipeline(e.to_string()))?;
@@ -93,13 +107,88 @@ pub async fn run(args: &StatusArgs) -> Result<(), CliError> {
             None => println!("  pending: none"),
         }
         for entry in entries {
-            if let EntryState::Quarantined { error } = &entry.state {
-                println!(
+            match &entry.state {
+                EntryState::Quarantined { error } => println!(
                     "  quarantined {} (partition {}): {error}",
                     entry.segment, entry.partition
-                );
+                ),
+                EntryState::Skipped { error } => println!(
+                    "  skipped {} (partition {}, given up by an operator): {error}",
+                    entry.segment, entry.partition
+                ),
+                _ => {}
             }
         }
     }
     Ok(())
+}
+
+/// The last run's (on a stack, each committer shard's last tick's) result: when, what
+/// it committed, and every failure with its reason.
+async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
+    let ticks = match embedded.tick_log.read().await {
+        Ok(ticks) => ticks,
+        Err(e) => {
+            println!("last tick: not readable ({e})");
+            return;
+        }
+    };
+    if ticks.is_empty() {
+        println!("last tick: none recorded yet");
+    }
+    let count = |value: &Value| match value {
+        Value::Array(items) => items.len(),
+        Value::Object(fields) => fields.len(),
+        Value::Number(n) => n
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0),
+        _ => 0,
+    };
+    for tick in &ticks {
+        let finished = tick["finished_ms"].as_i64().unwrap_or(0);
+        let shard = match (tick["shard"][0].as_u64(), tick["shard"][1].as_u64()) {
+            (Some(index), Some(shards)) if shards > 1 => {
+                format!(" (shard {index} of {shards})")
+            }
+            _ => String::new(),
+        };
+        println!(
+            "last tick{shard}: {} ({} ago): {} tables committed, {} segments swept, {} deferred, {} failed tables, {} failed segments",
+            rfc3339_ms(finished),
+            age(now - finished),
+            count(&tick["tables"]),
+            count(&tick["swept"]),
+            count(&tick["deferred"]),
+            count(&tick["failed_tables"]),
+            count(&tick["failed_segments"]),
+        );
+        if let Some(failed) = tick["failed_tables"].as_object() {
+            for (table, error) in failed {
+                println!(
+                    "  failed table {table}: {}",
+                    error.as_str().unwrap_or_default()
+                );
+            }
+        }
+        for (key, label) in [
+            ("failed_segments", "failed segment"),
+            ("unreadable_ledger_items", "unreadable ledger item"),
+        ] {
+            for item in tick[key].as_array().into_iter().flatten() {
+                println!(
+                    "  {label} {}: {}",
+                    item[0].as_str().unwrap_or_default(),
+                    item[1].as_str().unwrap_or_default()
+                );
+            }
+        }
+        if let Some(maintenance) = tick["maintenance"].as_object() {
+            for (table, result) in maintenance {
+                if let Some(error) = result["error"].as_str() {
+                    println!("  maintenance of {table} failed: {error}");
+                }
+            }
+        }
+    }
 }

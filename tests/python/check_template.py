@@ -70,4 +70,44 @@ committer = functions["CommitterFunction"]["Properties"]
 invoke = committer.get("EventInvokeConfig", {})
 if invoke.get("MaximumRetryAttempts") != 0 or "ReservedConcurrentExecutions" not in committer:
     sys.exit("CommitterFunction: ticks must not be retried nor overlap (EventInvokeConfig, ReservedConcurrentExecutions)")
-print("template.yaml agrees with infra/ledger-table.json and the deployment rules")
+
+# The dashboard is deployed as a resource, and is infra/dashboard.json.
+body = resources.get("Dashboard", {}).get("Properties", {}).get("DashboardBody", {})
+body = plain(body).get("Fn::Sub") if isinstance(plain(body), dict) else None
+if body is None or json.loads(body) != json.loads((root / "infra/dashboard.json").read_text()):
+    sys.exit("template.yaml Dashboard differs from infra/dashboard.json")
+
+# Every setting the functions read has a place in the template (a parameter behind it).
+import re
+
+documented = re.findall(r"^//! \| `([A-Z_0-9]+)`(?:, `([A-Z_0-9]+)`)?(?:, `([A-Z_0-9]+)`)?", (root / "shared/kfs-aws/src/function_env.rs").read_text(), re.M)
+names = {name for row in documented for name in row if name}
+text = (root / "template.yaml").read_text()
+unset = sorted(name for name in names if f"{name}:" not in text)
+if unset:
+    sys.exit(f"settings the functions read but the template never sets: {unset}")
+
+# Transformed as CloudFormation will (SAM's own translator), no resource has a fixed
+# physical name: two stacks deploy in one account and region.
+import os
+
+from samtranslator.translator.transform import transform
+
+
+class NoManagedPolicies:
+    def load(self):
+        return {}
+
+
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+sam = json.loads(json.dumps(template))
+for resource in sam["Resources"].values():
+    if resource["Type"] == "AWS::Serverless::Function":
+        resource["Properties"]["CodeUri"] = "s3://artifacts/functions.zip"
+transformed = transform(sam, {"SegmentBucketName": "segments", "WarehouseBucketName": "lake"}, NoManagedPolicies())
+NAME_PROPERTIES = {"FunctionName", "TableName", "QueueName", "Name", "AlarmName", "DashboardName", "RoleName", "RuleName", "LogGroupName", "ScheduleGroupName"}
+for logical, resource in transformed["Resources"].items():
+    for key, value in resource.get("Properties", {}).items():
+        if key in NAME_PROPERTIES and isinstance(value, str):
+            sys.exit(f"transformed template: {logical}.{key} is the fixed name {value!r}; a second stack would clash")
+print("template.yaml agrees with infra/ledger-table.json and the deployment rules; transformed, it names no resource")

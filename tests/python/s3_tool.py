@@ -9,6 +9,10 @@ region and endpoint from the AWS_* environment variables.
     s3_tool.py secret NAME VALUE          (prints the secret's ARN)
     s3_tool.py table-bucket NAME          (an S3 Tables table bucket; prints its ARN)
     s3_tool.py parameter NAME VALUE       (an SSM SecureString parameter; prints its ARN)
+    s3_tool.py stack NAME KEY=VALUE...    (deploys template.yaml, transformed by SAM's
+                                           own translator, as stack NAME with those
+                                           parameters; prints its outputs as JSON)
+    s3_tool.py function-env FUNCTION      (a function's environment variables as JSON)
 """
 
 import json
@@ -63,8 +67,60 @@ def main():
         name, value = args
         created = client("secretsmanager").create_secret(Name=name, SecretString=value)
         print(created["ARN"])
+    elif command == "stack":
+        name, *parameters = args
+        print(json.dumps(deploy(name, dict(p.split("=", 1) for p in parameters))))
+    elif command == "function-env":
+        (function,) = args
+        configuration = client("lambda").get_function_configuration(FunctionName=function)
+        print(json.dumps(configuration["Environment"]["Variables"]))
     else:
         sys.exit(f"unknown command {command}")
+
+
+def deploy(name, parameters):
+    """Transforms template.yaml with the SAM translator (as `sam deploy` has
+    CloudFormation do) and creates the stack; the functions' code is a placeholder
+    package in an artifacts bucket, as `sam package` would upload."""
+    import io
+    import zipfile
+    from pathlib import Path
+
+    from cfnlint.decode import decode
+    from samtranslator.translator.transform import transform
+
+    template, errors = decode(str(Path(__file__).resolve().parents[2] / "template.yaml"))
+    if errors:
+        sys.exit(f"template.yaml: {errors}")
+    s3 = client()
+    artifacts = "kfs-artifacts"
+    if artifacts not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+        s3.create_bucket(Bucket=artifacts)
+        package = io.BytesIO()
+        with zipfile.ZipFile(package, "w") as archive:
+            archive.writestr("bootstrap", "placeholder")
+        s3.put_object(Bucket=artifacts, Key="functions.zip", Body=package.getvalue())
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::Serverless::Function":
+            resource["Properties"]["CodeUri"] = f"s3://{artifacts}/functions.zip"
+
+    class NoManagedPolicies:
+        def load(self):
+            return {}
+
+    os.environ.setdefault("AWS_DEFAULT_REGION", os.environ.get("AWS_REGION", "us-east-1"))
+    transformed = transform(json.loads(json.dumps(template)), parameters, NoManagedPolicies())
+    cloudformation = client("cloudformation")
+    cloudformation.create_stack(
+        StackName=name,
+        TemplateBody=json.dumps(transformed),
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
+        Capabilities=["CAPABILITY_IAM"],
+    )
+    stack = cloudformation.describe_stacks(StackName=name)["Stacks"][0]
+    if stack["StackStatus"] != "CREATE_COMPLETE":
+        sys.exit(f"stack {name}: {stack['StackStatus']} {stack.get('StackStatusReason')}")
+    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
 
 
 if __name__ == "__main__":

@@ -3,17 +3,16 @@
 //! maintenance, backlog) within the invocation's time budget, then publish the tick's
 //! metrics (CloudWatch EMF) and answer with its summary.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kfs_aws::emf::MetricSet;
 use kfs_core::{
-    CatalogHandle, CommitOutcome, Ledger, PipelineConfig, PipelineError, SegmentSource,
+    CatalogHandle, CommitOutcome, Ledger, PipelineConfig, PipelineError, SegmentSource, TickLog,
     TickMaintenance, TickReport, run_tick,
 };
 use kfs_etcd::read_etcd;
 use kfs_plan::shard::Shard;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The committer's clients and settings, built once per container.
 pub struct Committer<S, L> {
@@ -25,10 +24,12 @@ pub struct Committer<S, L> {
     pub ledger: L,
     /// Pass settings (`deadline`, `etcd` and `shard` are set per invocation).
     pub config: PipelineConfig,
-    /// etcd endpoints of the offset cross-check (empty: off).
-    pub etcd_endpoints: Vec<String>,
+    /// How to reach etcd for the offset cross-check (no endpoints: off).
+    pub etcd: kfs_etcd::EtcdConnection,
     /// Table maintenance after the commits (`None`: off).
     pub maintenance: Option<TickMaintenance>,
+    /// Where the last tick's summary is kept for `kfs-iceberg status` (`None`: not kept).
+    pub tick_log: Option<TickLog>,
 }
 
 /// Time kept free at the end of an invocation, so that it always ends cleanly.
@@ -80,7 +81,7 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
     let tick = event.get("id").and_then(|id| id.as_str()).unwrap_or("-");
     tracing::info!(tick, "committer tick");
     let shard = shard_of(event)?;
-    let etcd = read_etcd(&committer.etcd_endpoints, ETCD_TIMEOUT).await;
+    let etcd = read_etcd(&committer.etcd, ETCD_TIMEOUT).await;
     if let kfs_plan::crosscheck::EtcdState::Unreachable(reason) = &etcd {
         tracing::warn!(reason = %reason, "etcd unreachable: the cross-check holds commits per its policy");
     }
@@ -102,7 +103,14 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
     for metrics in metric_sets(&report) {
         metrics.emit(report.now_ms);
     }
-    Ok(answer(&report, shard))
+    let summary = report.summary(shard);
+    if let Some(log) = &committer.tick_log {
+        // For `kfs-iceberg status`; the tick is done whether or not this lands.
+        if let Err(e) = log.write(shard, &summary).await {
+            tracing::warn!(error = %e, "the tick's summary could not be recorded for status");
+        }
+    }
+    Ok(summary)
 }
 
 /// Errors and warnings an operator acts on, one log line each.
@@ -257,57 +265,4 @@ fn commit_metrics(metrics: MetricSet, outcome: &CommitOutcome) -> MetricSet {
             count(outcome.crosscheck.stopped.len()),
             "Count",
         )
-}
-
-/// The invocation's answer: what the tick did, per table.
-fn answer(report: &TickReport, shard: Shard) -> Value {
-    let tables: BTreeMap<&String, Value> = report
-        .pass
-        .tables
-        .iter()
-        .map(|(table, o)| {
-            (
-                table,
-                json!({
-                    "snapshot_id": o.snapshot_id,
-                    "segments": o.segments,
-                    "records": o.records,
-                    "watermarks": o.watermarks,
-                    "newest_record_ms": o.newest_record_ms,
-                    "etcd_held": o.crosscheck.held,
-                    "stopped_partitions": o.crosscheck.stopped,
-                }),
-            )
-        })
-        .collect();
-    let maintenance: BTreeMap<&String, Value> = report
-        .maintenance
-        .iter()
-        .map(|(table, result)| {
-            let value = match result {
-                Ok(m) => json!({
-                    "files_compacted": m.files_compacted,
-                    "snapshots_expired": m.snapshots_expired,
-                    "files_deleted": m.files_deleted,
-                    "manifests_rewritten": m.manifests_rewritten,
-                    "orphan_cleanup": m.orphan_cleanup,
-                }),
-                Err(e) => json!({"error": e}),
-            };
-            (table, value)
-        })
-        .collect();
-    json!({
-        "shard": [shard.index, shard.count],
-        "swept": report.pass.converted,
-        "quarantined": report.pass.quarantined.len(),
-        "deferred": report.pass.deferred,
-        "deferred_feeds": report.pass.deferred_feeds,
-        "tables": tables,
-        "failed_tables": report.pass.failed_tables,
-        "failed_segments": report.pass.failed_segments,
-        "unreadable_ledger_items": report.pass.unreadable,
-        "refused_topics": report.pass.refused,
-        "maintenance": maintenance,
-    })
 }

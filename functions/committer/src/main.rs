@@ -39,11 +39,12 @@ async fn main() -> Result<(), Error> {
             },
             ..PipelineConfig::default()
         },
-        etcd_endpoints: env.etcd_endpoints.clone(),
+        etcd: env.etcd_connection().await?,
         maintenance: env.maintenance.clone().map(|policy| TickMaintenance {
             policy,
             s3: env.s3.clone(),
         }),
+        tick_log: Some(env.tick_log()),
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let committer = committer.clone();

@@ -20,7 +20,12 @@
 //! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
 //! | `SWEEP_MAX_SEGMENTS` | segments the committer's sweep converts per run (default 200) |
-//! | `ETCD_ENDPOINTS` | comma-separated etcd endpoints of the offset cross-check (empty: off) |
+//! | `ETCD_ENDPOINTS` | comma-separated etcd endpoints of the offset cross-check (empty: off); `https://` for TLS |
+//! | `ETCD_GRACE`, `ETCD_UNREACHABLE` | how long a segment past etcd's offsets (or etcd unreachable) waits (default `5m`), then `hold` (default) or `proceed` |
+//! | `ETCD_CA_FILE`, `ETCD_CERT_FILE`, `ETCD_KEY_FILE` | PEM files (in the package or a layer, under `/opt`) of etcd's CA and the client certificate |
+//! | `ETCD_USERNAME`, `ETCD_PASSWORD_SECRET_ARN` | etcd's authentication: the user, and the secret or SSM parameter holding its password |
+//! | `TOPICS_INCLUDE`, `TOPICS_EXCLUDE` | comma-separated regular expressions over whole topic names: the topics ingested (default all), and those never ingested |
+//! | `TABLE_PREFIX` | prefix of default table names (`<namespace>.<prefix><topic>`) |
 //! | `MAINTENANCE` | `on` (default) or `off`: the committer's compaction, expiry, manifest rewrite and orphan cleanup |
 //! | `SNAPSHOT_RETENTION` | expire snapshots older than this (default `5d`; at least one is kept) |
 //! | `MAX_SNAPSHOTS` | keep at most this many snapshots per table whatever their age (default 1000; `0`: age only). Every commit rewrites the metadata file, which lists every snapshot: commit cost grows about 18 µs per snapshot kept, so tables that commit every minute want a bound |
@@ -31,16 +36,12 @@
 //! from `AWS_ENDPOINT_URL` for local stacks. REST catalog credentials are read from
 //! Secrets Manager at cold start, never from plain variables, and never logged.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
 use kfs_core::MaintenancePolicy;
 use kfs_core::OpendalSource;
-use kfs_core::{CatalogHandle, CatalogKind, RestCredentials, RestSettings, S3Settings, Warehouse};
-use kfs_plan::crosscheck::{CrossCheckPolicy, UnreachablePolicy};
-use kfs_plan::duration::parse_duration;
-use kfs_plan::layout::parse_partition_spec;
-use kfs_plan::naming::{TableNaming, TablePattern, ValueFormat};
+use kfs_core::{CatalogHandle, CatalogKind, RestCredentials, S3Settings, Warehouse};
+use kfs_core::{EtcdSettings, Settings};
+use kfs_plan::crosscheck::CrossCheckPolicy;
+use kfs_plan::naming::TableNaming;
 
 use crate::dynamo_ledger::DynamoLedger;
 pub use crate::error::ConfigError;
@@ -82,8 +83,10 @@ pub struct FunctionEnv {
     pub sweep_max_segments: usize,
     /// S3 settings.
     pub s3: S3Settings,
-    /// etcd endpoints of the cross-check.
-    pub etcd_endpoints: Vec<String>,
+    /// The etcd cross-check's endpoints, TLS files and user.
+    pub etcd: EtcdSettings,
+    /// Secrets Manager secret or SSM parameter holding the etcd user's password.
+    pub etcd_password_secret_arn: Option<String>,
     /// How the cross-check treats etcd lag and outages: `ETCD_GRACE` (default `5m`)
     /// and `ETCD_UNREACHABLE` (`hold`, the default: commits wait for etcd; `proceed`:
     /// after the grace they commit without the check, with a warning metric).
@@ -100,7 +103,8 @@ impl FunctionEnv {
         Self::from_lookup(&|name| std::env::var(name).ok())
     }
 
-    /// Reads the variables `lookup` returns (empty values count as unset).
+    /// Reads the variables `lookup` returns (empty values count as unset): the
+    /// deployment's wiring here, everything else through [`Settings::from_env`].
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
         let required =
@@ -111,88 +115,18 @@ impl FunctionEnv {
                     .map_err(|_| ConfigError(format!("{name}={v:?} is not a number")))
             })
         };
-        let duration = |name: &str, default: &str| {
-            let text = var(name).unwrap_or_else(|| default.to_owned());
-            parse_duration(&text).map_err(|e| ConfigError(format!("{name}: {e}")))
-        };
-        let maintenance = match var("MAINTENANCE").as_deref().unwrap_or("on") {
-            "on" => Some(MaintenancePolicy {
-                snapshot_retention: duration("SNAPSHOT_RETENTION", "5d")?,
-                // S3 Tables removes unreferenced files itself, and its storage
-                // buckets cannot be listed.
-                orphan_age: match var("ORPHAN_AGE").as_deref() {
-                    Some("off") => None,
-                    _ if var("CATALOG_TYPE").as_deref() == Some("s3tables") => None,
-                    // Below the 1h floor, each cleanup refuses (a maintenance failure,
-                    // alarmed) while conversion and commits go on.
-                    _ => Some(duration("ORPHAN_AGE", "3d")?),
-                },
-                max_manifests: number("MAX_MANIFESTS", 10)?,
-                max_snapshots: Some(number(
-                    "MAX_SNAPSHOTS",
-                    MaintenancePolicy::default().max_snapshots.unwrap_or(0),
-                )?)
-                .filter(|&n| n > 0),
-                ..MaintenancePolicy::default()
-            }),
-            "off" => None,
-            other => {
-                return Err(ConfigError(format!(
-                    "MAINTENANCE={other:?}: expected on or off"
-                )));
-            }
-        };
-        let crosscheck = CrossCheckPolicy {
-            grace_ms: i64::try_from(duration("ETCD_GRACE", "5m")?.as_millis())
-                .map_err(|_| ConfigError("ETCD_GRACE is too long".into()))?,
-            on_unreachable: match var("ETCD_UNREACHABLE").as_deref().unwrap_or("hold") {
-                "hold" => UnreachablePolicy::Hold,
-                "proceed" => UnreachablePolicy::Proceed,
-                other => {
-                    return Err(ConfigError(format!(
-                        "ETCD_UNREACHABLE={other:?}: expected hold or proceed"
-                    )));
-                }
-            },
-        };
+        let settings = Settings::from_env(lookup).map_err(|e| ConfigError(e.0))?;
+        let valid = settings.validate("").map_err(|e| ConfigError(e.0))?;
+        if settings.catalog.kind.as_deref() == Some("memory") {
+            return Err(ConfigError(
+                "CATALOG_TYPE=\"memory\": a function needs a lasting catalog (glue, rest, s3tables or sql)".into(),
+            ));
+        }
+        let catalog = settings
+            .catalog
+            .kind("glue", None, RestCredentials::default(), lookup)
+            .map_err(|e| ConfigError(format!("CATALOG_TYPE: {e}")))?;
         let warehouse = Warehouse::parse(&required("WAREHOUSE")?).map_err(ConfigError)?;
-        let catalog = match var("CATALOG_TYPE").as_deref().unwrap_or("glue") {
-            "glue" => CatalogKind::Glue {
-                endpoint: var("AWS_ENDPOINT_URL_GLUE").or_else(|| var("AWS_ENDPOINT_URL")),
-            },
-            "rest" => CatalogKind::Rest(RestSettings {
-                uri: required("CATALOG_URI")?,
-                warehouse: var("CATALOG_WAREHOUSE"),
-                credentials: RestCredentials::default(),
-            }),
-            "sql" => {
-                let uri = required("CATALOG_URI")?;
-                if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
-                    CatalogKind::SqlPostgres { url: uri }
-                } else {
-                    CatalogKind::Sql {
-                        database: PathBuf::from(uri),
-                    }
-                }
-            }
-            "s3tables" => {
-                let table_bucket_arn = required("TABLE_BUCKET_ARN")?;
-                if !kfs_core::is_table_bucket_arn(&table_bucket_arn) {
-                    return Err(ConfigError(format!(
-                        "TABLE_BUCKET_ARN={table_bucket_arn:?}: expected arn:aws:s3tables:<region>:<account>:bucket/<name>"
-                    )));
-                }
-                CatalogKind::S3Tables(kfs_core::S3TablesSettings {
-                    table_bucket_arn,
-                    endpoint: var("AWS_ENDPOINT_URL_S3TABLES").or_else(|| var("AWS_ENDPOINT_URL")),
-                })
-            }
-            other => {
-                return Err(ConfigError(format!(
-                    "CATALOG_TYPE={other:?}: expected glue, rest, s3tables or sql"
-                )));
-            }
-        };
         Ok(Self {
             bucket: required("SEGMENT_BUCKET")?,
             prefix: var("SEGMENT_PREFIX")
@@ -202,38 +136,18 @@ impl FunctionEnv {
             ledger_table: required("LEDGER_TABLE")?,
             warehouse,
             catalog,
-            naming: TableNaming {
-                namespace: var("TABLE_NAMESPACE"),
-                partition_by_given: var("PARTITION_BY").is_some(),
-                partition_by: parse_partition_spec(&var("PARTITION_BY").unwrap_or_default())
-                    .map_err(|e| ConfigError(format!("PARTITION_BY: {e}")))?,
-                patterns: table_mapping(var("TABLE_MAPPING").as_deref())?,
-                properties: table_properties(var("TABLE_PROPERTIES").as_deref())?,
-                value_columns: value_columns(var("VALUE_COLUMNS").as_deref())?,
-                value_format: var("VALUE_FORMAT")
-                    .map(|v| ValueFormat::parse(&v))
-                    .transpose()
-                    .map_err(|e| ConfigError(format!("VALUE_FORMAT: {e}")))?
-                    .unwrap_or_default(),
-                ..TableNaming::default()
-            },
+            naming: valid.naming,
             convert_concurrency: number("CONVERT_CONCURRENCY", 4)?,
             memory_budget_mib: var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
                 .and_then(|mb| mb.trim().parse::<u64>().ok())
                 .map(|mb| mb.saturating_sub(128).max(1)),
             sweep_max_segments: number("SWEEP_MAX_SEGMENTS", 200)?,
             s3: S3Settings::from_lookup(lookup),
-            etcd_endpoints: var("ETCD_ENDPOINTS")
-                .map(|v| {
-                    v.split(',')
-                        .map(|e| e.trim().to_owned())
-                        .filter(|e| !e.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default(),
+            etcd: settings.etcd,
+            etcd_password_secret_arn: var("ETCD_PASSWORD_SECRET_ARN"),
             catalog_secret_arn: var("CATALOG_SECRET_ARN"),
-            maintenance,
-            crosscheck,
+            maintenance: valid.maintenance,
+            crosscheck: valid.crosscheck,
         })
     }
 
@@ -256,6 +170,60 @@ impl FunctionEnv {
             .map_err(|e| ConfigError(format!("catalog: {e}")))
     }
 
+    /// How the committer reaches etcd: the TLS files read and the password fetched
+    /// (from `ETCD_PASSWORD_SECRET_ARN` when set) once, at cold start.
+    pub async fn etcd_connection(&self) -> Result<kfs_etcd::EtcdConnection, ConfigError> {
+        let read = |path: &Option<std::path::PathBuf>, what: &str| {
+            path.as_ref()
+                .map(|path| {
+                    std::fs::read(path)
+                        .map_err(|e| ConfigError(format!("{what} {}: {e}", path.display())))
+                })
+                .transpose()
+        };
+        let ca_pem = read(&self.etcd.ca_file, "ETCD_CA_FILE")?;
+        let identity_pem = match (
+            read(&self.etcd.cert_file, "ETCD_CERT_FILE")?,
+            read(&self.etcd.key_file, "ETCD_KEY_FILE")?,
+        ) {
+            (Some(mut cert), Some(key)) => {
+                cert.push(b'\n');
+                cert.extend_from_slice(&key);
+                Some(cert)
+            }
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError(
+                    "ETCD_CERT_FILE and ETCD_KEY_FILE go together".into(),
+                ));
+            }
+        };
+        let user = match &self.etcd.username {
+            None => None,
+            Some(name) => {
+                let Some(arn) = &self.etcd_password_secret_arn else {
+                    return Err(ConfigError(
+                        "ETCD_USERNAME needs ETCD_PASSWORD_SECRET_ARN (the secret or SSM parameter holding the password)".into(),
+                    ));
+                };
+                let config = self.aws_config().await;
+                let password = crate::secrets::secret_string(&config, arn, "etcd password").await?;
+                Some((name.clone(), password))
+            }
+        };
+        Ok(kfs_etcd::EtcdConnection {
+            endpoints: self.etcd.endpoints.clone(),
+            ca_pem,
+            identity_pem,
+            user,
+        })
+    }
+
+    /// Where the committer keeps its last tick's summary (beside the tables).
+    pub fn tick_log(&self) -> kfs_core::TickLog {
+        kfs_core::TickLog::new(self.s3.file_io(), &self.warehouse.location())
+    }
+
     /// The AWS SDK configuration: the standard chain, with the region, endpoint and
     /// static keys of these settings when they are given (local stacks).
     pub async fn aws_config(&self) -> aws_config::SdkConfig {
@@ -272,75 +240,10 @@ impl FunctionEnv {
     }
 }
 
-/// Reads `TABLE_MAPPING`: a JSON array of `{"topic", "table"}` rules.
-fn table_mapping(text: Option<&str>) -> Result<Vec<TablePattern>, ConfigError> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Rule {
-        topic: String,
-        table: String,
-    }
-    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
-        return Ok(Vec::new());
-    };
-    let rules: Vec<Rule> = serde_json::from_str(text).map_err(|e| {
-        ConfigError(format!(
-            "TABLE_MAPPING: expected a JSON array of {{\"topic\", \"table\"}}: {e}"
-        ))
-    })?;
-    rules
-        .iter()
-        .map(|rule| {
-            TablePattern::new(&rule.topic, &rule.table)
-                .map_err(|e| ConfigError(format!("TABLE_MAPPING: {e}")))
-        })
-        .collect()
-}
-
-/// Reads `TABLE_PROPERTIES`: a JSON object of string properties, checked.
-fn table_properties(text: Option<&str>) -> Result<BTreeMap<String, String>, ConfigError> {
-    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
-        return Ok(BTreeMap::new());
-    };
-    let properties: BTreeMap<String, String> = serde_json::from_str(text).map_err(|e| {
-        ConfigError(format!(
-            "TABLE_PROPERTIES: expected a JSON object of strings: {e}"
-        ))
-    })?;
-    kfs_core::compression(&properties.clone().into_iter().collect())
-        .map_err(|e| ConfigError(format!("TABLE_PROPERTIES: {}", e.message())))?;
-    Ok(properties)
-}
-
-/// `VALUE_COLUMNS`: `{"<topic>": "name type, ..."}`.
-fn value_columns(
-    text: Option<&str>,
-) -> Result<
-    std::collections::BTreeMap<String, Vec<kfs_plan::value_columns::ValueColumn>>,
-    ConfigError,
-> {
-    let Some(text) = text else {
-        return Ok(Default::default());
-    };
-    let entries: std::collections::BTreeMap<String, String> =
-        serde_json::from_str(text).map_err(|e| {
-            ConfigError(format!(
-                "VALUE_COLUMNS: expected a JSON object of strings: {e}"
-            ))
-        })?;
-    entries
-        .into_iter()
-        .map(|(topic, list)| {
-            kfs_plan::value_columns::parse_value_columns(&list)
-                .map(|columns| (topic.clone(), columns))
-                .map_err(|e| ConfigError(format!("VALUE_COLUMNS.{topic}: {e}")))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kfs_plan::crosscheck::UnreachablePolicy;
 
     fn env(pairs: &[(&str, &str)]) -> Result<FunctionEnv, ConfigError> {
         let vars: std::collections::HashMap<String, String> = pairs

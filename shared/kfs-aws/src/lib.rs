@@ -9,6 +9,8 @@ pub mod emf;
 mod error;
 pub mod function_env;
 pub mod secrets;
+#[cfg(feature = "stack")]
+pub mod stack;
 
 pub use catalog::{aws_config, open_catalog_handle};
 pub use error::{ConfigError, aws_error_kind};

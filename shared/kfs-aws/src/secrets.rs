@@ -34,13 +34,14 @@ impl<'a> CredentialsSource<'a> {
     }
 }
 
-/// Reads the REST catalog credentials stored as a JSON document in the secret or SSM
-/// parameter `arn`.
-pub async fn rest_credentials(
+/// The string stored in the secret or SSM parameter `arn`; `what` names it in errors
+/// (never the value).
+pub async fn secret_string(
     config: &aws_config::SdkConfig,
     arn: &str,
-) -> Result<RestCredentials, ConfigError> {
-    let document = match CredentialsSource::of(arn) {
+    what: &str,
+) -> Result<String, ConfigError> {
+    let value = match CredentialsSource::of(arn) {
         CredentialsSource::Secret(id) => aws_sdk_secretsmanager::Client::new(config)
             .get_secret_value()
             .secret_id(id)
@@ -48,7 +49,7 @@ pub async fn rest_credentials(
             .await
             .map_err(|e| {
                 ConfigError(format!(
-                    "reading catalog secret {arn}: {}",
+                    "reading {what} secret {arn}: {}",
                     aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
                 ))
             })?
@@ -62,7 +63,7 @@ pub async fn rest_credentials(
             .await
             .map_err(|e| {
                 ConfigError(format!(
-                    "reading catalog parameter {arn}: {}",
+                    "reading {what} parameter {arn}: {}",
                     aws_sdk_ssm::error::DisplayErrorContext(&e)
                 ))
             })?
@@ -70,8 +71,16 @@ pub async fn rest_credentials(
             .and_then(|p| p.value())
             .map(str::to_owned),
     };
-    let document =
-        document.ok_or_else(|| ConfigError(format!("catalog secret {arn} holds no string")))?;
+    value.ok_or_else(|| ConfigError(format!("{what} secret {arn} holds no string")))
+}
+
+/// Reads the REST catalog credentials stored as a JSON document in the secret or SSM
+/// parameter `arn`.
+pub async fn rest_credentials(
+    config: &aws_config::SdkConfig,
+    arn: &str,
+) -> Result<RestCredentials, ConfigError> {
+    let document = secret_string(config, arn, "catalog").await?;
     RestCredentials::from_json(&document)
         .map_err(|reason| ConfigError(format!("catalog secret {arn}: {reason}")))
 }

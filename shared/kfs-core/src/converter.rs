@@ -180,6 +180,11 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                 reason: format!("{relative} is not a segment file"),
             });
         };
+        if !self.settings.naming.topics.selects(&key.topic) {
+            return Ok(ObjectOutcome::Ignored {
+                reason: format!("topic {} is not selected for ingestion", key.topic),
+            });
+        }
         let kfs_key = key.object_key(SegmentFile::Data);
         let index_key = key.object_key(SegmentFile::Index);
         let (kfs, index) = futures::join!(self.source.stat(&kfs_key), self.source.stat(&index_key));

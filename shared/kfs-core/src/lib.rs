@@ -27,6 +27,7 @@ mod ledger;
 mod maintenance;
 mod parquet;
 mod pass;
+mod settings;
 mod source;
 mod storage;
 mod table;
@@ -49,7 +50,8 @@ pub use fault::{
 };
 pub use ledger::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
-    MemoryLedger, SqliteLedger, WorkKey, existing_entry, partition_heads, sort_entries,
+    MemoryLedger, SqliteLedger, WorkKey, converted_paths, existing_entry, partition_heads,
+    sort_entries,
 };
 pub use maintenance::{
     CompactionReport, ExpiryReport, MIN_ORPHAN_AGE, MaintenanceError, MaintenancePolicy,
@@ -59,6 +61,10 @@ pub use maintenance::{
 pub use pass::{
     CONVERSION_TIMEOUT, PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_once,
 };
+pub use settings::{
+    CatalogSettings, EtcdSettings, MaintenanceSettings, Settings, SettingsError, TablePatternEntry,
+    ValidSettings,
+};
 pub use source::{
     MemorySource, ObjectStream, OpendalSource, SegmentSource, SegmentStream, SourceError,
     SourceObject,
@@ -66,7 +72,7 @@ pub use source::{
 pub use storage::{S3Settings, Warehouse};
 pub use table::{
     Feed, LEDGER_PROPERTY, MAX_COLUMN_NAME_BYTES, OwnershipError, SOURCE_NAMESPACE_PROPERTY,
-    column_for, compression, live_entries, table_ident, table_progress, table_watermarks,
-    target_file_size,
+    column_for, compression, live_entries, newest_record_ms, table_ident, table_progress,
+    table_watermarks, target_file_size,
 };
-pub use tick::{Backlog, TickMaintenance, TickReport, backlog, run_tick};
+pub use tick::{Backlog, TickLog, TickMaintenance, TickReport, backlog, run_tick};

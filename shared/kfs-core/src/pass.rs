@@ -113,6 +113,8 @@ pub struct RunReport {
     pub known: usize,
     /// Topics another shard handles (not listed further).
     pub other_shards: usize,
+    /// Topics the settings do not select for ingestion (not listed further).
+    pub unselected_topics: usize,
     /// Segments converted in this pass.
     pub converted: usize,
     /// Records converted in this pass.
@@ -256,7 +258,7 @@ pub async fn run_once(
     // Per table: the listing the commit plans with, and the segments the ledger
     // holds open work for (no lookup needed for them).
     let mut swept: BTreeMap<String, SweptTable> = BTreeMap::new();
-    let feeds = list_feeds(source, &config.shard, &mut report).await?;
+    let feeds = list_feeds(source, config, &mut report).await?;
     let past_deadline = || sweep_deadline.is_some_and(|d| Instant::now() >= d);
     // Feeds before this one were listed in full.
     let mut reached = feeds.len();
@@ -553,7 +555,7 @@ struct SweptTable {
 /// others are counted.
 async fn list_feeds(
     source: &impl SegmentSource,
-    shard: &Shard,
+    config: &PipelineConfig,
     report: &mut RunReport,
 ) -> Result<Vec<Feeds>, PipelineError> {
     let mut feeds = Vec::new();
@@ -562,7 +564,11 @@ async fn list_feeds(
             if !kfs_plan::keys::is_topic_name(&topic) {
                 continue;
             }
-            if !shard.owns(&topic) {
+            if !config.naming.topics.selects(&topic) {
+                report.unselected_topics += 1;
+                continue;
+            }
+            if !config.shard.owns(&topic) {
                 report.other_shards += 1;
                 continue;
             }

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kfs_plan::naming::TableName;
+use kfs_plan::shard::Shard;
+use serde_json::{Value, json};
 
 use crate::catalog::CatalogAccess;
 use crate::clock::now_ms;
@@ -204,4 +206,121 @@ pub async fn backlog(
         backlog.insert(table.clone(), slot);
     }
     Ok(backlog)
+}
+
+impl RunReport {
+    /// What the pass did, as JSON: per table the commit, then what failed and why.
+    pub fn summary(&self) -> Value {
+        let tables: BTreeMap<&String, Value> = self
+            .tables
+            .iter()
+            .map(|(table, o)| {
+                (
+                    table,
+                    json!({
+                        "snapshot_id": o.snapshot_id,
+                        "segments": o.segments,
+                        "records": o.records,
+                        "watermarks": o.watermarks,
+                        "newest_record_ms": o.newest_record_ms,
+                        "etcd_held": o.crosscheck.held,
+                        "stopped_partitions": o.crosscheck.stopped,
+                    }),
+                )
+            })
+            .collect();
+        json!({
+            "swept": self.converted,
+            "quarantined": self.quarantined.len(),
+            "deferred": self.deferred,
+            "deferred_feeds": self.deferred_feeds,
+            "tables": tables,
+            "failed_tables": self.failed_tables,
+            "failed_segments": self.failed_segments,
+            "unreadable_ledger_items": self.unreadable,
+            "refused_topics": self.refused,
+        })
+    }
+}
+
+impl TickReport {
+    /// What the tick did, as JSON: the pass's [`RunReport::summary`], the shard, the
+    /// maintenance per table, and when it ended (`finished_ms`): the committer's
+    /// answer, and what `kfs-iceberg status` shows of the last tick.
+    pub fn summary(&self, shard: Shard) -> Value {
+        let maintenance: BTreeMap<&String, Value> = self
+            .maintenance
+            .iter()
+            .map(|(table, result)| {
+                let value = match result {
+                    Ok(m) => json!({
+                        "files_compacted": m.files_compacted,
+                        "snapshots_expired": m.snapshots_expired,
+                        "files_deleted": m.files_deleted,
+                        "manifests_rewritten": m.manifests_rewritten,
+                        "orphan_cleanup": m.orphan_cleanup,
+                    }),
+                    Err(e) => json!({"error": e}),
+                };
+                (table, value)
+            })
+            .collect();
+        let mut summary = self.pass.summary();
+        if let Some(fields) = summary.as_object_mut() {
+            fields.insert("shard".into(), json!([shard.index, shard.count]));
+            fields.insert("maintenance".into(), json!(maintenance));
+            fields.insert("finished_ms".into(), json!(self.now_ms));
+        }
+        summary
+    }
+}
+
+/// Where the committer keeps its last tick's summary, one file per shard
+/// (`<warehouse>/kfs-iceberg/ticks/shard-<i>.json`), for `kfs-iceberg status`: beside
+/// the tables, never inside one (orphan cleanup lists table locations only, and no
+/// namespace is spelled `kfs-iceberg`).
+#[derive(Debug, Clone)]
+pub struct TickLog {
+    file_io: iceberg::io::FileIO,
+    root: String,
+}
+
+impl TickLog {
+    /// The log of the warehouse at `warehouse` (its location), through `file_io`.
+    pub fn new(file_io: iceberg::io::FileIO, warehouse: &str) -> Self {
+        Self {
+            file_io,
+            root: format!("{}/kfs-iceberg/ticks", warehouse.trim_end_matches('/')),
+        }
+    }
+
+    fn path(&self, shard: u32) -> String {
+        format!("{}/shard-{shard}.json", self.root)
+    }
+
+    /// Records `summary` as `shard`'s last tick.
+    pub async fn write(&self, shard: Shard, summary: &Value) -> iceberg::Result<()> {
+        let bytes = serde_json::to_vec(summary).unwrap_or_default();
+        self.file_io
+            .new_output(self.path(shard.index))?
+            .write(bytes.into())
+            .await
+    }
+
+    /// The last tick of each shard, from shard 0 up to the first without one; a
+    /// summary that does not parse is skipped.
+    pub async fn read(&self) -> iceberg::Result<Vec<Value>> {
+        let mut ticks = Vec::new();
+        for shard in 0..u32::MAX {
+            let path = self.path(shard);
+            if !self.file_io.exists(&path).await? {
+                break;
+            }
+            let bytes = self.file_io.new_input(&path)?.read().await?;
+            if let Ok(summary) = serde_json::from_slice(&bytes) {
+                ticks.push(summary);
+            }
+        }
+        Ok(ticks)
+    }
 }

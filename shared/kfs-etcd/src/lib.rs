@@ -4,6 +4,11 @@
 //! serves on its client URL. Plain HTTPS and JSON: no gRPC stack, and nothing to
 //! compile from protobuf. Any failure yields [`EtcdState::Unreachable`], which the
 //! cross-check's policy handles; reading etcd never fails a tick by itself.
+//!
+//! A cluster as deployed is reached over TLS (a private CA, and a client certificate
+//! when etcd runs with `--client-cert-auth`) and with etcd's authentication (a user
+//! and password exchanged for a token by `POST /v3/auth/authenticate`): see
+//! [`EtcdConnection`].
 
 use std::time::Duration;
 
@@ -17,34 +22,124 @@ pub const SNAPSHOT_KEY: &str = "/kafscale/metadata/snapshot";
 /// The prefix of the per-topic keys.
 pub const TOPICS_PREFIX: &str = "/kafscale/topics/";
 
-/// Reads etcd at `endpoints` within `timeout`; an empty list means the cross-check is off.
-/// Endpoints are tried in order until one answers; one without a scheme is `http://`.
-pub async fn read_etcd(endpoints: &[String], timeout: Duration) -> EtcdState {
-    if endpoints.is_empty() {
+/// How to reach etcd: endpoints, TLS material and a user.
+#[derive(Clone, Default)]
+pub struct EtcdConnection {
+    /// Endpoints, tried in order until one answers; one without a scheme is
+    /// `http://` (`https://` with TLS material). None: the cross-check is off.
+    pub endpoints: Vec<String>,
+    /// PEM of the CA that signed etcd's server certificate (else the system roots).
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM of the client certificate and its private key, for `--client-cert-auth`.
+    pub identity_pem: Option<Vec<u8>>,
+    /// User and password of etcd's authentication.
+    pub user: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for EtcdConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key nor the password.
+        f.debug_struct("EtcdConnection")
+            .field("endpoints", &self.endpoints)
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.identity_pem.is_some())
+            .field("user", &self.user.as_ref().map(|(name, _)| name))
+            .finish()
+    }
+}
+
+impl EtcdConnection {
+    /// Plain endpoints, no TLS material nor user.
+    pub fn plain(endpoints: Vec<String>) -> Self {
+        Self {
+            endpoints,
+            ..Self::default()
+        }
+    }
+
+    fn client(&self, timeout: Duration) -> Result<reqwest::Client, String> {
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .timeout(timeout);
+        if let Some(pem) = &self.ca_pem {
+            let certificates = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| format!("etcd CA certificate: {e}"))?;
+            if certificates.is_empty() {
+                return Err("etcd CA certificate: no certificate in the PEM".into());
+            }
+            for certificate in certificates {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        if let Some(pem) = &self.identity_pem {
+            builder = builder.identity(
+                reqwest::Identity::from_pem(pem)
+                    .map_err(|e| format!("etcd client certificate: {e}"))?,
+            );
+        }
+        builder.build().map_err(|e| format!("HTTP client: {e}"))
+    }
+
+    fn base(&self, endpoint: &str) -> String {
+        let endpoint = endpoint.trim_end_matches('/');
+        if endpoint.contains("://") {
+            endpoint.to_owned()
+        } else if self.ca_pem.is_some() || self.identity_pem.is_some() {
+            format!("https://{endpoint}")
+        } else {
+            format!("http://{endpoint}")
+        }
+    }
+}
+
+/// Reads etcd within `timeout`; no endpoints means the cross-check is off.
+pub async fn read_etcd(connection: &EtcdConnection, timeout: Duration) -> EtcdState {
+    if connection.endpoints.is_empty() {
         return EtcdState::Disabled;
     }
-    let client = match reqwest::Client::builder()
-        .connect_timeout(timeout)
-        .timeout(timeout)
-        .build()
-    {
+    let client = match connection.client(timeout) {
         Ok(client) => client,
-        Err(e) => return EtcdState::Unreachable(format!("HTTP client: {e}")),
+        Err(e) => return EtcdState::Unreachable(e),
     };
     let mut failures = Vec::new();
-    for endpoint in endpoints {
-        let base = if endpoint.contains("://") {
-            endpoint.trim_end_matches('/').to_owned()
-        } else {
-            format!("http://{}", endpoint.trim_end_matches('/'))
+    for endpoint in &connection.endpoints {
+        let base = connection.base(endpoint);
+        let attempt = async {
+            let token = match &connection.user {
+                Some((name, password)) => Some(authenticate(&client, &base, name, password).await?),
+                None => None,
+            };
+            read(&client, &base, token.as_deref()).await
         };
-        match tokio::time::timeout(timeout, read(&client, &base)).await {
+        match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(state)) => return state,
             Ok(Err(e)) => failures.push(format!("{base}: {e}")),
             Err(_) => failures.push(format!("{base}: no answer within {timeout:?}")),
         }
     }
     EtcdState::Unreachable(failures.join("; "))
+}
+
+/// Exchanges a user and password for a token (`/v3/auth/authenticate`).
+async fn authenticate(
+    client: &reqwest::Client,
+    base: &str,
+    name: &str,
+    password: &str,
+) -> Result<String, ReadError> {
+    #[derive(Deserialize)]
+    struct Authenticated {
+        token: String,
+    }
+    let answer: Authenticated = client
+        .post(format!("{base}/v3/auth/authenticate"))
+        .json(&serde_json::json!({ "name": name, "password": password }))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(answer.token)
 }
 
 /// A range response of the gateway (fields as etcd's JSON mapping names them).
@@ -74,6 +169,7 @@ enum ReadError {
 async fn range(
     client: &reqwest::Client,
     base: &str,
+    token: Option<&str>,
     key: &[u8],
     range_end: Option<&[u8]>,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ReadError> {
@@ -81,14 +177,11 @@ async fn range(
     if let Some(end) = range_end {
         body["range_end"] = STANDARD.encode(end).into();
     }
-    let response: RangeResponse = client
-        .post(format!("{base}/v3/kv/range"))
-        .json(&body)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let mut request = client.post(format!("{base}/v3/kv/range")).json(&body);
+    if let Some(token) = token {
+        request = request.header(reqwest::header::AUTHORIZATION, token);
+    }
+    let response: RangeResponse = request.send().await?.error_for_status()?.json().await?;
     response
         .kvs
         .into_iter()
@@ -110,13 +203,17 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-async fn read(client: &reqwest::Client, base: &str) -> Result<EtcdState, ReadError> {
-    let snapshot = range(client, base, SNAPSHOT_KEY.as_bytes(), None).await?;
+async fn read(
+    client: &reqwest::Client,
+    base: &str,
+    token: Option<&str>,
+) -> Result<EtcdState, ReadError> {
+    let snapshot = range(client, base, token, SNAPSHOT_KEY.as_bytes(), None).await?;
     let snapshot_json = snapshot
         .first()
         .and_then(|(_, value)| String::from_utf8(value.clone()).ok());
     let prefix = TOPICS_PREFIX.as_bytes();
-    let topics = range(client, base, prefix, Some(&prefix_end(prefix))).await?;
+    let topics = range(client, base, token, prefix, Some(&prefix_end(prefix))).await?;
     let keys: Vec<(String, Vec<u8>)> = topics
         .into_iter()
         .filter_map(|(key, value)| Some((String::from_utf8(key).ok()?, value)))

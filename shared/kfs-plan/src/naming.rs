@@ -87,6 +87,61 @@ pub struct TableNaming {
     /// Declared columns of new JSON tables, per topic: their schema is these (the
     /// values' other fields are not written); topics without an entry infer theirs.
     pub value_columns: BTreeMap<String, Vec<crate::value_columns::ValueColumn>>,
+    /// Which topics are ingested (all by default); the others are never converted
+    /// nor swept.
+    pub topics: TopicSelection,
+    /// Prefix of the names of tables named by default (`<prefix><topic>`), as the
+    /// upstream processor's `tablePrefix`; explicit entries and rules are kept as given.
+    pub table_prefix: String,
+}
+
+/// Which topics are ingested: those matching an `include` pattern (every topic when
+/// there is none) and no `exclude` pattern. Patterns are regular expressions over
+/// whole topic names.
+#[derive(Debug, Clone, Default)]
+pub struct TopicSelection {
+    include: Vec<regex::Regex>,
+    exclude: Vec<regex::Regex>,
+}
+
+impl PartialEq for TopicSelection {
+    fn eq(&self, other: &Self) -> bool {
+        let texts = |list: &[regex::Regex]| {
+            list.iter()
+                .map(|r| r.as_str().to_owned())
+                .collect::<Vec<_>>()
+        };
+        texts(&self.include) == texts(&other.include)
+            && texts(&self.exclude) == texts(&other.exclude)
+    }
+}
+
+impl Eq for TopicSelection {}
+
+impl TopicSelection {
+    /// A selection from `include` and `exclude` patterns (anchored at both ends).
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, String> {
+        let compile = |list: &[String], what: &str| {
+            list.iter()
+                .map(|p| p.trim())
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    regex::Regex::new(&format!("^(?:{p})$"))
+                        .map_err(|e| format!("{what} topic pattern {p:?}: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Self {
+            include: compile(include, "include")?,
+            exclude: compile(exclude, "exclude")?,
+        })
+    }
+
+    /// Whether `topic` is ingested.
+    pub fn selects(&self, topic: &str) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(topic)))
+            && !self.exclude.iter().any(|r| r.is_match(topic))
+    }
 }
 
 /// How record values are stored.
@@ -227,7 +282,7 @@ impl TableNaming {
         }
         TableName {
             namespace: namespace.to_owned(),
-            name: sanitize(topic),
+            name: sanitize(&format!("{}{topic}", self.table_prefix)),
         }
     }
 }
@@ -314,5 +369,28 @@ mod tests {
         assert_eq!(table("Billing.audit"), "kafscale.audit_billing");
         assert!(TablePattern::new("(", "t").is_err());
         assert!(TablePattern::new("x", " ").is_err());
+    }
+
+    #[test]
+    fn topics_are_selected_by_include_and_exclude_patterns_and_prefixed() {
+        let list = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let all = TopicSelection::default();
+        assert!(all.selects("anything"));
+        let some = TopicSelection::new(&list(&["orders.*", "payments"]), &list(&["orders-test"]))
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(some.selects("orders-eu"));
+        assert!(some.selects("payments"));
+        assert!(!some.selects("orders-test"));
+        assert!(!some.selects("payments-v2"), "anchored at both ends");
+        assert!(!some.selects("clicks"));
+        assert!(TopicSelection::new(&list(&["("]), &[]).is_err());
+        let naming = TableNaming {
+            table_prefix: "kfs_".into(),
+            ..TableNaming::default()
+        };
+        assert_eq!(
+            naming.table_for("Orders").to_string(),
+            "kafscale.kfs_orders"
+        );
     }
 }

@@ -468,12 +468,18 @@ impl Drop for Postgres {
     }
 }
 
-/// A single-node etcd (Debian's `etcd-server`) on free local ports, killed on drop.
+/// A single-node etcd (Debian's `etcd-server`) on free local ports, killed on drop:
+/// plain, or as deployed ([`Etcd::start_secure`]): TLS with client certificates, and
+/// authentication once [`Etcd::enable_auth`] is called.
 #[derive(Debug)]
 pub struct Etcd {
     child: Child,
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>` (`https://` when secure).
     pub endpoint: String,
+    /// The test PKI of a secure etcd (`ca.pem`, `client.pem`, `client-key.pem`, ...).
+    pub tls: Option<PathBuf>,
+    /// `root:<password>` once authentication is on.
+    user: Option<String>,
     _data: tempfile::TempDir,
 }
 
@@ -488,9 +494,19 @@ impl Etcd {
     /// Starts etcd and waits until it accepts connections (on fresh ports again if a
     /// port it was given was taken meanwhile by another test's server).
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Starts etcd serving TLS only, with a certificate of a fresh CA
+    /// (`tests/python/make_certs.py`) and `--client-cert-auth`.
+    pub fn start_secure() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(secure: bool) -> Self {
         let mut last = String::new();
         for _ in 0..5 {
-            match Self::try_start() {
+            match Self::try_start(secure) {
                 Ok(etcd) => return etcd,
                 Err(e) => last = e,
             }
@@ -498,10 +514,36 @@ impl Etcd {
         panic!("{last}")
     }
 
-    fn try_start() -> Result<Self, String> {
+    fn try_start(secure: bool) -> Result<Self, String> {
         let data = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
         let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
+        let scheme = if secure { "https" } else { "http" };
+        let endpoint = format!("{scheme}://127.0.0.1:{client}");
+        let tls = if secure {
+            let dir = data.path().join("pki");
+            let made = Command::new("python3")
+                .arg(workspace_root().join("tests/python/make_certs.py"))
+                .arg(&dir)
+                .output()
+                .map_err(|e| format!("make_certs.py: {e}"))?;
+            if !made.status.success() {
+                return Err(format!(
+                    "make_certs.py: {}",
+                    String::from_utf8_lossy(&made.stderr)
+                ));
+            }
+            Some(dir)
+        } else {
+            None
+        };
+        let tls_args: Vec<String> = tls.as_ref().map_or_else(Vec::new, |dir| {
+            vec![
+                format!("--cert-file={}", dir.join("server.pem").display()),
+                format!("--key-file={}", dir.join("server-key.pem").display()),
+                format!("--trusted-ca-file={}", dir.join("ca.pem").display()),
+                "--client-cert-auth".to_owned(),
+            ]
+        });
         let peer_url = format!("http://127.0.0.1:{peer}");
         let log = std::fs::File::create(data.path().join("etcd.log"))
             .map_err(|e| format!("etcd log: {e}"))?;
@@ -521,6 +563,7 @@ impl Etcd {
                 &peer_url,
             ])
             .args(["--initial-cluster", &format!("default={peer_url}")])
+            .args(&tls_args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -542,6 +585,8 @@ impl Etcd {
         let mut etcd = Self {
             child,
             endpoint: endpoint.clone(),
+            tls,
+            user: None,
             _data: data,
         };
         // The first request can race the server's election: wait for a clean write.
@@ -555,10 +600,22 @@ impl Etcd {
         Ok(etcd)
     }
 
-    fn try_put(&self, key: &str, value: &str) -> Result<(), String> {
-        let output = Command::new("etcdctl")
+    /// Runs `etcdctl` against this server, with its TLS files and user.
+    fn etcdctl(&self, args: &[&str]) -> Result<(), String> {
+        let mut command = Command::new("etcdctl");
+        command
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoint, "put", key, value])
+            .args(["--endpoints", &self.endpoint]);
+        if let Some(dir) = &self.tls {
+            command.arg(format!("--cacert={}", dir.join("ca.pem").display()));
+            command.arg(format!("--cert={}", dir.join("client.pem").display()));
+            command.arg(format!("--key={}", dir.join("client-key.pem").display()));
+        }
+        if let Some(user) = &self.user {
+            command.arg(format!("--user={user}"));
+        }
+        let output = command
+            .args(args)
             .output()
             .map_err(|e| format!("etcdctl (apt-get install etcd-client): {e}"))?;
         if output.status.success() {
@@ -566,6 +623,24 @@ impl Etcd {
         } else {
             Err(String::from_utf8_lossy(&output.stderr).into_owned())
         }
+    }
+
+    fn try_put(&self, key: &str, value: &str) -> Result<(), String> {
+        self.etcdctl(&["put", key, value])
+    }
+
+    /// Turns authentication on: user `root` (role `root`) with `password`; every
+    /// later request needs the user (`etcdctl` here gets it).
+    pub fn enable_auth(&mut self, password: &str) {
+        for args in [
+            vec!["user", "add", "root", "--new-user-password", password],
+            vec!["user", "grant-role", "root", "root"],
+            vec!["auth", "enable"],
+        ] {
+            self.etcdctl(&args)
+                .unwrap_or_else(|e| panic!("etcdctl {args:?}: {e}"));
+        }
+        self.user = Some(format!("root:{password}"));
     }
 
     /// Writes a key, as the broker does.

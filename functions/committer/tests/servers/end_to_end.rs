@@ -180,11 +180,15 @@ async fn deliver_commit_and_read_back(
             table_concurrency: 4,
             ..PipelineConfig::default()
         },
-        etcd_endpoints: vec![etcd.endpoint.clone()],
+        etcd: kfs_etcd::EtcdConnection::plain(vec![etcd.endpoint.clone()]),
         maintenance: Some(kfs_core::TickMaintenance {
             policy: MaintenancePolicy::default(),
             s3: stack.s3.clone(),
         }),
+        tick_log: Some(kfs_core::TickLog::new(
+            stack.s3.file_io(),
+            &stack.warehouse.location(),
+        )),
     };
     let deadline = Instant::now() + Duration::from_secs(600);
     let tick = handle(&committer, &json!({}), deadline)
@@ -194,6 +198,15 @@ async fn deliver_commit_and_read_back(
     let again = handle(&committer, &json!({}), deadline)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    // The last tick's summary is kept beside the tables for `kfs-iceberg status`.
+    let recorded = committer
+        .tick_log
+        .as_ref()
+        .map(|log| log.read())
+        .unwrap_or_else(|| unreachable!())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(recorded, vec![again.clone()]);
     assert_eq!(
         (again["swept"].clone(), again["tables"].clone()),
         (json!(0), json!({})),

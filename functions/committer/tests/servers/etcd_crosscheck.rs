@@ -51,8 +51,9 @@ async fn etcd_confirms_holds_and_stops() {
             table_concurrency: 2,
             ..PipelineConfig::default()
         },
-        etcd_endpoints: vec![etcd.endpoint.clone()],
+        etcd: kfs_etcd::EtcdConnection::plain(vec![etcd.endpoint.clone()]),
         maintenance: None,
+        tick_log: None,
     };
     let deadline = || Instant::now() + Duration::from_secs(300);
 
@@ -135,4 +136,76 @@ async fn etcd_confirms_holds_and_stops() {
         table_contents(catalog.catalog.as_ref(), "kafscale.orders").await,
         (20, 2)
     );
+}
+
+/// etcd as deployed: TLS with a private CA and client certificates, and
+/// authentication. The committer's connection comes from its configuration (the PEM
+/// files, the user, and the password from Secrets Manager) and reads the offsets; each
+/// missing piece makes etcd unreachable (the policy then holds), never an open read.
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_over_tls_with_a_user_is_read_as_configured() {
+    let stack = LocalStack::start();
+    let mut etcd = Etcd::start_secure();
+    etcd.enable_auth("etcd-pa55word");
+    etcd.put(
+        "/kafscale/metadata/snapshot",
+        r#"{"Topics":[{"Topic":"orders"}]}"#,
+    );
+    etcd.put("/kafscale/topics/orders/partitions/0/next_offset", "42");
+    let pki = etcd
+        .tls
+        .clone()
+        .unwrap_or_else(|| unreachable!("a secure etcd"));
+    let file = |name: &str| pki.join(name).to_string_lossy().into_owned();
+    let secret = stack
+        .moto
+        .tool(&["secret", "kfs-iceberg/etcd", "etcd-pa55word"]);
+    let configured = |drop: &[&str]| {
+        let vars: Vec<(&str, String)> = [
+            ("WAREHOUSE", "s3://lakehouse/warehouse".to_owned()),
+            ("ETCD_ENDPOINTS", etcd.endpoint.clone()),
+            ("ETCD_CA_FILE", file("ca.pem")),
+            ("ETCD_CERT_FILE", file("client.pem")),
+            ("ETCD_KEY_FILE", file("client-key.pem")),
+            ("ETCD_USERNAME", "root".to_owned()),
+            ("ETCD_PASSWORD_SECRET_ARN", secret.clone()),
+        ]
+        .into_iter()
+        .filter(|(name, _)| !drop.contains(name))
+        .collect();
+        stack.function_env(&vars)
+    };
+    let read = |env: kfs_aws::function_env::FunctionEnv| async move {
+        let connection = env
+            .etcd_connection()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!format!("{connection:?}").contains("pa55word"));
+        kfs_etcd::read_etcd(&connection, Duration::from_secs(5)).await
+    };
+    match read(configured(&[])).await {
+        kfs_plan::crosscheck::EtcdState::Read { next_offsets, .. } => {
+            assert_eq!(next_offsets.get(&("orders".to_owned(), 0)), Some(&42));
+        }
+        other => panic!("not read: {other:?}"),
+    }
+    for missing in [
+        &["ETCD_USERNAME", "ETCD_PASSWORD_SECRET_ARN"][..],
+        &["ETCD_CERT_FILE", "ETCD_KEY_FILE"],
+        &["ETCD_CA_FILE"],
+    ] {
+        let state = read(configured(missing)).await;
+        assert!(
+            matches!(state, kfs_plan::crosscheck::EtcdState::Unreachable(_)),
+            "without {missing:?}: {state:?}"
+        );
+    }
+    // A user without a password is a configuration error at cold start.
+    let error = configured(&["ETCD_PASSWORD_SECRET_ARN"])
+        .etcd_connection()
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(error.contains("ETCD_PASSWORD_SECRET_ARN"), "{error}");
 }

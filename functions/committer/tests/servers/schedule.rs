@@ -74,8 +74,9 @@ async fn the_schedule_commits_announced_and_swept_segments_exactly_once() {
             table_concurrency: 4,
             ..PipelineConfig::default()
         },
-        etcd_endpoints: Vec::new(),
+        etcd: kfs_etcd::EtcdConnection::plain(Vec::new()),
         maintenance: None,
+        tick_log: None,
     };
     // Out of time: nothing is done, nothing is lost.
     let late = handle(&committer, &schedule(), Instant::now())
@@ -178,8 +179,9 @@ async fn sharded_ticks_cover_every_topic_once_and_late_segments_are_quarantined(
             table_concurrency: 3,
             ..PipelineConfig::default()
         },
-        etcd_endpoints: Vec::new(),
+        etcd: kfs_etcd::EtcdConnection::plain(Vec::new()),
         maintenance: None,
+        tick_log: None,
     };
     let deadline = Instant::now() + Duration::from_secs(300);
     let shard_one = event("schedule-shard.json");

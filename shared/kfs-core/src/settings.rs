@@ -1,0 +1,652 @@
+//! The settings of a deployment in one place: which topics are ingested, the tables
+//! they land in and their layout, the catalog, the maintenance policy and the etcd
+//! cross-check. The command line reads them from a TOML file (then its flags), the
+//! Lambda functions from their environment, and `kfs-iceberg --stack` from a deployed
+//! function's environment; every source fills one [`Settings`], and
+//! [`Settings::validate`] checks it once into what the pipeline runs on.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kfs_plan::crosscheck::{CrossCheckPolicy, UnreachablePolicy};
+use kfs_plan::duration::parse_duration;
+use kfs_plan::layout::{PartitionField, parse_partition_spec};
+use kfs_plan::naming::{TableName, TableNaming, TablePattern, TopicSelection, ValueFormat};
+use serde::Deserialize;
+
+use crate::catalog::{CatalogKind, RestCredentials, RestSettings, S3TablesSettings};
+use crate::maintenance::MaintenancePolicy;
+
+/// Settings that cannot be used: which one, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SettingsError(pub String);
+
+/// Everything configurable about what is ingested and how, as the TOML file spells
+/// it (the environment variables of [`Settings::from_env`] fill the same fields).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Namespace of tables not named explicitly (default `kafscale`; `TABLE_NAMESPACE`).
+    pub namespace: Option<String>,
+    /// Prefix of default table names (`TABLE_PREFIX`).
+    pub table_prefix: Option<String>,
+    /// Topics ingested: regular expressions over whole names (default: every topic;
+    /// `TOPICS_INCLUDE`, comma-separated).
+    #[serde(default)]
+    pub include_topics: Vec<String>,
+    /// Topics never ingested, even when included (`TOPICS_EXCLUDE`).
+    #[serde(default)]
+    pub exclude_topics: Vec<String>,
+    /// `topic = "namespace.table"` entries.
+    #[serde(default)]
+    pub tables: BTreeMap<String, String>,
+    /// `[[table_patterns]]` rules, tried in order after `tables` (`TABLE_MAPPING`, a
+    /// JSON array of the same objects).
+    #[serde(default)]
+    pub table_patterns: Vec<TablePatternEntry>,
+    /// Partition spec of new tables (`"day(timestamp)"`; `PARTITION_BY`).
+    pub partition_by: Option<String>,
+    /// `topic = "spec"` entries: the partition spec of that topic's table.
+    #[serde(default)]
+    pub partitioning: BTreeMap<String, String>,
+    /// Properties of new tables (`TABLE_PROPERTIES`, a JSON object).
+    #[serde(default)]
+    pub table_properties: BTreeMap<String, String>,
+    /// How new tables store record values: `"raw"` (default) or `"json"`
+    /// (`VALUE_FORMAT`).
+    pub value_format: Option<String>,
+    /// `topic = "name type, ..."`: declared columns of that topic's new JSON table
+    /// (`VALUE_COLUMNS`, a JSON object).
+    #[serde(default)]
+    pub value_columns: BTreeMap<String, String>,
+    /// `[start_offsets.<topic>]` with `"<partition>" = offset` entries.
+    #[serde(default)]
+    pub start_offsets: BTreeMap<String, BTreeMap<String, i64>>,
+    /// The catalog (`[catalog]`).
+    #[serde(default)]
+    pub catalog: CatalogSettings,
+    /// Table maintenance (`[maintenance]`).
+    #[serde(default)]
+    pub maintenance: MaintenanceSettings,
+    /// The etcd offset cross-check (`[etcd]`).
+    #[serde(default)]
+    pub etcd: EtcdSettings,
+    /// How errors name the settings: as the file spells them, or as variables.
+    #[serde(skip)]
+    spelling: Spelling,
+}
+
+/// How the settings are named in errors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Spelling {
+    /// As the TOML file names them.
+    #[default]
+    File,
+    /// As the functions' environment variables.
+    Environment,
+}
+
+/// Settings and the variables that set them.
+const VARIABLES: &[(&str, &str)] = &[
+    ("topics", "TOPICS_INCLUDE/TOPICS_EXCLUDE"),
+    ("table_patterns", "TABLE_MAPPING"),
+    ("partition_by", "PARTITION_BY"),
+    ("table_properties", "TABLE_PROPERTIES"),
+    ("value_format", "VALUE_FORMAT"),
+    ("value_columns", "VALUE_COLUMNS"),
+    ("snapshot_retention", "SNAPSHOT_RETENTION"),
+    ("orphan_age", "ORPHAN_AGE"),
+    ("etcd grace", "ETCD_GRACE"),
+    ("etcd unreachable", "ETCD_UNREACHABLE"),
+];
+
+/// One `[[table_patterns]]` rule: topics matching `topic` go to `table`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TablePatternEntry {
+    /// Regular expression over whole topic names.
+    pub topic: String,
+    /// `namespace.name`, with `$1` or `${group}`.
+    pub table: String,
+}
+
+/// Where the tables are registered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogSettings {
+    /// `sql`, `rest`, `glue`, `s3tables` or `memory` (`CATALOG_TYPE`).
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// The REST catalog's base URI, or a `postgres://` SQL catalog (`CATALOG_URI`).
+    pub uri: Option<String>,
+    /// The SQLite file of a `sql` catalog.
+    pub database: Option<PathBuf>,
+    /// The REST catalog's warehouse name (`CATALOG_WAREHOUSE`).
+    pub warehouse: Option<String>,
+    /// The S3 Tables table bucket ARN (`TABLE_BUCKET_ARN`).
+    pub table_bucket_arn: Option<String>,
+}
+
+/// How tables are maintained after commits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceSettings {
+    /// Whether to maintain at all (default on; `MAINTENANCE=on|off`).
+    pub enabled: Option<bool>,
+    /// Expire snapshots older than this (default `5d`; `SNAPSHOT_RETENTION`).
+    pub snapshot_retention: Option<String>,
+    /// Keep at most this many snapshots (default 1000, 0: age only; `MAX_SNAPSHOTS`).
+    pub max_snapshots: Option<usize>,
+    /// Delete unreferenced files older than this (default `3d`, `off`; at least 1h;
+    /// `ORPHAN_AGE`).
+    pub orphan_age: Option<String>,
+    /// Merge a table's manifests past this many (default 10; `MAX_MANIFESTS`).
+    pub max_manifests: Option<usize>,
+}
+
+/// The etcd offset cross-check.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdSettings {
+    /// Endpoints (`ETCD_ENDPOINTS`, comma-separated; none: the check is off).
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// How long a segment past etcd's offsets waits (default `5m`; `ETCD_GRACE`).
+    pub grace: Option<String>,
+    /// `hold` (default) or `proceed` when etcd stays unreachable (`ETCD_UNREACHABLE`).
+    pub unreachable: Option<String>,
+    /// PEM file of the CA that signed etcd's certificate (`ETCD_CA_FILE`).
+    pub ca_file: Option<PathBuf>,
+    /// PEM file of the client certificate, for etcd's `--client-cert-auth`
+    /// (`ETCD_CERT_FILE`, with `ETCD_KEY_FILE`).
+    pub cert_file: Option<PathBuf>,
+    /// PEM file of the client certificate's private key (`ETCD_KEY_FILE`).
+    pub key_file: Option<PathBuf>,
+    /// User of etcd's authentication (`ETCD_USERNAME`); the password comes from the
+    /// secret or SSM parameter `ETCD_PASSWORD_SECRET_ARN` names, never from a
+    /// setting.
+    pub username: Option<String>,
+}
+
+/// Validated settings: what the pipeline runs on.
+#[derive(Debug, Clone)]
+pub struct ValidSettings {
+    /// Topic selection, table names and the layout of new tables.
+    pub naming: TableNaming,
+    /// Start offsets per topic and partition.
+    pub start_offsets: BTreeMap<String, BTreeMap<i32, i64>>,
+    /// Maintenance after commits (`None`: off).
+    pub maintenance: Option<MaintenancePolicy>,
+    /// The cross-check's grace and unreachable policy.
+    pub crosscheck: CrossCheckPolicy,
+}
+
+fn invalid(origin: &str, message: impl std::fmt::Display) -> SettingsError {
+    if origin.is_empty() {
+        SettingsError(message.to_string())
+    } else {
+        SettingsError(format!("{origin}: {message}"))
+    }
+}
+
+impl Settings {
+    /// Reads the settings from environment variables (the names in the field docs;
+    /// empty values count as unset).
+    pub fn from_env(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let var = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let list = |name: &str| {
+            var(name)
+                .map(|v| {
+                    v.split(',')
+                        .map(|item| item.trim().to_owned())
+                        .filter(|item| !item.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        fn json<T: serde::de::DeserializeOwned + Default>(
+            name: &str,
+            text: Option<String>,
+            expected: &str,
+        ) -> Result<T, SettingsError> {
+            text.map_or(Ok(T::default()), |text| {
+                serde_json::from_str(&text)
+                    .map_err(|e| invalid(name, format!("expected {expected}: {e}")))
+            })
+        }
+        let number = |name: &str| {
+            var(name)
+                .map(|v| {
+                    v.trim()
+                        .parse::<usize>()
+                        .map_err(|_| invalid(name, format!("{v:?} is not a number")))
+                })
+                .transpose()
+        };
+        let enabled = match var("MAINTENANCE").as_deref().map(str::trim) {
+            None | Some("on") => None,
+            Some("off") => Some(false),
+            Some(other) => {
+                return Err(invalid(
+                    "MAINTENANCE",
+                    format!("{other:?}: expected on or off"),
+                ));
+            }
+        };
+        Ok(Self {
+            namespace: var("TABLE_NAMESPACE"),
+            table_prefix: var("TABLE_PREFIX"),
+            include_topics: list("TOPICS_INCLUDE"),
+            exclude_topics: list("TOPICS_EXCLUDE"),
+            tables: BTreeMap::new(),
+            table_patterns: json(
+                "TABLE_MAPPING",
+                var("TABLE_MAPPING"),
+                "a JSON array of {\"topic\", \"table\"}",
+            )?,
+            partition_by: var("PARTITION_BY"),
+            partitioning: BTreeMap::new(),
+            table_properties: json(
+                "TABLE_PROPERTIES",
+                var("TABLE_PROPERTIES"),
+                "a JSON object of strings",
+            )?,
+            value_format: var("VALUE_FORMAT"),
+            value_columns: json(
+                "VALUE_COLUMNS",
+                var("VALUE_COLUMNS"),
+                "a JSON object of strings",
+            )?,
+            start_offsets: BTreeMap::new(),
+            catalog: CatalogSettings {
+                kind: var("CATALOG_TYPE"),
+                uri: var("CATALOG_URI"),
+                database: None,
+                warehouse: var("CATALOG_WAREHOUSE"),
+                table_bucket_arn: var("TABLE_BUCKET_ARN"),
+            },
+            maintenance: MaintenanceSettings {
+                enabled,
+                snapshot_retention: var("SNAPSHOT_RETENTION"),
+                max_snapshots: number("MAX_SNAPSHOTS")?,
+                orphan_age: var("ORPHAN_AGE"),
+                max_manifests: number("MAX_MANIFESTS")?,
+            },
+            spelling: Spelling::Environment,
+            etcd: EtcdSettings {
+                endpoints: list("ETCD_ENDPOINTS"),
+                grace: var("ETCD_GRACE"),
+                unreachable: var("ETCD_UNREACHABLE"),
+                ca_file: var("ETCD_CA_FILE").map(PathBuf::from),
+                cert_file: var("ETCD_CERT_FILE").map(PathBuf::from),
+                key_file: var("ETCD_KEY_FILE").map(PathBuf::from),
+                username: var("ETCD_USERNAME"),
+            },
+        })
+    }
+
+    /// Reads a TOML file of settings.
+    pub fn from_toml_file(path: &Path) -> Result<Self, SettingsError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| invalid(&origin, e))?;
+        toml::from_str(&text).map_err(|e| invalid(&origin, e.message()))
+    }
+
+    /// The name of a setting in errors: its variable when read from the environment.
+    fn name(&self, setting: &str) -> String {
+        match self.spelling {
+            Spelling::File => setting.to_owned(),
+            Spelling::Environment => VARIABLES
+                .iter()
+                .find(|(name, _)| *name == setting)
+                .map_or_else(
+                    || setting.to_owned(),
+                    |(_, variable)| (*variable).to_owned(),
+                ),
+        }
+    }
+
+    /// Checks every setting; `origin` (a file; empty for the environment, whose
+    /// variables are named instead) says where they came from in errors.
+    pub fn validate(&self, origin: &str) -> Result<ValidSettings, SettingsError> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            invalid(origin, format!("{}: {e}", self.name(what)))
+        };
+        let spec = |what: &str, text: &str| -> Result<Vec<PartitionField>, SettingsError> {
+            parse_partition_spec(text).map_err(|e| fail(what, &e))
+        };
+        let mut naming = TableNaming {
+            namespace: self.namespace.clone(),
+            partition_by: spec(
+                "partition_by",
+                self.partition_by.as_deref().unwrap_or_default(),
+            )?,
+            partition_by_given: self.partition_by.is_some(),
+            value_format: self
+                .value_format
+                .as_deref()
+                .map(ValueFormat::parse)
+                .transpose()
+                .map_err(|e| fail("value_format", &e))?
+                .unwrap_or_default(),
+            topics: TopicSelection::new(&self.include_topics, &self.exclude_topics)
+                .map_err(|e| fail("topics", &e))?,
+            table_prefix: self.table_prefix.clone().unwrap_or_default(),
+            ..TableNaming::default()
+        };
+        for rule in &self.table_patterns {
+            naming.patterns.push(
+                TablePattern::new(&rule.topic, &rule.table)
+                    .map_err(|e| fail("table_patterns", &e))?,
+            );
+        }
+        // Checked now, not at the first table creation.
+        crate::compression(&self.table_properties.clone().into_iter().collect())
+            .map_err(|e| fail("table_properties", &e.message()))?;
+        naming.properties = self.table_properties.clone();
+        for (topic, text) in &self.value_columns {
+            let columns = kfs_plan::value_columns::parse_value_columns(text)
+                .map_err(|e| fail("value_columns", &format!("{topic}: {e}")))?;
+            naming.value_columns.insert(topic.clone(), columns);
+        }
+        for (topic, text) in &self.partitioning {
+            let fields = spec(&format!("partitioning.{topic}"), text)?;
+            naming.partitioning.insert(topic.clone(), fields);
+        }
+        for (topic, table) in &self.tables {
+            let name = TableName::parse(table)
+                .ok_or_else(|| fail("tables", &format!("{table:?} is not namespace.name")))?;
+            naming.overrides.insert(topic.clone(), name);
+        }
+        naming.validate().map_err(|e| invalid(origin, e))?;
+        let mut start_offsets = BTreeMap::new();
+        for (topic, partitions) in &self.start_offsets {
+            let mut map = BTreeMap::new();
+            for (partition, offset) in partitions {
+                let p = partition.parse::<i32>().map_err(|_| {
+                    fail(
+                        &format!("start_offsets.{topic}"),
+                        &format!("{partition:?} is not a partition"),
+                    )
+                })?;
+                map.insert(p, *offset);
+            }
+            start_offsets.insert(topic.clone(), map);
+        }
+        Ok(ValidSettings {
+            naming,
+            start_offsets,
+            maintenance: self.maintenance_policy(origin)?,
+            crosscheck: self.crosscheck_policy(origin)?,
+        })
+    }
+
+    fn maintenance_policy(&self, origin: &str) -> Result<Option<MaintenancePolicy>, SettingsError> {
+        let settings = &self.maintenance;
+        if settings.enabled == Some(false) {
+            return Ok(None);
+        }
+        let duration = |what: &str, text: &str| {
+            parse_duration(text).map_err(|e| invalid(origin, format!("{}: {e}", self.name(what))))
+        };
+        let defaults = MaintenancePolicy::default();
+        let orphan_age = match settings.orphan_age.as_deref().map(str::trim) {
+            Some("off") => None,
+            // S3 Tables removes unreferenced files itself, and its storage buckets
+            // cannot be listed.
+            _ if self.catalog.kind.as_deref() == Some("s3tables") => None,
+            // Below the 1h floor, each cleanup refuses (a maintenance failure,
+            // alarmed) while conversion and commits go on.
+            text => Some(duration("orphan_age", text.unwrap_or("3d"))?),
+        };
+        Ok(Some(MaintenancePolicy {
+            snapshot_retention: duration(
+                "snapshot_retention",
+                settings.snapshot_retention.as_deref().unwrap_or("5d"),
+            )?,
+            orphan_age,
+            max_manifests: settings.max_manifests.unwrap_or(defaults.max_manifests),
+            max_snapshots: match settings.max_snapshots {
+                Some(0) => None,
+                Some(n) => Some(n),
+                None => defaults.max_snapshots,
+            },
+            ..defaults
+        }))
+    }
+
+    fn crosscheck_policy(&self, origin: &str) -> Result<CrossCheckPolicy, SettingsError> {
+        let grace = parse_duration(self.etcd.grace.as_deref().unwrap_or("5m"))
+            .map_err(|e| invalid(origin, format!("{}: {e}", self.name("etcd grace"))))?;
+        Ok(CrossCheckPolicy {
+            grace_ms: i64::try_from(grace.as_millis())
+                .map_err(|_| invalid(origin, "etcd grace is too long"))?,
+            on_unreachable: match self.etcd.unreachable.as_deref().map(str::trim) {
+                None | Some("hold") => UnreachablePolicy::Hold,
+                Some("proceed") => UnreachablePolicy::Proceed,
+                Some(other) => {
+                    return Err(invalid(
+                        origin,
+                        format!(
+                            "{} {other:?}: expected hold or proceed",
+                            self.name("etcd unreachable")
+                        ),
+                    ));
+                }
+            },
+        })
+    }
+}
+
+impl CatalogSettings {
+    /// The catalog these settings name (`default` when no type is given). A `sql`
+    /// catalog is PostgreSQL when `uri` is a `postgres://` URL, else the SQLite file
+    /// `database` (or a non-PostgreSQL `uri`, or `sqlite_default`); endpoints of the
+    /// AWS catalogs come from `lookup` (`AWS_ENDPOINT_URL_GLUE`, `AWS_ENDPOINT_URL`, ...).
+    pub fn kind(
+        &self,
+        default: &str,
+        sqlite_default: Option<&Path>,
+        credentials: RestCredentials,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<CatalogKind, SettingsError> {
+        let kind = self.kind.as_deref().unwrap_or(default);
+        let needs = |what: &str| SettingsError(format!("catalog type {kind} needs {what}"));
+        let endpoint = |service: &str| {
+            lookup(&format!("AWS_ENDPOINT_URL_{service}"))
+                .or_else(|| lookup("AWS_ENDPOINT_URL"))
+                .filter(|e| !e.is_empty())
+        };
+        Ok(match kind {
+            "sql" => match (&self.uri, &self.database) {
+                (Some(url), _) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                    CatalogKind::SqlPostgres { url: url.clone() }
+                }
+                (_, Some(database)) => CatalogKind::Sql {
+                    database: database.clone(),
+                },
+                (Some(file), None) => CatalogKind::Sql {
+                    database: PathBuf::from(file),
+                },
+                (None, None) => CatalogKind::Sql {
+                    database: sqlite_default
+                        .ok_or_else(|| needs("a database: a postgres:// URI (--catalog-uri, CATALOG_URI) or a SQLite file"))?
+                        .to_path_buf(),
+                },
+            },
+            "rest" => CatalogKind::Rest(RestSettings {
+                uri: self
+                    .uri
+                    .clone()
+                    .ok_or_else(|| needs("a URI (--catalog-uri, CATALOG_URI)"))?,
+                warehouse: self.warehouse.clone(),
+                credentials,
+            }),
+            "glue" => CatalogKind::Glue {
+                endpoint: endpoint("GLUE"),
+            },
+            "s3tables" => {
+                let arn = self
+                    .table_bucket_arn
+                    .clone()
+                    .ok_or_else(|| needs("a table bucket ARN (--table-bucket-arn, TABLE_BUCKET_ARN)"))?;
+                if !crate::is_table_bucket_arn(&arn) {
+                    return Err(SettingsError(format!(
+                        "table bucket ARN (--table-bucket-arn, TABLE_BUCKET_ARN) {arn:?}: expected arn:aws:s3tables:<region>:<account>:bucket/<name>"
+                    )));
+                }
+                CatalogKind::S3Tables(S3TablesSettings {
+                    table_bucket_arn: arn,
+                    endpoint: endpoint("S3TABLES"),
+                })
+            }
+            "memory" => CatalogKind::Memory,
+            other => {
+                return Err(SettingsError(format!(
+                    "catalog type {other:?}: expected sql, rest, glue, s3tables or memory"
+                )));
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Result<ValidSettings, SettingsError> {
+        let vars: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Settings::from_env(&|name| vars.get(name).cloned())?.validate("")
+    }
+
+    #[test]
+    fn the_environment_and_a_toml_file_fill_the_same_settings() {
+        let from_env = env(&[
+            ("TABLE_NAMESPACE", "lake"),
+            ("TABLE_PREFIX", "kfs_"),
+            ("TOPICS_INCLUDE", "orders.*, payments"),
+            ("TOPICS_EXCLUDE", "orders-test"),
+            (
+                "TABLE_MAPPING",
+                r#"[{"topic": "audit-(.*)", "table": "audit.$1"}]"#,
+            ),
+            ("MAX_SNAPSHOTS", "0"),
+            ("ORPHAN_AGE", "off"),
+            ("ETCD_GRACE", "30s"),
+            ("ETCD_UNREACHABLE", "proceed"),
+        ]);
+        let toml_text = r#"
+            namespace = "lake"
+            table_prefix = "kfs_"
+            include_topics = ["orders.*", "payments"]
+            exclude_topics = ["orders-test"]
+            [[table_patterns]]
+            topic = "audit-(.*)"
+            table = "audit.$1"
+            [maintenance]
+            max_snapshots = 0
+            orphan_age = "off"
+            [etcd]
+            grace = "30s"
+            unreachable = "proceed"
+        "#;
+        let from_file = toml::from_str::<Settings>(toml_text)
+            .map_err(|e| SettingsError(e.to_string()))
+            .and_then(|s| s.validate("file"));
+        for valid in [from_env, from_file] {
+            let valid = valid.unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                valid.naming.table_for("orders-eu").to_string(),
+                "lake.kfs_orders_eu"
+            );
+            assert_eq!(valid.naming.table_for("audit-x").to_string(), "audit.x");
+            assert!(!valid.naming.topics.selects("orders-test"));
+            assert!(!valid.naming.topics.selects("clicks"));
+            let maintenance = valid.maintenance.unwrap_or_default();
+            assert_eq!(
+                (maintenance.max_snapshots, maintenance.orphan_age),
+                (None, None)
+            );
+            assert_eq!(
+                valid.crosscheck,
+                CrossCheckPolicy {
+                    grace_ms: 30_000,
+                    on_unreachable: UnreachablePolicy::Proceed
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn every_bad_setting_is_named() {
+        for (name, value) in [
+            ("TOPICS_INCLUDE", "("),
+            ("TABLE_MAPPING", r#"{"topic": "x"}"#),
+            (
+                "TABLE_PROPERTIES",
+                r#"{"write.parquet.compression-codec": "lzma"}"#,
+            ),
+            ("VALUE_FORMAT", "avro"),
+            ("PARTITION_BY", "week(timestamp)"),
+            ("MAINTENANCE", "sometimes"),
+            ("MAX_SNAPSHOTS", "many"),
+            ("ETCD_UNREACHABLE", "skip"),
+            ("ETCD_GRACE", "soon"),
+        ] {
+            let error = env(&[(name, value)]).err().map(|e| e.to_string());
+            assert!(
+                error.as_deref().is_some_and(|e| e.contains(name)),
+                "{name}={value}: {error:?}"
+            );
+        }
+        assert!(toml::from_str::<Settings>("unknown = 1").is_err());
+    }
+
+    #[test]
+    fn the_catalog_kind_comes_from_one_place() {
+        let none = |_: &str| None;
+        let sql = CatalogSettings::default().kind(
+            "sql",
+            Some(Path::new("/state/catalog.db")),
+            RestCredentials::default(),
+            &none,
+        );
+        assert_eq!(
+            sql,
+            Ok(CatalogKind::Sql {
+                database: PathBuf::from("/state/catalog.db")
+            })
+        );
+        let postgres = CatalogSettings {
+            kind: Some("sql".into()),
+            uri: Some("postgres://db/iceberg".into()),
+            ..CatalogSettings::default()
+        };
+        assert!(matches!(
+            postgres.kind("glue", None, RestCredentials::default(), &none),
+            Ok(CatalogKind::SqlPostgres { .. })
+        ));
+        let s3tables = CatalogSettings {
+            kind: Some("s3tables".into()),
+            table_bucket_arn: Some("lake".into()),
+            ..CatalogSettings::default()
+        };
+        assert!(
+            s3tables
+                .kind("glue", None, RestCredentials::default(), &none)
+                .is_err()
+        );
+        let rest = CatalogSettings {
+            kind: Some("rest".into()),
+            ..CatalogSettings::default()
+        };
+        assert!(
+            rest.kind("glue", None, RestCredentials::default(), &none)
+                .is_err()
+        );
+    }
+}
