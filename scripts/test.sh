@@ -60,7 +60,8 @@ simulation_log=$(mktemp)
 nice -n 10 bash scripts/simulation.sh >"$simulation_log" 2>&1 &
 simulation=$!
 set +e
-cargo test --workspace --locked 2>&1 | tee "$log"
+# (The simulation's own 100-seed run is left to the full count beside.)
+cargo test --workspace --locked -- --skip simulation::seeded_simulation_keeps_exactly_once 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 wait "$simulation"
 simulation_status=$?

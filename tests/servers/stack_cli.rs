@@ -110,29 +110,37 @@ fn the_command_line_operates_a_deployed_stack() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
+    let handle = runtime
+        .block_on(env.catalog_handle())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let converter = ConverterService::new(
+        env.source().unwrap_or_else(|e| panic!("{e}")),
+        handle.clone(),
+        runtime.block_on(env.ledger()),
+        ConverterSettings {
+            bucket: env.bucket.clone(),
+            prefix: env.prefix.clone(),
+            naming: env.naming.clone(),
+            limits: kfs_segment::DecodeLimits::default(),
+            concurrency: 2,
+            memory_budget_mib: None,
+            retry: kfs_core::RetryPolicy::default(),
+        },
+    );
+    let convert = |objects: &[ObjectCreated]| {
+        for outcome in runtime.block_on(converter.handle(objects)) {
+            outcome.unwrap_or_else(|e| panic!("convert: {e}"));
+        }
+    };
+    let mut broken = segment("payments", 0, 3);
+    broken[0].1.truncate(40);
+    let broken_objects = put(broken);
     let pending_file = runtime.block_on(async {
-        let handle = env.catalog_handle().await.unwrap_or_else(|e| panic!("{e}"));
         let source = env.source().unwrap_or_else(|e| panic!("{e}"));
-        let converter = ConverterService::new(
-            env.source().unwrap_or_else(|e| panic!("{e}")),
-            handle.clone(),
-            env.ledger().await,
-            ConverterSettings {
-                bucket: env.bucket.clone(),
-                prefix: env.prefix.clone(),
-                naming: env.naming.clone(),
-                limits: kfs_segment::DecodeLimits::default(),
-                concurrency: 2,
-                memory_budget_mib: None,
-                retry: kfs_core::RetryPolicy::default(),
-            },
-        );
         // Committed: orders 0-4. Pending: orders 5-9. Quarantined: a payments segment
         // whose bytes are broken. Never converted: a topic the stack excludes.
-        let mut broken = segment("payments", 0, 3);
-        broken[0].1.truncate(40);
         let mut objects = put(segment("orders", 0, 5));
-        objects.extend(put(broken));
+        objects.extend(broken_objects.iter().cloned());
         objects.extend(put(segment("ignored-topic", 0, 2)));
         for outcome in converter.handle(&objects).await {
             outcome.unwrap_or_else(|e| panic!("convert: {e}"));
@@ -205,6 +213,13 @@ fn the_command_line_operates_a_deployed_stack() {
     assert!(ok && listed.contains("no quarantined segments"), "{listed}");
     let (ok, skipped) = cli(&moto, "kfs-one", &["quarantine", "skip", &broken_key]);
     assert!(!ok && skipped.contains("not quarantined"), "{skipped}");
+    // Released, its event redelivered: still broken, so quarantined again; then
+    // given up for good.
+    convert(&broken_objects);
+    let (ok, listed) = cli(&moto, "kfs-one", &["quarantine", "list"]);
+    assert!(ok && listed.contains(&broken_key), "{listed}");
+    let (ok, skipped) = cli(&moto, "kfs-one", &["quarantine", "skip", &broken_key]);
+    assert!(ok && skipped.contains("skipped"), "{skipped}");
 
     // An unreferenced file beside the table's data: removed; the pending file: kept.
     let orphan_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

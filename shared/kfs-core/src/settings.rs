@@ -347,7 +347,7 @@ impl Settings {
         naming.properties = self.table_properties.clone();
         for (topic, text) in &self.value_columns {
             let columns = kfs_plan::value_columns::parse_value_columns(text)
-                .map_err(|e| fail("value_columns", &format!("{topic}: {e}")))?;
+                .map_err(|e| fail(&format!("value_columns.{topic}"), &e))?;
             naming.value_columns.insert(topic.clone(), columns);
         }
         for (topic, text) in &self.partitioning {
