@@ -7,7 +7,7 @@
 //! | `SEGMENT_PREFIX` | key prefix of the segments in it (empty for the bucket root) |
 //! | `LEDGER_TABLE` | DynamoDB ledger table |
 //! | `WAREHOUSE` | `s3://bucket/prefix` of the Iceberg warehouse |
-//! | `CATALOG_TYPE` | `glue` (default), `rest`, `s3tables` (the table bucket `TABLE_BUCKET_ARN`), or `sql` (a PostgreSQL database at `CATALOG_URI` = `postgres://…`, or a SQLite file there, for tests) |
+//! | `CATALOG_TYPE` | `glue` (default), `rest`, `s3tables` (the table bucket `TABLE_BUCKET_ARN`), or `sql` (a PostgreSQL database at `CATALOG_URI` = `postgres://…`, or a SQLite file there, for tests; only in functions built with their `sql` feature) |
 //! | `TABLE_BUCKET_ARN` | with `s3tables`: `arn:aws:s3tables:<region>:<account>:bucket/<name>` |
 //! | `CATALOG_URI` | the REST catalog's base URI |
 //! | `CATALOG_WAREHOUSE` | the REST catalog's warehouse *name* (Polaris catalog, Unity catalog) |

@@ -48,10 +48,11 @@ pub use error::PipelineError;
 pub use fault::{
     ErrorKind, Fault, RetryPolicy, iceberg_error, iceberg_error_kind, opendal_error_kind,
 };
+#[cfg(feature = "sql")]
+pub use ledger::SqliteLedger;
 pub use ledger::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
-    MemoryLedger, SqliteLedger, WorkKey, converted_paths, existing_entry, partition_heads,
-    sort_entries,
+    MemoryLedger, WorkKey, converted_paths, existing_entry, partition_heads, sort_entries,
 };
 pub use maintenance::{
     CompactionReport, ExpiryReport, MIN_ORPHAN_AGE, MaintenanceError, MaintenancePolicy,

@@ -9,6 +9,7 @@ mod memory;
 mod pinned;
 mod rest_swap;
 mod rest_tables;
+#[cfg(feature = "sql")]
 pub(crate) mod sql;
 mod swap;
 
@@ -26,6 +27,7 @@ pub use memory::MemoryTables;
 pub use pinned::PinnedCatalog;
 pub use rest_swap::RestTableSwap;
 pub use rest_tables::RestTables;
+#[cfg(feature = "sql")]
 pub use sql::{SqlTableSwap, open_postgres_catalog, open_sql_catalog};
 pub use swap::{
     MetadataPointer, TableSwap, lost_race, publish, read_table, stage_updates, table_handle,
@@ -215,14 +217,21 @@ pub async fn open_catalog_handle(
     s3: &S3Settings,
 ) -> iceberg::Result<CatalogHandle> {
     match kind {
+        #[cfg(feature = "sql")]
         CatalogKind::Sql { database } => Ok(CatalogHandle {
             catalog: Arc::new(open_sql_catalog(database, warehouse, s3).await?),
             swap: Arc::new(SqlTableSwap::open(database, LOCAL_CATALOG_NAME).await?),
         }),
+        #[cfg(feature = "sql")]
         CatalogKind::SqlPostgres { url } => Ok(CatalogHandle {
             catalog: Arc::new(open_postgres_catalog(url, warehouse, s3).await?),
             swap: Arc::new(SqlTableSwap::open_postgres(url, LOCAL_CATALOG_NAME).await?),
         }),
+        #[cfg(not(feature = "sql"))]
+        CatalogKind::Sql { .. } | CatalogKind::SqlPostgres { .. } => Err(iceberg::Error::new(
+            iceberg::ErrorKind::FeatureUnsupported,
+            "this build has no SQL catalog (kfs-core's `sql` feature)",
+        )),
         CatalogKind::Rest(rest) => {
             use iceberg_catalog_rest::{
                 REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE, RestCatalogBuilder,

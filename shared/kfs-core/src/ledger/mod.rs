@@ -12,12 +12,14 @@
 mod contract;
 mod files;
 mod memory;
+#[cfg(feature = "sql")]
 mod sqlite;
 
 #[cfg(any(test, feature = "test-support"))]
 pub use contract::check_contract;
 pub use files::{from_ledger, resolve, spill, spilled_to, to_ledger};
 pub use memory::MemoryLedger;
+#[cfg(feature = "sql")]
 pub use sqlite::SqliteLedger;
 
 use crate::fault::ErrorKind;
@@ -177,6 +179,7 @@ impl LedgerError {
 
 /// Whether SQLite answered busy or locked (result codes 5 and 6, with their extended
 /// codes): another connection holds the lock; the same statement may pass later.
+#[cfg(feature = "sql")]
 pub(crate) fn sqlite_busy(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => db
@@ -187,6 +190,7 @@ pub(crate) fn sqlite_busy(e: &sqlx::Error) -> bool {
     }
 }
 
+#[cfg(feature = "sql")]
 impl From<sqlx::Error> for LedgerError {
     fn from(e: sqlx::Error) -> Self {
         let kind = match &e {
