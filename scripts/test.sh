@@ -45,6 +45,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy (-D warnings)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "== cargo clippy of the Lambda functions as deployed (their features alone: no SQL catalog)"
+cargo clippy --locked -- -D warnings
+
 echo "== cargo doc (-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
