@@ -165,12 +165,12 @@ async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
     let ticks = match embedded.tick_log.read().await {
         Ok(ticks) => ticks,
         Err(e) => {
-            println!("last tick: not readable ({e})");
+            println!("last pass: not readable ({e})");
             return;
         }
     };
     if ticks.is_empty() {
-        println!("last tick: none recorded yet");
+        println!("last pass: none recorded yet");
     }
     let count = |value: &Value| match value {
         Value::Array(items) => items.len(),
@@ -190,7 +190,7 @@ async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
             _ => String::new(),
         };
         println!(
-            "last tick{shard}: {} ({} ago): {} tables committed, {} segments swept, {} deferred, {} failed tables, {} failed segments",
+            "last pass{shard}: {} ({} ago): {} tables committed, {} segments swept, {} deferred, {} failed tables, {} failed segments",
             rfc3339_ms(finished),
             age(now - finished),
             count(&tick["tables"]),
