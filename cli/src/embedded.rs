@@ -162,7 +162,8 @@ impl WarehouseArgs {
         )))
     }
 
-    async fn open_local(&self) -> Result<Embedded<SqliteLedger>, CliError> {
+    /// Opens the warehouse's catalog and SQLite ledger (never a stack's).
+    pub async fn open_local(&self) -> Result<Embedded<SqliteLedger>, CliError> {
         let location = self.warehouse.as_deref().ok_or_else(|| {
             CliError::Usage(
                 "--warehouse DIR (or --stack NAME, a deployed stack) is required".into(),

@@ -350,13 +350,12 @@ async fn orphans_on<L: Ledger>(args: &OrphanArgs, embedded: &Embedded<L>) -> Res
             args.older_than
         )));
     }
-    let s3 = embedded.s3.clone();
     for ident in tables(embedded, &args.target).await? {
         let report = remove_orphans(
             embedded.catalog.as_ref(),
             &embedded.ledger,
             &ident,
-            &s3,
+            &embedded.s3,
             &rule,
         )
         .await

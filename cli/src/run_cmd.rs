@@ -116,9 +116,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
             "run --stack {stack}: the stack's committer runs its passes (invoke it to run one now); run works on a local warehouse"
         )));
     }
-    let crate::embedded::Opened::Local(embedded) = args.warehouse.open().await? else {
-        return Err(CliError::Usage("run works on a local warehouse".into()));
-    };
+    let embedded = args.warehouse.open_local().await?;
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
@@ -151,16 +149,9 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     .map_err(|e| CliError::Pipeline(e.to_string()))?;
     bar.finish_and_clear();
     print_report(&report);
-    let mut summary = report.summary();
-    if let Some(fields) = summary.as_object_mut() {
-        fields.insert("shard".into(), serde_json::json!([0, 1]));
-        fields.insert("finished_ms".into(), serde_json::json!(kfs_core::now_ms()));
-    }
-    if let Err(e) = embedded
-        .tick_log
-        .write(kfs_plan::shard::Shard::default(), &summary)
-        .await
-    {
+    let shard = kfs_plan::shard::Shard::default();
+    let summary = report.summary(shard, kfs_core::now_ms());
+    if let Err(e) = embedded.tick_log.write(shard, &summary).await {
         eprintln!("kfs-iceberg: the run's summary could not be kept for status: {e}");
     }
     if !report.failed_tables.is_empty() {

@@ -58,8 +58,10 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
     for entry in &entries {
         by_table.entry(entry.table.clone()).or_default().push(entry);
     }
-    // And every table this ledger protects, waiting work or not.
+    // And every table this ledger protects, waiting work or not; each table is loaded
+    // once, here, and reported below.
     let identity = embedded.ledger.identity();
+    let mut loaded = BTreeMap::new();
     for namespace in embedded
         .catalog
         .list_namespaces(None)
@@ -75,18 +77,13 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
             })?;
         for ident in tables {
             let name = format!("{}.{}", ident.namespace().to_url_string(), ident.name());
-            if by_table.contains_key(&name) {
-                continue;
-            }
-            let ours = embedded
-                .catalog
-                .load_table(&ident)
-                .await
-                .is_ok_and(|table| {
-                    table.metadata().properties().get(kfs_core::LEDGER_PROPERTY) == Some(&identity)
-                });
-            if ours {
-                by_table.insert(name, Vec::new());
+            let table = embedded.catalog.load_table(&ident).await;
+            let ours = table.as_ref().is_ok_and(|table| {
+                table.metadata().properties().get(kfs_core::LEDGER_PROPERTY) == Some(&identity)
+            });
+            if ours || by_table.contains_key(&name) {
+                by_table.entry(name.clone()).or_default();
+                loaded.insert(name, table);
             }
         }
     }
@@ -100,9 +97,16 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
             Some(entry) => println!("table {table} (topic {})", entry.topic),
             None => println!("table {table}"),
         }
-        let name = TableName::parse(table)
-            .ok_or_else(|| CliError::Pipeline(format!("bad table name {table}")))?;
-        match embedded.catalog.load_table(&table_ident(&name)).await {
+        let table = match loaded.remove(table) {
+            Some(table) => table,
+            // Work for a table the catalog did not list (dropped, or not created yet).
+            None => {
+                let name = TableName::parse(table)
+                    .ok_or_else(|| CliError::Pipeline(format!("bad table name {table}")))?;
+                embedded.catalog.load_table(&table_ident(&name)).await
+            }
+        };
+        match table {
             Ok(loaded) => {
                 match loaded.metadata().current_snapshot() {
                     Some(snapshot) => println!(

@@ -162,11 +162,9 @@ fn the_command_line_operates_a_deployed_stack() {
         .unwrap_or_else(|e| panic!("pass: {e}"));
         assert_eq!(report.unselected_topics, 1, "{report:?}");
         // As the committer records its tick, for status.
-        let mut summary = report.summary();
-        summary["finished_ms"] = serde_json::json!(kfs_core::now_ms());
-        summary["shard"] = serde_json::json!([0, 1]);
+        let shard = kfs_plan::shard::Shard::default();
         env.tick_log()
-            .write(kfs_plan::shard::Shard::default(), &summary)
+            .write(shard, &report.summary(shard, kfs_core::now_ms()))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let late = put(segment("orders", 5, 5));

@@ -85,8 +85,6 @@ pub struct FunctionEnv {
     pub s3: S3Settings,
     /// The etcd cross-check's endpoints, TLS files and user.
     pub etcd: EtcdSettings,
-    /// Secrets Manager secret or SSM parameter holding the etcd user's password.
-    pub etcd_password_secret_arn: Option<String>,
     /// How the cross-check treats etcd lag and outages: `ETCD_GRACE` (default `5m`)
     /// and `ETCD_UNREACHABLE` (`hold`, the default: commits wait for etcd; `proceed`:
     /// after the grace they commit without the check, with a warning metric).
@@ -144,7 +142,6 @@ impl FunctionEnv {
             sweep_max_segments: number("SWEEP_MAX_SEGMENTS", 200)?,
             s3: S3Settings::from_lookup(lookup),
             etcd: settings.etcd,
-            etcd_password_secret_arn: var("ETCD_PASSWORD_SECRET_ARN"),
             catalog_secret_arn: var("CATALOG_SECRET_ARN"),
             maintenance: valid.maintenance,
             crosscheck: valid.crosscheck,
@@ -201,7 +198,7 @@ impl FunctionEnv {
         let user = match &self.etcd.username {
             None => None,
             Some(name) => {
-                let Some(arn) = &self.etcd_password_secret_arn else {
+                let Some(arn) = &self.etcd.password_secret else {
                     return Err(ConfigError(
                         "ETCD_USERNAME needs ETCD_PASSWORD_SECRET_ARN (the secret or SSM parameter holding the password)".into(),
                     ));

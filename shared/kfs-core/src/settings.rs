@@ -163,10 +163,11 @@ pub struct EtcdSettings {
     pub cert_file: Option<PathBuf>,
     /// PEM file of the client certificate's private key (`ETCD_KEY_FILE`).
     pub key_file: Option<PathBuf>,
-    /// User of etcd's authentication (`ETCD_USERNAME`); the password comes from the
-    /// secret or SSM parameter `ETCD_PASSWORD_SECRET_ARN` names, never from a
-    /// setting.
+    /// User of etcd's authentication (`ETCD_USERNAME`).
     pub username: Option<String>,
+    /// The Secrets Manager secret or SSM parameter holding the user's password
+    /// (`ETCD_PASSWORD_SECRET_ARN`): the password itself is never a setting.
+    pub password_secret: Option<String>,
 }
 
 /// Validated settings: what the pipeline runs on.
@@ -282,6 +283,7 @@ impl Settings {
                 cert_file: var("ETCD_CERT_FILE").map(PathBuf::from),
                 key_file: var("ETCD_KEY_FILE").map(PathBuf::from),
                 username: var("ETCD_USERNAME"),
+                password_secret: var("ETCD_PASSWORD_SECRET_ARN"),
             },
         })
     }

@@ -209,8 +209,9 @@ pub async fn backlog(
 }
 
 impl RunReport {
-    /// What the pass did, as JSON: per table the commit, then what failed and why.
-    pub fn summary(&self) -> Value {
+    /// What the pass did, as JSON: `shard`'s pass that ended at `finished_ms`, per
+    /// table the commit, then what failed and why (what [`TickLog`] keeps).
+    pub fn summary(&self, shard: Shard, finished_ms: i64) -> Value {
         let tables: BTreeMap<&String, Value> = self
             .tables
             .iter()
@@ -230,6 +231,8 @@ impl RunReport {
             })
             .collect();
         json!({
+            "shard": [shard.index, shard.count],
+            "finished_ms": finished_ms,
             "swept": self.converted,
             "quarantined": self.quarantined.len(),
             "deferred": self.deferred,
@@ -244,9 +247,9 @@ impl RunReport {
 }
 
 impl TickReport {
-    /// What the tick did, as JSON: the pass's [`RunReport::summary`], the shard, the
-    /// maintenance per table, and when it ended (`finished_ms`): the committer's
-    /// answer, and what `kfs-iceberg status` shows of the last tick.
+    /// What the tick did, as JSON: the pass's [`RunReport::summary`] and the
+    /// maintenance per table: the committer's answer, and what `kfs-iceberg status`
+    /// shows of the last tick.
     pub fn summary(&self, shard: Shard) -> Value {
         let maintenance: BTreeMap<&String, Value> = self
             .maintenance
@@ -265,12 +268,8 @@ impl TickReport {
                 (table, value)
             })
             .collect();
-        let mut summary = self.pass.summary();
-        if let Some(fields) = summary.as_object_mut() {
-            fields.insert("shard".into(), json!([shard.index, shard.count]));
-            fields.insert("maintenance".into(), json!(maintenance));
-            fields.insert("finished_ms".into(), json!(self.now_ms));
-        }
+        let mut summary = self.pass.summary(shard, self.now_ms);
+        summary["maintenance"] = json!(maintenance);
         summary
     }
 }
