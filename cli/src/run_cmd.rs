@@ -41,8 +41,8 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Commit one data file per segment instead of merging each commit's small files
-    /// into target-size files first.
+    /// Commit one data file per segment: no runs of small segments converted into one
+    /// file, and no merging of each commit's small files into target-size files.
     #[arg(long)]
     no_coalesce: bool,
 }
@@ -101,6 +101,9 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
 pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     let mut config = load_config(args.config.as_ref())?;
     config.commit.coalesce = !args.no_coalesce;
+    if args.no_coalesce {
+        config.max_run_segments = Some(1);
+    }
     if let Some(spec) = &args.partition_by {
         config.naming.partition_by = partition_spec(spec, "--partition-by")?;
         config.naming.partition_by_given = true;

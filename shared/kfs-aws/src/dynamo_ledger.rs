@@ -27,7 +27,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use kfs_core::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
-    WorkKey, existing_entry, sort_entries,
+    RunMember, WorkKey, existing_entry, sort_entries,
 };
 use kfs_plan::fault::ErrorKind;
 
@@ -149,6 +149,9 @@ fn to_item(entry: &LedgerEntry) -> Result<Item, LedgerError> {
     if let Some(dead_letters) = entry.dead_letters.to_stored(&entry.segment)? {
         item.insert("dead_letters".into(), s(&dead_letters));
     }
+    if let Some(members) = RunMember::to_stored(&entry.members, &entry.segment)? {
+        item.insert("members".into(), s(&members));
+    }
     Ok(item)
 }
 
@@ -192,8 +195,10 @@ fn from_item(item: &Item) -> Result<LedgerEntry, LedgerError> {
     let data_files: Vec<String> =
         serde_json::from_str(&text("data_files")?).map_err(|e| corrupt(e.to_string()))?;
     let dead_letters = DeadLetters::from_stored(text("dead_letters").ok().as_deref(), &segment)?;
+    let members = RunMember::from_stored(text("members").ok().as_deref(), &segment)?;
     Ok(LedgerEntry {
         dead_letters,
+        members,
         etag: text("etag")?,
         table: text("table_name")?,
         topic: text("topic")?,
@@ -497,15 +502,15 @@ impl Ledger for DynamoLedger {
         Ok(moved)
     }
 
-    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
+    async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {
         let result = self
             .client
             .delete_item()
             .table_name(&self.table)
             .key("segment_key", s(segment))
-            .condition_expression("#s = :quarantined")
+            .condition_expression("#s = :state")
             .expression_attribute_names("#s", "entry_state")
-            .expression_attribute_values(":quarantined", s("quarantined"))
+            .expression_attribute_values(":state", s(state))
             .send()
             .await;
         applied(result)

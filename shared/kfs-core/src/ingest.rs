@@ -13,7 +13,8 @@ use crate::ledger::{converted_paths, description_paths, resolved_paths};
 use crate::source::{SegmentSource, SourceObject};
 use crate::table::table_progress;
 use crate::table::{Feed, claim_table, ensure_owned_table, evolve_partition_spec};
-use futures::TryFutureExt;
+use futures::{StreamExt, TryFutureExt};
+use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
@@ -112,6 +113,25 @@ impl TopicTable {
     }
 }
 
+/// Why a segment arrived too late to be ingested: after its offsets were committed as
+/// a gap, or below the offset its partition began at (by the table's progress).
+fn late(progress: &TableProgress, key: &SegmentKey) -> Option<String> {
+    let why = match progress.classify(key.partition, key.base_offset) {
+        ListedSegment::LateAfterGap(gap) => format!(
+            "arrived after offsets {}..={} of partition {} were committed as a gap ({:?})",
+            gap.from, gap.to, gap.partition, gap.reason
+        ),
+        ListedSegment::LateBeforeStart { start } => format!(
+            "arrived after partition {} began in the table at offset {start}; its offsets are below that start",
+            key.partition
+        ),
+        ListedSegment::Open | ListedSegment::Committed => return None,
+    };
+    Some(format!(
+        "{why}; not ingested behind the watermark: load it elsewhere or skip it"
+    ))
+}
+
 /// Converts one segment and records the result in the ledger: pending with its data
 /// files, or quarantined with the error. A segment that arrives after its offsets were
 /// committed as a gap, or below the offset its partition began at (by the table's
@@ -133,23 +153,9 @@ pub async fn ingest_segment(
     } = target;
     let mut entry = new_entry(source, target, key, object).await?;
     let etag = entry.etag.clone();
-    let late = match progress.classify(key.partition, key.base_offset) {
-        ListedSegment::LateAfterGap(gap) => Some(format!(
-            "arrived after offsets {}..={} of partition {} were committed as a gap ({:?})",
-            gap.from, gap.to, gap.partition, gap.reason
-        )),
-        ListedSegment::LateBeforeStart { start } => Some(format!(
-            "arrived after partition {} began in the table at offset {start}; its offsets are below that start",
-            key.partition
-        )),
-        ListedSegment::Open | ListedSegment::Committed => None,
-    };
-    if let Some(why) = late {
+    if let Some(why) = late(progress, key) {
         entry.state = EntryState::Quarantined {
-            error: format!(
-                "{}: {why}; not ingested behind the watermark: load it elsewhere or skip it",
-                source.describe(&object.key),
-            ),
+            error: format!("{}: {why}", source.describe(&object.key)),
         };
         return record(ledger, entry).await;
     }
@@ -177,36 +183,14 @@ pub async fn ingest_segment(
     };
     match converted {
         Ok((converted, table, dead_letter_table)) => {
-            // Written in the table's default spec as the conversion saw it.
-            let serialize = |files: Vec<iceberg::spec::DataFile>, table: &Table| {
-                let metadata = table.metadata();
-                files
-                    .into_iter()
-                    .map(|file| {
-                        crate::ledger::to_ledger(
-                            file,
-                            metadata.default_partition_spec_id(),
-                            metadata,
-                        )
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(catalog_error)
-            };
-            // Past what a ledger item holds, beside the files they describe.
-            let spilled_at = format!(
-                "{}/data/kfs-descriptions/{}.json",
-                table.metadata().location().trim_end_matches('/'),
-                uuid::Uuid::new_v4()
-            );
-            let descriptions = serialize(converted.data_files, &table)?;
-            written.extend(description_paths(descriptions.iter()));
-            entry.data_files = crate::ledger::spill(descriptions, table.file_io(), &spilled_at)
+            entry.data_files = describe_and_spill(converted.data_files, &table, &mut written)
                 .await
                 .map_err(catalog_error)?;
             if let Some(dead_letter_table) = &dead_letter_table {
                 entry.dead_letters = DeadLetters {
                     records: converted.dead_letters,
-                    files: serialize(converted.dead_letter_files, dead_letter_table)?,
+                    files: describe(converted.dead_letter_files, dead_letter_table)
+                        .map_err(catalog_error)?,
                 };
             }
             entry.last_offset = converted.last_offset;
@@ -221,19 +205,55 @@ pub async fn ingest_segment(
         Err(e) => return Err(e.into()),
     }
     written.extend(converted_paths(&entry));
+    record_written(ledger, entry, table.file_io(), &written).await
+}
+
+/// Descriptions of `files`, written in `table`'s default spec as the conversion saw it.
+fn describe(files: Vec<DataFile>, table: &Table) -> iceberg::Result<Vec<String>> {
+    let metadata = table.metadata();
+    files
+        .into_iter()
+        .map(|file| crate::ledger::to_ledger(file, metadata.default_partition_spec_id(), metadata))
+        .collect()
+}
+
+/// Descriptions of `files` as an entry holds them: inline, or, past what a ledger item
+/// holds, spilled beside the files they describe (the spill file noted in `written`).
+async fn describe_and_spill(
+    files: Vec<DataFile>,
+    table: &Table,
+    written: &mut Vec<String>,
+) -> iceberg::Result<Vec<String>> {
+    let spilled_at = format!(
+        "{}/data/kfs-descriptions/{}.json",
+        table.metadata().location().trim_end_matches('/'),
+        uuid::Uuid::new_v4()
+    );
+    let descriptions = describe(files, table)?;
+    written.extend(description_paths(descriptions.iter()));
+    crate::ledger::spill(descriptions, table.file_io(), &spilled_at).await
+}
+
+/// Inserts a converted entry. When another process recorded the segment first, the
+/// files this conversion `written` (named for this write alone) are referenced by
+/// nothing, unless the entry found is our own (a retried insert whose first attempt
+/// landed): they are deleted, best effort (orphan cleanup removes what a failure here
+/// leaves). Returns the entry that is there.
+async fn record_written(
+    ledger: &impl Ledger,
+    entry: LedgerEntry,
+    file_io: &iceberg::io::FileIO,
+    written: &[String],
+) -> Result<LedgerEntry, PipelineError> {
     match ledger.insert(&entry).await? {
         InsertOutcome::Inserted => Ok(entry),
         InsertOutcome::Exists(existing) => {
-            // Another process recorded this segment first: our files (named for this
-            // write alone) are referenced by nothing, unless the entry found is our
-            // own (a retried insert whose first attempt landed). Best effort; orphan
-            // cleanup removes what a failure here leaves.
-            let Ok(kept) = resolved_paths(&existing, table.file_io()).await else {
+            let Ok(kept) = resolved_paths(&existing, file_io).await else {
                 return Ok(*existing);
             };
             let kept: HashSet<String> = kept.into_iter().collect();
             for path in written.iter().filter(|path| !kept.contains(*path)) {
-                let _ = crate::failpoint::delete_file(table.file_io(), path).await;
+                let _ = crate::failpoint::delete_file(file_io, path).await;
             }
             Ok(*existing)
         }
@@ -256,8 +276,18 @@ async fn new_entry(
             version_tag(object, &tail)
         }
     };
+    Ok(entry_for(target, key, object, etag))
+}
+
+/// The pending entry of the segment version `etag` of `object`, for `target`.
+fn entry_for(
+    target: &TopicTable,
+    key: &SegmentKey,
+    object: &SourceObject,
+    etag: String,
+) -> LedgerEntry {
     let now = now_ms();
-    Ok(LedgerEntry {
+    LedgerEntry {
         segment: object.key.clone(),
         etag,
         table: target.name.to_string(),
@@ -269,10 +299,11 @@ async fn new_entry(
         bytes: 0,
         data_files: Vec::new(),
         dead_letters: Default::default(),
+        members: Vec::new(),
         state: EntryState::Pending,
         created_ms: now,
         updated_ms: now,
-    })
+    }
 }
 
 /// Inserts `entry` unless the segment has one; returns the entry that is there.
@@ -424,3 +455,250 @@ async fn convert_json_segment(
 /// schema as the conversion left it) and the dead-letter table, if it had records
 /// for it; or the conversion's error.
 type JsonConversion = Result<(ConvertedSegment, Table, Option<Table>), ConvertError>;
+
+/// Most segments one run takes: its entry (some 120 bytes a member) stays far inside
+/// a DynamoDB item.
+pub const MAX_RUN_SEGMENTS: usize = 1000;
+
+/// Most bytes of segments one run takes.
+pub const MAX_RUN_BYTES: u64 = 64 << 20;
+
+/// How large runs grow, and how their segments are decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct RunLimits {
+    /// Decoder limits.
+    pub decode: DecodeLimits,
+    /// Most segments in one run (at most [`MAX_RUN_SEGMENTS`]; 1: a data file per
+    /// segment).
+    pub max_segments: usize,
+}
+
+/// What converting a partition's small segments in runs did.
+#[derive(Debug, Default)]
+pub struct RunsOutcome {
+    /// Entries recorded, in offset order: runs (pending) and segments quarantined on
+    /// their own. A run's entry may be another process's, when it recorded the run's
+    /// first segment first.
+    pub recorded: Vec<LedgerEntry>,
+    /// Segments converted into the runs recorded.
+    pub converted: usize,
+    /// Segments not reached because `stop` said so: left for the next pass.
+    pub deferred: usize,
+    /// Segments left unconverted after a failure that is not their bytes (after the
+    /// retries), with the error: the conversion of the partition ends there for this
+    /// pass, and the next pass goes on from them.
+    pub failed: Vec<(String, String)>,
+}
+
+/// A run being gathered: its writer, its entry as it will be recorded, and what the
+/// next segment must start at.
+struct OpenRun {
+    writer: crate::convert::RunWriter,
+    entry: LedgerEntry,
+    segment_bytes: u64,
+}
+
+/// Converts the small segments of one partition of a raw table, listed in offset
+/// order, in runs ([`crate::convert::RunWriter`]): a run takes segments while each
+/// starts where the one before it ended, up to `limits.max_segments` and
+/// [`MAX_RUN_BYTES`]; a gap in the offsets starts a new run. A segment whose bytes
+/// are broken, or that arrived too late, is quarantined on its own and cuts the run.
+/// Every run is recorded as one pending entry listing its segments. `stop` is asked
+/// before each segment. Only a failure of the ledger itself is returned as an error.
+pub async fn ingest_runs(
+    source: &impl SegmentSource,
+    target: &TopicTable,
+    ledger: &impl Ledger,
+    segments: &[(SegmentKey, SourceObject)],
+    limits: RunLimits,
+    retry: &crate::fault::RetryPolicy,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<RunsOutcome, PipelineError> {
+    let mut outcome = RunsOutcome::default();
+    let mut run: Option<OpenRun> = None;
+    // Bodies read a few ahead of the decoding, in order.
+    let mut bodies = futures::stream::iter(segments.iter())
+        .map(|(_, object)| {
+            retry.run(PipelineError::kind, move || async move {
+                Ok::<_, PipelineError>(read_whole(source, object).await?)
+            })
+        })
+        .buffered(8);
+    let mut at = 0;
+    while at < segments.len() {
+        let (key, object) = &segments[at];
+        if stop() {
+            outcome.deferred = segments.len() - at;
+            break;
+        }
+        let body = match bodies.next().await {
+            Some(Ok(body)) => body,
+            Some(Err(e)) => {
+                fail_rest(&mut outcome, run.take(), &segments[at..], &e).await;
+                break;
+            }
+            None => break,
+        };
+        at += 1;
+        if let Some(why) = late(&target.progress, key) {
+            close_run(ledger, &mut run, &mut outcome).await?;
+            let tail = tail_of(&body);
+            let mut entry = entry_for(target, key, object, version_tag(object, tail));
+            entry.state = EntryState::Quarantined {
+                error: format!("{}: {why}", source.describe(&object.key)),
+            };
+            outcome.recorded.push(record(ledger, entry).await?);
+            continue;
+        }
+        let continues = run.as_ref().is_some_and(|open| {
+            open.entry.last_offset.checked_add(1) == Some(key.base_offset)
+                && open.entry.segments() < limits.max_segments
+                && open.segment_bytes < MAX_RUN_BYTES
+        });
+        if !continues {
+            close_run(ledger, &mut run, &mut outcome).await?;
+        }
+        let etag = version_tag(object, tail_of(&body));
+        let decoded =
+            match crate::convert::decode_for_run(&target.table, key, body, limits.decode).await {
+                Ok(decoded) => decoded,
+                Err(e) if e.kind().quarantines() => {
+                    close_run(ledger, &mut run, &mut outcome).await?;
+                    let mut entry = entry_for(target, key, object, etag);
+                    entry.state = EntryState::Quarantined {
+                        error: format!("{}: {e}", source.describe(&object.key)),
+                    };
+                    outcome.recorded.push(record(ledger, entry).await?);
+                    continue;
+                }
+                Err(e) => {
+                    let rest = &segments[at - 1..];
+                    fail_rest(&mut outcome, run.take(), rest, &e.into()).await;
+                    break;
+                }
+            };
+        let open = match run.as_mut() {
+            Some(open) => open,
+            None => match crate::convert::RunWriter::new(&target.table, key, &etag).await {
+                Ok(writer) => run.insert(OpenRun {
+                    writer,
+                    entry: entry_for(target, key, object, etag.clone()),
+                    segment_bytes: 0,
+                }),
+                Err(e) => {
+                    fail_rest(&mut outcome, None, &segments[at - 1..], &e.into()).await;
+                    break;
+                }
+            },
+        };
+        let (records, last_offset) = (decoded.records, decoded.last_offset);
+        if let Err(e) = open.writer.push(decoded).await {
+            let rest = &segments[at - 1..];
+            fail_rest(&mut outcome, run.take(), rest, &e.into()).await;
+            break;
+        }
+        if open.entry.segment != object.key {
+            open.entry.members.push(crate::ledger::RunMember {
+                segment: object.key.clone(),
+                etag,
+                base_offset: key.base_offset,
+                last_offset,
+            });
+        }
+        open.entry.last_offset = last_offset;
+        open.entry.records += records;
+        open.segment_bytes += object.size;
+    }
+    close_run(ledger, &mut run, &mut outcome).await?;
+    Ok(outcome)
+}
+
+/// The bytes at the end of a segment that identify its content ([`version_tag`]).
+fn tail_of(body: &[u8]) -> &[u8] {
+    let footer = usize::try_from(FOOTER_TAG_BYTES).unwrap_or(usize::MAX);
+    &body[body.len().saturating_sub(footer)..]
+}
+
+/// Reads a small segment whole, as the version listed (its ETag, where there is one).
+async fn read_whole(
+    source: &impl SegmentSource,
+    object: &SourceObject,
+) -> Result<bytes::Bytes, crate::source::SourceError> {
+    let mut stream = source.open(&object.key, object.etag.as_deref()).await?;
+    let mut body = bytes::BytesMut::with_capacity(usize::try_from(object.size).unwrap_or(0));
+    while let Some(chunk) = stream.next().await {
+        body.extend_from_slice(&chunk?);
+    }
+    Ok(body.freeze())
+}
+
+/// Closes the open run, if any, and records it: its files described in its entry,
+/// inserted unless another process recorded its first segment first. A run that
+/// fails to close is left unrecorded (its files deleted), its segments reported.
+async fn close_run(
+    ledger: &impl Ledger,
+    run: &mut Option<OpenRun>,
+    outcome: &mut RunsOutcome,
+) -> Result<(), PipelineError> {
+    let Some(OpenRun {
+        writer, mut entry, ..
+    }) = run.take()
+    else {
+        return Ok(());
+    };
+    let table = writer.table().clone();
+    let written = match writer.close().await {
+        Ok(written) => written,
+        Err(e) => {
+            outcome
+                .failed
+                .extend(run_segments(&entry).map(|s| (s, e.to_string())));
+            return Ok(());
+        }
+    };
+    let mut paths = Vec::new();
+    match describe_and_spill(written.data_files, &table, &mut paths).await {
+        Ok(descriptions) => entry.data_files = descriptions,
+        Err(e) => {
+            for path in &paths {
+                let _ = crate::failpoint::delete_file(table.file_io(), path).await;
+            }
+            outcome
+                .failed
+                .extend(run_segments(&entry).map(|s| (s, e.to_string())));
+            return Ok(());
+        }
+    }
+    entry.bytes = written.file_bytes;
+    paths.extend(converted_paths(&entry));
+    let segments = entry.segments();
+    let recorded = record_written(ledger, entry, table.file_io(), &paths).await?;
+    outcome.converted += segments;
+    outcome.recorded.push(recorded);
+    Ok(())
+}
+
+/// The keys of the segments an entry holds.
+fn run_segments(entry: &LedgerEntry) -> impl Iterator<Item = String> + '_ {
+    std::iter::once(entry.segment.clone()).chain(entry.members.iter().map(|m| m.segment.clone()))
+}
+
+/// After a failure that is not a segment's bytes: the open run is dropped (its files
+/// deleted) and its segments, with `rest`, are reported failed with the error.
+async fn fail_rest(
+    outcome: &mut RunsOutcome,
+    run: Option<OpenRun>,
+    rest: &[(SegmentKey, SourceObject)],
+    error: &PipelineError,
+) {
+    if let Some(open) = run {
+        outcome
+            .failed
+            .extend(run_segments(&open.entry).map(|s| (s, error.to_string())));
+        open.writer.discard().await;
+    }
+    outcome.failed.extend(
+        rest.iter()
+            .map(|(_, object)| (object.key.clone(), error.to_string())),
+    );
+}

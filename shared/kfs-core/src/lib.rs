@@ -52,7 +52,8 @@ pub use fault::{
 pub use ledger::SqliteLedger;
 pub use ledger::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
-    MemoryLedger, WorkKey, converted_paths, existing_entry, partition_heads, sort_entries,
+    MemoryLedger, RunMember, WorkKey, converted_paths, existing_entry, partition_heads,
+    sort_entries,
 };
 pub use maintenance::{
     CompactionReport, ExpiryReport, MIN_ORPHAN_AGE, MaintenanceError, MaintenancePolicy,
@@ -60,7 +61,8 @@ pub use maintenance::{
     maintain_tables, remove_orphans, rewrite_manifests,
 };
 pub use pass::{
-    CONVERSION_TIMEOUT, PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_once,
+    CONVERSION_TIMEOUT, PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_attempt,
+    run_once,
 };
 pub use settings::{
     CatalogSettings, EtcdSettings, MaintenanceSettings, Settings, SettingsError, TablePatternEntry,

@@ -8,7 +8,9 @@ use crate::clock::now_ms;
 use crate::commit::{CommitOutcome, CommitSettings, commit_table};
 use crate::error::PipelineError;
 use crate::fault::RetryPolicy;
-use crate::ingest::{TopicTable, ingest_segment, quarantine_unconverted};
+use crate::ingest::{
+    MAX_RUN_SEGMENTS, RunLimits, TopicTable, ingest_runs, ingest_segment, quarantine_unconverted,
+};
 use crate::ledger::{EntryState, Ledger, LedgerError};
 use crate::source::{SegmentSource, SourceObject};
 use crate::table::{Feed, OwnershipError};
@@ -43,6 +45,10 @@ pub struct PipelineConfig {
     pub start_offsets: BTreeMap<String, BTreeMap<i32, i64>>,
     /// Most segments converted in one pass (the sweep's bound); `None` for all.
     pub max_conversions: Option<usize>,
+    /// Most segments one run converts into one set of data files
+    /// ([`MAX_RUN_SEGMENTS`](crate::ingest::MAX_RUN_SEGMENTS) when `None`; 1 for a
+    /// data file per segment).
+    pub max_run_segments: Option<usize>,
     /// When the pass must be done: conversions stop early enough to leave
     /// `commit_reserve` for the commits, and tables not reached by then wait.
     pub deadline: Option<Instant>,
@@ -74,10 +80,12 @@ pub enum Progress {
         /// Of which not yet in the ledger.
         new: usize,
     },
-    /// A segment was converted.
+    /// A segment, or a run of segments, was converted.
     Converted {
-        /// Segment key.
+        /// Segment key (the run's first).
         segment: String,
+        /// Segments converted (more than one for a run).
+        segments: usize,
         /// Records converted.
         records: u64,
     },
@@ -279,6 +287,13 @@ pub async fn run_once(
             std::collections::btree_map::Entry::Vacant(slot) => {
                 let pending = ledger.work_keys("pending", &table_name).await?;
                 let has_pending = !pending.is_empty();
+                let mut pending_at: BTreeMap<i32, BTreeMap<i64, String>> = BTreeMap::new();
+                for key in &pending {
+                    pending_at
+                        .entry(key.partition)
+                        .or_default()
+                        .insert(key.base_offset, key.segment.clone());
+                }
                 let mut open: HashSet<String> = pending.into_iter().map(|k| k.segment).collect();
                 let quarantined = ledger.work_keys("quarantined", &table_name).await?;
                 open.extend(quarantined.into_iter().map(|k| k.segment));
@@ -288,6 +303,8 @@ pub async fn run_once(
                     name: target.name.clone(),
                     listing: BTreeMap::new(),
                     open,
+                    pending_at,
+                    runs: HashMap::new(),
                     has_pending,
                 })
             }
@@ -330,6 +347,23 @@ pub async fn run_once(
                         report.known += 1;
                         continue;
                     }
+                    match table.run_holding(ledger, &key).await {
+                        Err(LedgerError::Corrupt { segment, reason }) => {
+                            report.known += 1;
+                            report.unreadable.push((segment, reason));
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                        Ok(Some(etag)) => {
+                            // Converted in a pending run: no entry of its own.
+                            report.known += 1;
+                            if object.etag.as_ref().is_some_and(|current| *current != etag) {
+                                report.rewritten.push(object_key);
+                            }
+                            continue;
+                        }
+                        Ok(None) => {}
+                    }
                     match ledger.get(&object_key).await {
                         Err(LedgerError::Corrupt { segment, reason }) => {
                             report.known += 1;
@@ -365,78 +399,111 @@ pub async fn run_once(
         new: work.len(),
     });
     let budget = config.max_conversions.unwrap_or(usize::MAX);
-    for (done, (key, object)) in work.iter().enumerate() {
-        if done >= budget || sweep_deadline.is_some_and(|d| Instant::now() >= d) {
-            report.deferred += work.len() - done;
+    let stop = || sweep_deadline.is_some_and(|d| Instant::now() >= d);
+    let mut at = 0;
+    let mut done = 0;
+    while at < work.len() {
+        if done >= budget || stop() {
+            report.deferred += work.len() - at;
             break;
         }
+        let (key, _) = &work[at];
         let Some(target) = tables.get(feed_of(key)).await else {
+            at += 1;
             continue;
         };
-        let segment = key.object_key(SegmentFile::Data);
-        // A conversion that killed its process (out of memory, a timeout, a crash)
-        // never ended its attempt: after a few, all older than any conversion may run
-        // (so none is merely running elsewhere), the segment is quarantined instead of
-        // killing every pass that reaches it.
-        let began = now_ms();
-        let earlier = ledger.begin_attempt(&segment, began).await?;
-        let timeout = config.conversion_timeout.unwrap_or(CONVERSION_TIMEOUT);
-        let recorded = if earlier.dead(UNFINISHED_ATTEMPTS, timeout, began) {
-            let why = format!(
-                "{} conversions began and never ended, the latest over {} s ago (the process died: out of memory, a timeout or a crash); quarantined so that other segments go on: raise the function's memory or timeout, then `quarantine retry`",
-                earlier.unfinished,
-                timeout.as_secs()
-            );
-            quarantine_unconverted(source, target, ledger, key, object, &why).await
-        } else {
-            config
-                .retry
-                .run(PipelineError::kind, || {
-                    ingest_segment(
-                        CatalogAccess { catalog, swap },
-                        source,
-                        target,
-                        ledger,
-                        key,
-                        object,
-                        config.limits,
-                    )
+        // The small segments of this partition from here, for a raw table: in runs.
+        let small = if matches!(
+            crate::table::value_format_of(&target.table),
+            Ok(kfs_plan::naming::ValueFormat::Raw)
+        ) {
+            work[at..]
+                .iter()
+                .take_while(|(k, o)| {
+                    k.partition == key.partition
+                        && k.topic == key.topic
+                        && k.namespace == key.namespace
+                        && o.size <= crate::convert::RUN_SEGMENT_BYTES
                 })
-                .await
+                .take(budget - done)
+                .count()
+        } else {
+            0
         };
-        ledger.end_attempt(&segment).await?;
-        let entry = match recorded {
-            Ok(entry) => entry,
-            // The ledger itself failing fails the pass: nothing can be recorded.
-            Err(e @ PipelineError::Ledger(LedgerError::Store { .. })) => return Err(e),
-            Err(e) => {
-                // Not the segment's bytes (those quarantine): the catalog, the store,
-                // the table. Left unrecorded for the next pass; the rest goes on.
-                report.failed_segments.push((segment, e.to_string()));
-                continue;
+        if small == 0 {
+            let (key, object) = &work[at];
+            at += 1;
+            done += 1;
+            if let Some(entry) = convert_single(
+                source,
+                CatalogAccess { catalog, swap },
+                target,
+                ledger,
+                key,
+                object,
+                config,
+                &mut report,
+            )
+            .await?
+            {
+                note_recorded(&entry, 1, &mut report, &mut swept, progress);
             }
-        };
-        match &entry.state {
-            EntryState::Quarantined { error } => {
-                progress(&Progress::Quarantined {
-                    segment: entry.segment.clone(),
-                    error: error.clone(),
-                });
-                report
-                    .quarantined
-                    .push((entry.segment.clone(), error.clone()));
-            }
-            _ => {
-                progress(&Progress::Converted {
-                    segment: entry.segment.clone(),
-                    records: entry.records,
-                });
-                report.converted += 1;
-                report.records_converted += entry.records;
-                if let Some(table) = swept.get_mut(&entry.table) {
-                    table.has_pending = true;
+            continue;
+        }
+        let group = &work[at..at + small];
+        at += small;
+        // Runs are tracked as attempts of their own: after a run that killed its
+        // process, the group is converted one segment at a time, each tracked, so
+        // that the segment that kills it is the one quarantined.
+        let attempt = run_attempt(&group[0].0.object_key(SegmentFile::Data));
+        let earlier = ledger.begin_attempt(&attempt, now_ms()).await?;
+        if earlier.unfinished > 0 {
+            for (key, object) in group {
+                if stop() {
+                    report.deferred += 1;
+                    continue;
+                }
+                done += 1;
+                if let Some(entry) = convert_single(
+                    source,
+                    CatalogAccess { catalog, swap },
+                    target,
+                    ledger,
+                    key,
+                    object,
+                    config,
+                    &mut report,
+                )
+                .await?
+                {
+                    note_recorded(&entry, 1, &mut report, &mut swept, progress);
                 }
             }
+            ledger.end_attempt(&attempt).await?;
+            continue;
+        }
+        let runs = ingest_runs(
+            source,
+            target,
+            ledger,
+            group,
+            RunLimits {
+                decode: config.limits,
+                max_segments: config
+                    .max_run_segments
+                    .map_or(MAX_RUN_SEGMENTS, |n| n.clamp(1, MAX_RUN_SEGMENTS)),
+            },
+            &config.retry,
+            &stop,
+        )
+        .await;
+        ledger.end_attempt(&attempt).await?;
+        let runs = runs?;
+        done += small - runs.deferred;
+        report.deferred += runs.deferred;
+        report.failed_segments.extend(runs.failed);
+        for entry in &runs.recorded {
+            note_recorded(entry, entry.segments(), &mut report, &mut swept, progress);
         }
     }
     // Commit every table swept with pending work, on the listing of its feeds (feeds
@@ -512,6 +579,98 @@ pub async fn run_once(
     Ok(report)
 }
 
+/// The key under which the attempts of runs starting at the segment `lead` are
+/// tracked (apart from the segment's own).
+pub fn run_attempt(lead: &str) -> String {
+    format!("{lead}#run")
+}
+
+/// Converts one segment (its attempts tracked: one whose conversions keep killing the
+/// process is quarantined unconverted). Returns the entry recorded, or `None` when
+/// the conversion failed for a reason that is not the segment's bytes (noted in the
+/// report; the next pass tries again). Only the ledger failing fails the pass.
+#[allow(clippy::too_many_arguments)]
+async fn convert_single(
+    source: &impl SegmentSource,
+    catalog: CatalogAccess<'_>,
+    target: &TopicTable,
+    ledger: &impl Ledger,
+    key: &SegmentKey,
+    object: &SourceObject,
+    config: &PipelineConfig,
+    report: &mut RunReport,
+) -> Result<Option<crate::ledger::LedgerEntry>, PipelineError> {
+    let segment = key.object_key(SegmentFile::Data);
+    // A conversion that killed its process (out of memory, a timeout, a crash)
+    // never ended its attempt: after a few, all older than any conversion may run
+    // (so none is merely running elsewhere), the segment is quarantined instead of
+    // killing every pass that reaches it.
+    let began = now_ms();
+    let earlier = ledger.begin_attempt(&segment, began).await?;
+    let timeout = config.conversion_timeout.unwrap_or(CONVERSION_TIMEOUT);
+    let recorded = if earlier.dead(UNFINISHED_ATTEMPTS, timeout, began) {
+        let why = format!(
+            "{} conversions began and never ended, the latest over {} s ago (the process died: out of memory, a timeout or a crash); quarantined so that other segments go on: raise the function's memory or timeout, then `quarantine retry`",
+            earlier.unfinished,
+            timeout.as_secs()
+        );
+        quarantine_unconverted(source, target, ledger, key, object, &why).await
+    } else {
+        config
+            .retry
+            .run(PipelineError::kind, || {
+                ingest_segment(catalog, source, target, ledger, key, object, config.limits)
+            })
+            .await
+    };
+    ledger.end_attempt(&segment).await?;
+    match recorded {
+        Ok(entry) => Ok(Some(entry)),
+        // The ledger itself failing fails the pass: nothing can be recorded.
+        Err(e @ PipelineError::Ledger(LedgerError::Store { .. })) => Err(e),
+        Err(e) => {
+            // Not the segment's bytes (those quarantine): the catalog, the store,
+            // the table. Left unrecorded for the next pass; the rest goes on.
+            report.failed_segments.push((segment, e.to_string()));
+            Ok(None)
+        }
+    }
+}
+
+/// Notes an entry a conversion recorded (holding `segments` segments) in the report
+/// and the progress.
+fn note_recorded(
+    entry: &crate::ledger::LedgerEntry,
+    segments: usize,
+    report: &mut RunReport,
+    swept: &mut BTreeMap<String, SweptTable>,
+    progress: &(dyn Fn(&Progress) + Sync),
+) {
+    match &entry.state {
+        EntryState::Quarantined { error } => {
+            progress(&Progress::Quarantined {
+                segment: entry.segment.clone(),
+                error: error.clone(),
+            });
+            report
+                .quarantined
+                .push((entry.segment.clone(), error.clone()));
+        }
+        _ => {
+            progress(&Progress::Converted {
+                segment: entry.segment.clone(),
+                segments,
+                records: entry.records,
+            });
+            report.converted += segments;
+            report.records_converted += entry.records;
+            if let Some(table) = swept.get_mut(&entry.table) {
+                table.has_pending = true;
+            }
+        }
+    }
+}
+
 /// The objects of the partition directory `dir` whose base offsets lie in `range`,
 /// in key order: listed from the range's start (`StartAfter`), and no further than
 /// its end (segment keys sort by base offset).
@@ -546,8 +705,55 @@ struct SweptTable {
     listing: BTreeMap<i32, BTreeSet<i64>>,
     /// Segments with open work in the ledger (pending or quarantined).
     open: HashSet<String>,
+    /// The pending entries' keys, by partition and base offset.
+    pending_at: BTreeMap<i32, BTreeMap<i64, String>>,
+    /// Pending entries read to see which segments their runs hold (`None`: gone).
+    runs: HashMap<String, Option<HeldRun>>,
     /// Whether it has pending work: pending before the pass, or converted in it.
     has_pending: bool,
+}
+
+/// What a pending run holds: its last offset, and its members' versions by base
+/// offset.
+type HeldRun = (i64, HashMap<i64, String>);
+
+impl SweptTable {
+    /// The version recorded for the segment `key` when a pending run holds it (the
+    /// run's entry, not the segment, is in the ledger): the run starting last before
+    /// it, read once per pass.
+    async fn run_holding(
+        &mut self,
+        ledger: &impl Ledger,
+        key: &SegmentKey,
+    ) -> Result<Option<String>, LedgerError> {
+        let Some((_, lead)) = self
+            .pending_at
+            .get(&key.partition)
+            .and_then(|at| at.range(..key.base_offset).next_back())
+        else {
+            return Ok(None);
+        };
+        if !self.runs.contains_key(lead) {
+            let run = ledger.get(lead).await?.map(|entry| {
+                let members = entry
+                    .members
+                    .into_iter()
+                    .map(|m| (m.base_offset, m.etag))
+                    .collect();
+                (entry.last_offset, members)
+            });
+            self.runs.insert(lead.clone(), run);
+        }
+        Ok(self.runs.get(lead).and_then(|run| {
+            let (last_offset, members) = run.as_ref()?;
+            if key.base_offset > *last_offset {
+                return None;
+            }
+            // Inside the run's offsets: the segment it holds there, or (a segment
+            // the run does not list) one whose offsets it already covers.
+            Some(members.get(&key.base_offset).cloned().unwrap_or_default())
+        }))
+    }
 }
 
 /// The feeds of the source and their partitions, as its directories show them

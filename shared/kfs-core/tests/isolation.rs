@@ -121,6 +121,9 @@ async fn a_segment_whose_conversions_keep_dying_is_quarantined_and_stops_blockin
     for _ in 0..kfs_core::UNFINISHED_ATTEMPTS {
         local.ledger.begin_attempt(&segment, 1).await?;
     }
+    // It was small, so first it died in a run: the run's attempt never ended either.
+    let run = kfs_core::run_attempt(&segment);
+    local.ledger.begin_attempt(&run, 1).await?;
     let report = local.run(&TableNaming::default()).await?;
     assert_eq!(report.quarantined.len(), 1, "{report:?}");
     assert_eq!(report.quarantined[0].0, segment);

@@ -395,8 +395,8 @@ impl Ledger for CommitWhileListing<'_> {
             .mark_committed(segments, snapshot_id, now_ms)
             .await
     }
-    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
-        self.inner.release_quarantined(segment).await
+    async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {
+        self.inner.remove_in_state(segment, state).await
     }
     async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
         self.inner.skip_quarantined(segment, now_ms).await

@@ -26,6 +26,7 @@ fn pending(n: usize) -> Vec<PendingSegment> {
                 base_offset,
                 last_offset: base_offset + RECORDS_PER_SEGMENT - 1,
                 records: RECORDS_PER_SEGMENT as u64,
+                segments: 1,
             }
         })
         .rev()

@@ -26,6 +26,8 @@ pub struct PendingSegment {
     pub last_offset: i64,
     /// Data records it holds.
     pub records: u64,
+    /// Segments it holds: more than one for a run converted into one set of files.
+    pub segments: u64,
 }
 
 /// What the planner needs to know about one table.
@@ -124,6 +126,11 @@ impl CommitPlan {
         self.take.iter().map(|s| s.records).sum()
     }
 
+    /// Segments the commit adds (a run counts its segments).
+    pub fn segments(&self) -> u64 {
+        self.take.iter().map(|s| s.segments).sum()
+    }
+
     /// A commit id that depends only on the topic and the segments taken, so that a
     /// retried plan finds its own earlier commit.
     pub fn commit_id(&self, topic: &str) -> String {
@@ -160,7 +167,7 @@ impl CommitPlan {
             gaps: self.gaps.clone(),
             gap_history,
             commit_id: self.commit_id(topic),
-            segments: self.take.len() as u64,
+            segments: self.segments(),
             records: self.records(),
         }
     }
@@ -317,6 +324,7 @@ mod dead_letter_tests {
             base_offset: base,
             last_offset: last,
             records,
+            segments: 1,
         }
     }
 
@@ -353,6 +361,7 @@ mod tests {
             base_offset: base,
             last_offset: last,
             records: (last - base + 1) as u64,
+            segments: 1,
         }
     }
 

@@ -204,6 +204,7 @@ mod tests {
                 base_offset: base,
                 last_offset: last,
                 records: 1,
+                segments: 1,
             },
             created_ms,
         }

@@ -75,6 +75,7 @@ proptest! {
             segs.iter().filter(|s| !s.missing && !s.quarantined).map(move |s| PendingSegment {
                 id: format!("{p}:{}", s.base), partition: p as i32, base_offset: s.base, last_offset: s.last,
                 records: (s.last - s.base + 1) as u64,
+                segments: 1,
             })
         }).collect();
         let mut state = arrival_seed;

@@ -49,6 +49,9 @@ async fn etcd_confirms_holds_and_stops() {
                 ..CrossCheckPolicy::default()
             },
             table_concurrency: 2,
+            // An entry per segment, so that etcd confirms them one at a time (a run
+            // waits until etcd confirms its last offset).
+            max_run_segments: Some(1),
             ..PipelineConfig::default()
         },
         etcd: kfs_etcd::EtcdConnection::plain(vec![etcd.endpoint.clone()]),

@@ -29,6 +29,7 @@ pub(crate) async fn commit_dead_letters(
         .filter_map(|segment| entries.get(segment.id.as_str()))
         .map(|entry| PendingSegment {
             records: entry.dead_letters.records,
+            segments: entry.segments() as u64,
             ..pending_segment(entry)
         })
         .collect();

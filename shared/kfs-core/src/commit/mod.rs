@@ -89,6 +89,10 @@ pub struct CommitOutcome {
     /// Pending segments found already in the table (a commit whose marking was lost),
     /// now marked committed.
     pub recovered: usize,
+    /// Pending runs dropped because they overlap what the table holds (another
+    /// process converted some of their segments in a run of its own, which committed
+    /// first): the segments past the watermark are converted again by the next pass.
+    pub runs_dropped: usize,
     /// Attempts used.
     pub attempts: usize,
     /// The etcd cross-check's verdict (held, unconfirmed and stopped partitions).
@@ -240,6 +244,7 @@ pub(crate) fn pending_segment(entry: &LedgerEntry) -> PendingSegment {
         base_offset: entry.base_offset,
         last_offset: entry.last_offset,
         records: entry.records,
+        segments: entry.segments() as u64,
     }
 }
 
@@ -385,8 +390,12 @@ pub async fn commit_table(
             Recover::Ledger(e) => ledger_error(e),
             Recover::Summary(e) => summary_error(e),
         })?;
+        let dropped = drop_overlapping_runs(&table, ledger, &plan, &entries)
+            .await
+            .map_err(ledger_error)?;
+        outcome.runs_dropped += dropped.len();
         let covered: BTreeSet<&str> = plan.covered.iter().map(|s| s.id.as_str()).collect();
-        pending.retain(|s| !covered.contains(s.id.as_str()));
+        pending.retain(|s| !covered.contains(s.id.as_str()) && !dropped.contains(&s.id));
         outcome.holds = plan.holds.clone();
         outcome.watermarks = plan.offsets.clone();
         let previous_newest = newest_record_ms(&table);
@@ -457,7 +466,7 @@ pub async fn commit_table(
             let _ = crate::failpoint::delete_file(table.file_io(), path).await;
         }
         outcome.snapshot_id = Some(snapshot_id);
-        outcome.segments = plan.take.len();
+        outcome.segments = usize::try_from(plan.segments()).unwrap_or(usize::MAX);
         outcome.files = file_count;
         outcome.coalesced = merged_away.len();
         outcome.records = plan.records();
@@ -548,6 +557,37 @@ pub(crate) fn replannable(error: &iceberg::Error) -> bool {
 enum Recover {
     Ledger(LedgerError),
     Summary(SummaryError),
+}
+
+/// Pending runs the plan holds as overlapping the watermark (their first segments are
+/// in the table, their last are not) can never be committed: dropped from the ledger,
+/// their files deleted (best effort: orphan cleanup removes what is left), so that the
+/// next pass converts their segments past the watermark again. A single segment
+/// overlapping is left to hold its partition: its content disagrees with the table.
+/// Returns the entries dropped.
+async fn drop_overlapping_runs(
+    table: &Table,
+    ledger: &impl Ledger,
+    plan: &CommitPlan,
+    entries: &HashMap<&str, &LedgerEntry>,
+) -> Result<Vec<String>, crate::ledger::LedgerError> {
+    let mut dropped = Vec::new();
+    for hold in &plan.holds {
+        let kfs_plan::commit::HoldReason::Overlap { id, .. } = &hold.reason else {
+            continue;
+        };
+        let Some(entry) = entries.get(id.as_str()).filter(|e| !e.members.is_empty()) else {
+            continue;
+        };
+        let paths = crate::ledger::resolved_paths(entry, table.file_io()).await;
+        if ledger.discard_pending(id).await? {
+            for path in paths.unwrap_or_default() {
+                let _ = crate::failpoint::delete_file(table.file_io(), &path).await;
+            }
+            dropped.push(id.clone());
+        }
+    }
+    Ok(dropped)
 }
 
 /// Pending entries the watermark already covers were committed by an earlier cycle

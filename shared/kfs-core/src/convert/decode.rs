@@ -2,7 +2,7 @@
 //! records routed into Arrow batches for the writers; and the JSON pre-scan that finds
 //! the columns a segment's values need.
 
-use super::route::{DecodedBatch, RecordRouter};
+use super::route::{DecodedBatch, RecordRouter, Routed};
 use super::{BYTES_PER_BATCH, ConvertError, JsonScan, ROWS_PER_BATCH};
 use crate::source::SegmentStream;
 use kfs_plan::keys::SegmentKey;
@@ -132,9 +132,23 @@ fn decode_records(
 pub(crate) fn decode_segment(
     reader: impl std::io::Read,
     key: &SegmentKey,
-    mut router: Box<dyn RecordRouter>,
+    router: Box<dyn RecordRouter>,
     limits: DecodeLimits,
     batches: &tokio::sync::mpsc::Sender<DecodedBatch>,
+) -> Result<Decoded, ConvertError> {
+    decode_into(reader, key, router, limits, |routed| {
+        batches.blocking_send(Ok(routed)).is_ok()
+    })
+}
+
+/// Decodes a segment from `reader` into Arrow batches handed to `sink`, which answers
+/// `false` when it takes no more (decoding then stops early, returning `Ok`).
+pub(crate) fn decode_into(
+    reader: impl std::io::Read,
+    key: &SegmentKey,
+    mut router: Box<dyn RecordRouter>,
+    limits: DecodeLimits,
+    mut sink: impl FnMut(Routed) -> bool,
 ) -> Result<Decoded, ConvertError> {
     let segment = key.to_string();
     let write_error = |source: iceberg::Error| ConvertError::Write {
@@ -154,7 +168,7 @@ pub(crate) fn decode_segment(
         // of a megabyte each.
         if router.rows() >= ROWS_PER_BATCH || router.bytes() >= BYTES_PER_BATCH {
             for routed in router.flush().map_err(write_error)? {
-                if batches.blocking_send(Ok(routed)).is_err() {
+                if !sink(routed) {
                     hung_up = true;
                     return Ok(false);
                 }
@@ -165,7 +179,9 @@ pub(crate) fn decode_segment(
     if !hung_up {
         for routed in router.flush().map_err(write_error)? {
             // A hung-up writer has its own error to report.
-            let _ = batches.blocking_send(Ok(routed));
+            if !sink(routed) {
+                break;
+            }
         }
     }
     Ok(Decoded {

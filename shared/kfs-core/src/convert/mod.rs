@@ -4,7 +4,8 @@
 //! The data file name derives from the segment key, its ETag (or content hash) and a
 //! token unique to the write ([`write_token`]): two conversions of one segment never
 //! write the same path, and the ledger's conditional insert decides whose files count.
-//! A partitioned table gets one file per partition value.
+//! A partitioned table gets one file per partition value. Small segments that
+//! continue one another are converted together, in runs ([`RunWriter`]).
 //!
 //! Conversion streams: the segment arrives as a stream of chunks, a blocking thread
 //! decodes it batch by batch into Arrow batches of [`ROWS_PER_BATCH`] rows or
@@ -16,10 +17,12 @@ mod columns;
 mod decode;
 pub(crate) mod json;
 mod route;
+mod run;
 mod writer;
 
 pub use columns::RecordColumns;
 pub use decode::scan_json_segment;
+pub use run::{RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
 pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
 
 use crate::failpoint::Failpoint;

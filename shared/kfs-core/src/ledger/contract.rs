@@ -30,6 +30,7 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
             records: 1,
             files: vec!["{\"file_path\":\"d\"}".into()],
         },
+        members: Vec::new(),
         state,
         created_ms: 1,
         updated_ms: 1,
@@ -315,6 +316,56 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
         "an entry holding a pointer",
         ledger.get(&spilled.segment).await.map_err(store)?,
         Some(spilled.clone()),
+    )?;
+    // A run: its members are stored with it; a pending run can be discarded, once.
+    let run = LedgerEntry {
+        last_offset: 29,
+        members: vec![
+            crate::ledger::RunMember {
+                segment: "ns/orders/2/segment-00000000000000000010.kfs".into(),
+                etag: "e2".into(),
+                base_offset: 10,
+                last_offset: 19,
+            },
+            crate::ledger::RunMember {
+                segment: "ns/orders/2/segment-00000000000000000020.kfs".into(),
+                etag: "e3".into(),
+                base_offset: 20,
+                last_offset: 29,
+            },
+        ],
+        partition: 2,
+        ..entry(
+            "ns/orders/2/segment-00000000000000000000.kfs",
+            0,
+            EntryState::Pending,
+        )
+    };
+    ledger.insert(&run).await.map_err(store)?;
+    let stored = ledger.get(&run.segment).await.map_err(store)?;
+    expect("a run's entry", stored.clone(), Some(run.clone()))?;
+    expect(
+        "a run member's key and version",
+        stored.as_ref().and_then(|e| e.member_at(20)),
+        Some(("ns/orders/2/segment-00000000000000000020.kfs", "e3")),
+    )?;
+    expect(
+        "discarding a committed entry",
+        ledger
+            .discard_pending(&pending.segment)
+            .await
+            .map_err(store)?,
+        false,
+    )?;
+    expect(
+        "discarding a pending run",
+        ledger.discard_pending(&run.segment).await.map_err(store)?,
+        true,
+    )?;
+    expect(
+        "discarding it again",
+        ledger.discard_pending(&run.segment).await.map_err(store)?,
+        false,
     )?;
     Ok(())
 }

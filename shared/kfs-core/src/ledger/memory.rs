@@ -122,15 +122,13 @@ impl Ledger for MemoryLedger {
         })
     }
 
-    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
+    async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {
         self.with(|m| {
-            let quarantined = m
-                .get(segment)
-                .is_some_and(|e| matches!(e.state, EntryState::Quarantined { .. }));
-            if quarantined {
+            let found = m.get(segment).is_some_and(|e| e.state.name() == state);
+            if found {
                 m.remove(segment);
             }
-            quarantined
+            found
         })
     }
 

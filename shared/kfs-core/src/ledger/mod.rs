@@ -89,12 +89,81 @@ pub struct LedgerEntry {
     /// written); committed with the entry, before the table's own commit.
     #[serde(default)]
     pub dead_letters: DeadLetters,
+    /// The other segments of a run converted with this one into the same data files,
+    /// in offset order after it (empty for an entry of one segment). The entry's
+    /// `segment`, `etag` and `base_offset` are the run's first segment's; its
+    /// `last_offset`, `records` and `bytes` cover the whole run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<RunMember>,
     /// State.
     pub state: EntryState,
     /// When the entry was created, Unix ms.
     pub created_ms: i64,
     /// When the entry last changed, Unix ms.
     pub updated_ms: i64,
+}
+
+impl LedgerEntry {
+    /// Segments the entry holds: its own and its run's.
+    pub fn segments(&self) -> usize {
+        1 + self.members.len()
+    }
+
+    /// The key and version of the segment of the entry that starts at `base_offset`:
+    /// the entry's own or a run member's.
+    pub fn member_at(&self, base_offset: i64) -> Option<(&str, &str)> {
+        if base_offset == self.base_offset {
+            return Some((&self.segment, &self.etag));
+        }
+        self.members
+            .iter()
+            .find(|m| m.base_offset == base_offset)
+            .map(|m| (m.segment.as_str(), m.etag.as_str()))
+    }
+}
+
+/// A segment converted in another segment's run: it has no entry of its own, the
+/// run's entry names it. Stored compactly (a run holds up to
+/// [`MAX_RUN_SEGMENTS`](crate::ingest::MAX_RUN_SEGMENTS) of them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunMember {
+    /// Object key of the `.kfs`.
+    #[serde(rename = "s")]
+    pub segment: String,
+    /// ETag or content hash of the converted version.
+    #[serde(rename = "e")]
+    pub etag: String,
+    /// Base offset.
+    #[serde(rename = "b")]
+    pub base_offset: i64,
+    /// Last offset.
+    #[serde(rename = "l")]
+    pub last_offset: i64,
+}
+
+impl RunMember {
+    /// As stored (JSON) for the entry of `segment`, `None` when there are none.
+    pub fn to_stored(members: &[Self], segment: &str) -> Result<Option<String>, LedgerError> {
+        if members.is_empty() {
+            return Ok(None);
+        }
+        serde_json::to_string(members)
+            .map(Some)
+            .map_err(|e| LedgerError::Corrupt {
+                segment: segment.to_owned(),
+                reason: format!("members: {e}"),
+            })
+    }
+
+    /// From the stored form of the entry of `segment` (absent: none).
+    pub fn from_stored(stored: Option<&str>, segment: &str) -> Result<Vec<Self>, LedgerError> {
+        stored
+            .map_or(Ok(Vec::new()), serde_json::from_str)
+            .map_err(|e| LedgerError::Corrupt {
+                segment: segment.to_owned(),
+                reason: format!("members: {e}"),
+            })
+    }
 }
 
 /// A segment's records for the dead-letter table.
@@ -386,13 +455,33 @@ pub trait Ledger: Send + Sync {
         now_ms: i64,
     ) -> impl Future<Output = Result<usize, LedgerError>> + Send;
 
+    /// Removes the entry of `segment` if it is in the state named `state`; returns
+    /// whether it was (entries in another state are left alone).
+    fn remove_in_state(
+        &self,
+        segment: &str,
+        state: &str,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+
     /// Removes a quarantined entry so that the segment is converted again (an operator's
     /// retry after a fix); returns whether it was there and quarantined (entries in
     /// another state are left alone).
     fn release_quarantined(
         &self,
         segment: &str,
-    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send {
+        self.remove_in_state(segment, "quarantined")
+    }
+
+    /// Removes a pending entry whose run can never be committed (it overlaps what
+    /// another run committed): its segments past the watermark are converted again.
+    /// Returns whether it was there and pending.
+    fn discard_pending(
+        &self,
+        segment: &str,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send {
+        self.remove_in_state(segment, "pending")
+    }
 
     /// Moves a quarantined entry to skipped (an operator gives up its offsets, which the
     /// next commit records as a skipped gap); returns whether it was quarantined.

@@ -2,7 +2,7 @@
 
 use super::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
-    WorkKey, existing_entry,
+    RunMember, WorkKey, existing_entry,
 };
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     error TEXT,
     created_ms INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
-    dead_letters TEXT
+    dead_letters TEXT,
+    members TEXT
 );
 CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, table_name, partition_id, base_offset);
 CREATE TABLE IF NOT EXISTS attempts (
@@ -75,13 +76,16 @@ impl SqliteLedger {
             .connect_with(options)
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
-        // Ledgers created before dead letters existed get the column.
-        let columns: Vec<String> =
-            sqlx::query_scalar("SELECT name FROM pragma_table_info('ledger')")
-                .fetch_all(&pool)
-                .await?;
-        if !columns.iter().any(|c| c == "dead_letters") {
-            let added = sqlx::raw_sql("ALTER TABLE ledger ADD COLUMN dead_letters TEXT")
+        // Ledgers created before dead letters (or runs) existed get the columns.
+        for column in ["dead_letters", "members"] {
+            let columns: Vec<String> =
+                sqlx::query_scalar("SELECT name FROM pragma_table_info('ledger')")
+                    .fetch_all(&pool)
+                    .await?;
+            if columns.iter().any(|c| c == column) {
+                continue;
+            }
+            let added = sqlx::raw_sql(&format!("ALTER TABLE ledger ADD COLUMN {column} TEXT"))
                 .execute(&pool)
                 .await;
             // A process opening the ledger at the same moment may have added it.
@@ -90,7 +94,7 @@ impl SqliteLedger {
                     sqlx::query_scalar("SELECT name FROM pragma_table_info('ledger')")
                         .fetch_all(&pool)
                         .await?;
-                if !columns.iter().any(|c| c == "dead_letters") {
+                if !columns.iter().any(|c| c == column) {
                     return Err(e);
                 }
             }
@@ -135,8 +139,11 @@ impl SqliteLedger {
             serde_json::from_str(&data_files).map_err(|e| corrupt(e.to_string()))?;
         let dead_letters: Option<String> = row.try_get("dead_letters")?;
         let dead_letters = DeadLetters::from_stored(dead_letters.as_deref(), &segment)?;
+        let members: Option<String> = row.try_get("members")?;
+        let members = RunMember::from_stored(members.as_deref(), &segment)?;
         Ok(LedgerEntry {
             dead_letters,
+            members,
             etag: row.try_get("etag")?,
             table: row.try_get("table_name")?,
             topic: row.try_get("topic")?,
@@ -181,10 +188,11 @@ impl Ledger for SqliteLedger {
                 reason: e.to_string(),
             })?;
         let dead_letters = entry.dead_letters.to_stored(&entry.segment)?;
+        let members = RunMember::to_stored(&entry.members, &entry.segment)?;
         let result = sqlx::query(
             "INSERT INTO ledger (segment, etag, table_name, topic, partition_id, base_offset, last_offset, records, bytes,
-                                 data_files, state, snapshot_id, error, created_ms, updated_ms, dead_letters)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                 data_files, state, snapshot_id, error, created_ms, updated_ms, dead_letters, members)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (segment) DO NOTHING",
         )
         .bind(&entry.segment)
@@ -203,6 +211,7 @@ impl Ledger for SqliteLedger {
         .bind(entry.created_ms)
         .bind(entry.updated_ms)
         .bind(dead_letters)
+        .bind(members)
         .execute(&self.pool)
         .await?;
         if result.rows_affected() == 1 {
@@ -301,9 +310,10 @@ impl Ledger for SqliteLedger {
         Ok(moved)
     }
 
-    async fn release_quarantined(&self, segment: &str) -> Result<bool, LedgerError> {
-        let result = sqlx::query("DELETE FROM ledger WHERE segment = ? AND state = 'quarantined'")
+    async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {
+        let result = sqlx::query("DELETE FROM ledger WHERE segment = ? AND state = ?")
             .bind(segment)
+            .bind(state)
             .execute(&self.pool)
             .await?;
         Ok(result.rows_affected() == 1)
