@@ -520,7 +520,11 @@ pub async fn ingest_runs(
     let mut bodies = futures::stream::iter(segments.iter())
         .map(|(_, object)| {
             retry.run(PipelineError::kind, move || async move {
-                Ok::<_, PipelineError>(read_whole(source, object).await?)
+                Ok::<_, PipelineError>(
+                    source
+                        .read_version(&object.key, object.etag.as_deref())
+                        .await?,
+                )
             })
         })
         .buffered(8);
@@ -617,19 +621,6 @@ pub async fn ingest_runs(
 fn tail_of(body: &[u8]) -> &[u8] {
     let footer = usize::try_from(FOOTER_TAG_BYTES).unwrap_or(usize::MAX);
     &body[body.len().saturating_sub(footer)..]
-}
-
-/// Reads a small segment whole, as the version listed (its ETag, where there is one).
-async fn read_whole(
-    source: &impl SegmentSource,
-    object: &SourceObject,
-) -> Result<bytes::Bytes, crate::source::SourceError> {
-    let mut stream = source.open(&object.key, object.etag.as_deref()).await?;
-    let mut body = bytes::BytesMut::with_capacity(usize::try_from(object.size).unwrap_or(0));
-    while let Some(chunk) = stream.next().await {
-        body.extend_from_slice(&chunk?);
-    }
-    Ok(body.freeze())
 }
 
 /// Closes the open run, if any, and records it: its files described in its entry,

@@ -323,6 +323,8 @@ pub async fn run_once(
                 report.segments += found.complete.len();
                 let by_key: HashMap<&str, &SourceObject> =
                     objects.iter().map(|o| (o.key.as_str(), o)).collect();
+                // Segments new to this pass's view, looked up in the ledger together.
+                let mut unknown: Vec<(SegmentKey, &SourceObject)> = Vec::new();
                 for key in found.complete {
                     if past_deadline() {
                         reached = feed_at;
@@ -362,21 +364,35 @@ pub async fn run_once(
                             }
                             continue;
                         }
-                        Ok(None) => {}
+                        Ok(None) => unknown.push((key, object)),
                     }
-                    match ledger.get(&object_key).await {
-                        Err(LedgerError::Corrupt { segment, reason }) => {
-                            report.known += 1;
-                            report.unreadable.push((segment, reason));
-                        }
-                        Err(e) => return Err(e.into()),
-                        Ok(Some(entry)) => {
+                }
+                let keys: Vec<String> = unknown
+                    .iter()
+                    .map(|(key, _)| key.object_key(SegmentFile::Data))
+                    .collect();
+                let found = ledger.get_many(&keys).await?;
+                let unreadable: HashSet<String> =
+                    found.unreadable.iter().map(|(s, _)| s.clone()).collect();
+                report.known += found.unreadable.len();
+                report.unreadable.extend(found.unreadable);
+                let recorded: HashMap<String, crate::ledger::LedgerEntry> = found
+                    .entries
+                    .into_iter()
+                    .map(|entry| (entry.segment.clone(), entry))
+                    .collect();
+                for ((key, object), object_key) in unknown.into_iter().zip(keys) {
+                    if unreadable.contains(&object_key) {
+                        continue;
+                    }
+                    match recorded.get(&object_key) {
+                        Some(entry) => {
                             report.known += 1;
                             if object.etag.as_ref().is_some_and(|etag| *etag != entry.etag) {
                                 report.rewritten.push(object_key);
                             }
                         }
-                        Ok(None) => work.push((key, object.clone())),
+                        None => work.push((key, object.clone())),
                     }
                 }
             }

@@ -79,6 +79,23 @@ pub trait SegmentSource: Send + Sync {
         key: &str,
         etag: Option<&str>,
     ) -> impl Future<Output = Result<SegmentStream, SourceError>> + Send;
+    /// The whole of one small object, at once; with `etag`, only from the version it
+    /// names (as [`SegmentSource::open`]).
+    fn read_version(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+    ) -> impl Future<Output = Result<bytes::Bytes, SourceError>> + Send {
+        async move {
+            use futures::StreamExt;
+            let mut stream = self.open(key, etag).await?;
+            let mut body = bytes::BytesMut::new();
+            while let Some(chunk) = stream.next().await {
+                body.extend_from_slice(&chunk?);
+            }
+            Ok(body.freeze())
+        }
+    }
     /// Size and ETag of one object, or `None` when it does not exist.
     fn stat(
         &self,
@@ -301,6 +318,19 @@ impl SegmentSource for OpendalSource {
                 message: e.to_string(),
             })
             .boxed())
+    }
+
+    async fn read_version(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+    ) -> Result<bytes::Bytes, SourceError> {
+        let mut read = self.operator.read_with(key);
+        if let Some(etag) = etag {
+            read = read.if_match(&format!("\"{etag}\""));
+        }
+        let buffer = read.await.map_err(|e| error(&self.describe(key), e))?;
+        Ok(buffer.to_bytes())
     }
 
     async fn stat(&self, key: &str) -> Result<Option<SourceObject>, SourceError> {

@@ -16,5 +16,6 @@ mod parquet_merge;
 mod partition_evolution;
 mod poison_records;
 mod quarantine_corpus;
+mod runs;
 mod safety;
 mod simulation;

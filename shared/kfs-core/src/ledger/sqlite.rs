@@ -174,6 +174,24 @@ impl Ledger for SqliteLedger {
         row.as_ref().map(Self::row_to_entry).transpose()
     }
 
+    async fn get_many(&self, segments: &[String]) -> Result<Listing, LedgerError> {
+        let mut listing = Listing::default();
+        // Well inside SQLite's limit on bound parameters.
+        for chunk in segments.chunks(500) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let sql = format!("SELECT * FROM ledger WHERE segment IN ({placeholders})");
+            let mut query = sqlx::query(&sql);
+            for segment in chunk {
+                query = query.bind(segment);
+            }
+            for row in &query.fetch_all(&self.pool).await? {
+                listing.note(Self::row_to_entry(row))?;
+            }
+        }
+        super::sort_entries(&mut listing.entries);
+        Ok(listing)
+    }
+
     async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
         let (snapshot_id, error) = match &entry.state {
             EntryState::Pending => (None, None),

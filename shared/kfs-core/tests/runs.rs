@@ -1,0 +1,166 @@
+//! Runs: small segments of a partition that continue one another become one set of
+//! data files and one ledger entry; a broken segment inside a run is quarantined on
+//! its own and cuts the run, the others still convert; the sweep knows the segments
+//! a pending run holds; a run overlapping what another run committed is dropped and
+//! its segments past the watermark are converted again. On the real SQL catalog and
+//! ledger, every offset checked once.
+
+use std::collections::BTreeMap;
+
+use kfs_core::{Ledger, SegmentSource};
+use kfs_plan::keys::{SegmentFile, SegmentKey};
+use kfs_plan::naming::TableNaming;
+
+use crate::local::{BoxError, Local, offsets};
+
+type TestResult = Result<(), BoxError>;
+
+const VALUES: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+/// Offsets `from..to` of partition 0, once each.
+fn once(from: i64, to: i64) -> BTreeMap<(i32, i64), usize> {
+    (from..to).map(|o| ((0, o), 1)).collect()
+}
+
+/// Ten segments of five records of `topic`, each starting where the one before ended.
+fn put_ten(local: &Local, topic: &str) -> Result<Vec<SegmentKey>, BoxError> {
+    (0..10)
+        .map(|i| local.put(topic, i * 5, &VALUES, 1))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_run_is_one_file_and_a_broken_segment_inside_it_cuts_it() -> TestResult {
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    let keys = put_ten(&local, "clicks")?;
+    // The fifth segment's body is damaged (its CRC no longer matches).
+    let broken = keys[4].object_key(SegmentFile::Data);
+    let mut bytes = local.source.read(&broken).await?;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    local.source.put(&broken, bytes);
+
+    let report = local.run(&naming).await?;
+    assert_eq!(report.converted, 9, "{report:?}");
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    assert_eq!(report.quarantined[0].0, broken);
+    assert!(
+        report.quarantined[0].1.contains(&broken),
+        "the error names the object: {}",
+        report.quarantined[0].1
+    );
+    // Two runs around the broken segment, each one entry listing its segments.
+    let entries = local.ledger.list(None, None).await?;
+    let shape: Vec<(i64, usize, &str)> = entries
+        .iter()
+        .map(|e| (e.base_offset, e.segments(), e.state.name()))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (0, 4, "committed"),
+            (20, 1, "quarantined"),
+            (25, 5, "pending")
+        ]
+    );
+    let run = &entries[2];
+    assert_eq!(run.last_offset, 49);
+    assert_eq!(run.records, 25);
+    assert_eq!(
+        run.members
+            .iter()
+            .map(|m| m.base_offset)
+            .collect::<Vec<_>>(),
+        vec![30, 35, 40, 45]
+    );
+    // The first run is in the table as one data file; the partition waits at the
+    // broken segment.
+    let table = naming.table_for("clicks");
+    assert_eq!(offsets(&local.catalog, &table).await?, once(0, 20));
+    let outcome = &report.tables[&table.to_string()];
+    assert_eq!((outcome.segments, outcome.files), (4, 1), "{outcome:?}");
+
+    // The next pass converts nothing again: the sweep knows what the pending run holds.
+    let report = local.run(&naming).await?;
+    assert_eq!(report.converted, 0, "{report:?}");
+    assert!(report.failed_segments.is_empty(), "{report:?}");
+
+    // The operator skips the broken segment: the rest lands, once, past a skipped gap.
+    assert!(local.ledger.skip_quarantined(&broken, 1).await?);
+    let report = local.run(&naming).await?;
+    assert!(!report.has_failures(), "{report:?}");
+    let mut expected = once(0, 20);
+    expected.extend(once(25, 50));
+    assert_eq!(offsets(&local.catalog, &table).await?, expected);
+    Ok(())
+}
+
+/// The segments `keys` as the source lists them.
+async fn listed(
+    local: &Local,
+    keys: &[SegmentKey],
+) -> Result<Vec<(SegmentKey, kfs_core::SourceObject)>, BoxError> {
+    let mut segments = Vec::new();
+    for key in keys {
+        let object = local
+            .source
+            .stat(&key.object_key(SegmentFile::Data))
+            .await?
+            .ok_or("no segment")?;
+        segments.push((key.clone(), object));
+    }
+    Ok(segments)
+}
+
+#[tokio::test]
+async fn a_run_overlapping_a_committed_run_is_dropped_and_converted_again() -> TestResult {
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    let keys = put_ten(&local, "views")?;
+    // Two converters took overlapping runs: segments 0-2, and segments 1-6.
+    let target = kfs_core::testing::TopicTable::open(
+        local.access(),
+        &naming,
+        kfs_core::Feed {
+            namespace: "ns",
+            topic: "views",
+        },
+        &local.ledger.identity(),
+    )
+    .await?;
+    let limits = kfs_core::testing::RunLimits {
+        decode: kfs_segment::DecodeLimits::default(),
+        max_segments: 1000,
+    };
+    let never = || false;
+    for range in [0..3, 1..7] {
+        let runs = kfs_core::testing::ingest_runs(
+            &local.source,
+            &target,
+            &local.ledger,
+            &listed(&local, &keys[range]).await?,
+            limits,
+            &kfs_core::RetryPolicy::default(),
+            &never,
+        )
+        .await?;
+        assert_eq!(runs.recorded.len(), 1, "{runs:?}");
+    }
+
+    // The pass converts segments 7-9 (the sweep knows 0-6 are in runs). The first run
+    // commits; the second can never commit whole: it is dropped, and the segments it
+    // held past the watermark (3-6) are converted again by the next pass.
+    let table = naming.table_for("views");
+    let report = local.run(&naming).await?;
+    assert_eq!(report.converted, 3, "{report:?}");
+    let outcome = &report.tables[&table.to_string()];
+    assert_eq!(outcome.runs_dropped, 1, "{outcome:?}");
+    assert_eq!(offsets(&local.catalog, &table).await?, once(0, 15));
+    let report = local.run(&naming).await?;
+    assert_eq!(report.converted, 4, "{report:?}");
+    assert!(!report.has_failures(), "{report:?}");
+    assert_eq!(offsets(&local.catalog, &table).await?, once(0, 50));
+    assert!(local.ledger.list(Some("pending"), None).await?.is_empty());
+    Ok(())
+}
