@@ -28,6 +28,19 @@ pub fn opendal_error_kind(error: &opendal::Error) -> ErrorKind {
     }
 }
 
+/// The kind of a local file system error: a missing file, a refused permission or a
+/// path that is not a file is for the operator; any other failure may pass.
+pub fn io_error_kind(error: &std::io::Error) -> ErrorKind {
+    use std::io::ErrorKind as Kind;
+    match error.kind() {
+        Kind::NotFound | Kind::PermissionDenied | Kind::IsADirectory | Kind::NotADirectory => {
+            ErrorKind::Config
+        }
+        Kind::InvalidData | Kind::UnexpectedEof => ErrorKind::InvalidData,
+        _ => ErrorKind::Transient,
+    }
+}
+
 /// The kind of an iceberg-rust error: a [`Fault`] or an opendal error in its chain of
 /// sources decides (iceberg-rust's storage layer reports every I/O failure as an
 /// unexpected, non-retryable error, its cause attached); otherwise its own kind

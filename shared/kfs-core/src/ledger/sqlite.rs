@@ -5,7 +5,9 @@ use super::{
     RunMember, WorkKey, existing_entry,
 };
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use std::path::Path;
 
 /// The embedded ledger: one SQLite file (WAL mode), safe for several processes.
@@ -66,6 +68,12 @@ impl SqliteLedger {
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
+            // In WAL mode, NORMAL syncs at checkpoints, not at every commit: a process
+            // crash loses nothing; a power loss may lose the last writes, which the
+            // pipeline recovers from like any lost write (a lost pending entry leaves
+            // an orphan file and the segment is converted again; a lost "committed"
+            // mark is recovered from the table, the catalog being the truth).
+            .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(std::time::Duration::from_secs(30));
         // No idle timeout and no lifetime: no pool maintenance task, which in sqlx 0.8
         // can wedge in a busy loop (launchbadge/sqlx#3645); see `open_sql_catalog`.
