@@ -273,6 +273,9 @@ fn print_report(report: &RunReport) {
                 HoldReason::Overlap { id, .. } => {
                     format!("segment {id} overlaps what is committed")
                 }
+                HoldReason::RunGapFilled { id, base_offset } => format!(
+                    "the run from {id} spans a gap where segment {base_offset} turned up; dropped, it is converted again"
+                ),
                 HoldReason::NoStartingPoint => "no segment listed to start from".into(),
                 HoldReason::SegmentLimit => "segment limit of this cycle reached".into(),
                 HoldReason::OffsetOverflow { id } => {

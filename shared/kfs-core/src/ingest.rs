@@ -463,6 +463,20 @@ pub const MAX_RUN_SEGMENTS: usize = 1000;
 /// Most bytes of segments one run takes.
 pub const MAX_RUN_BYTES: u64 = 64 << 20;
 
+/// A complete segment the ledger does not know yet, as listed.
+#[derive(Debug, Clone)]
+pub struct NewSegment {
+    /// Its key.
+    pub key: SegmentKey,
+    /// Its `.kfs` object.
+    pub object: SourceObject,
+    /// Whether the segment listed just before it, in its partition, is the one before
+    /// it in the same list of new segments: the offsets between the two are then a
+    /// gap no segment was listed in, which a run may span (the commit checks it again
+    /// against its own listing).
+    pub follows: bool,
+}
+
 /// How large runs grow, and how their segments are decoded.
 #[derive(Debug, Clone, Copy)]
 pub struct RunLimits {
@@ -500,8 +514,8 @@ struct OpenRun {
 
 /// Converts the small segments of one partition of a raw table, listed in offset
 /// order, in runs ([`crate::convert::RunWriter`]): a run takes segments while each
-/// starts where the one before it ended, up to `limits.max_segments` and
-/// [`MAX_RUN_BYTES`]; a gap in the offsets starts a new run. A segment whose bytes
+/// starts where the one before it ended, or after a gap no segment was listed in
+/// ([`NewSegment::follows`]), up to `limits.max_segments` and [`MAX_RUN_BYTES`]. A segment whose bytes
 /// are broken, or that arrived too late, is quarantined on its own and cuts the run.
 /// Every run is recorded as one pending entry listing its segments. `stop` is asked
 /// before each segment. Only a failure of the ledger itself is returned as an error.
@@ -509,7 +523,7 @@ pub async fn ingest_runs(
     source: &impl SegmentSource,
     target: &TopicTable,
     ledger: &impl Ledger,
-    segments: &[(SegmentKey, SourceObject)],
+    segments: &[NewSegment],
     limits: RunLimits,
     retry: &crate::fault::RetryPolicy,
     stop: &(dyn Fn() -> bool + Sync),
@@ -518,7 +532,7 @@ pub async fn ingest_runs(
     let mut run: Option<OpenRun> = None;
     // Bodies read a few ahead of the decoding, in order.
     let mut bodies = futures::stream::iter(segments.iter())
-        .map(|(_, object)| {
+        .map(|NewSegment { object, .. }| {
             retry.run(PipelineError::kind, move || async move {
                 Ok::<_, PipelineError>(
                     source
@@ -530,7 +544,11 @@ pub async fn ingest_runs(
         .buffered(8);
     let mut at = 0;
     while at < segments.len() {
-        let (key, object) = &segments[at];
+        let NewSegment {
+            key,
+            object,
+            follows,
+        } = &segments[at];
         if stop() {
             outcome.deferred = segments.len() - at;
             break;
@@ -554,11 +572,16 @@ pub async fn ingest_runs(
             outcome.recorded.push(record(ledger, entry).await?);
             continue;
         }
-        let continues = run.as_ref().is_some_and(|open| {
-            open.entry.last_offset.checked_add(1) == Some(key.base_offset)
-                && open.entry.segments() < limits.max_segments
-                && open.segment_bytes < MAX_RUN_BYTES
+        // The next offset after the run, when this segment may join it: it starts
+        // there, or (a gap no listed segment is in) later.
+        let joins = run.as_ref().and_then(|open| {
+            let next = open.entry.last_offset.checked_add(1)?;
+            let room =
+                open.entry.segments() < limits.max_segments && open.segment_bytes < MAX_RUN_BYTES;
+            (room && (next == key.base_offset || (*follows && next < key.base_offset)))
+                .then_some(next)
         });
+        let continues = joins.is_some();
         if !continues {
             close_run(ledger, &mut run, &mut outcome).await?;
         }
@@ -607,6 +630,7 @@ pub async fn ingest_runs(
                 etag,
                 base_offset: key.base_offset,
                 last_offset,
+                gap_from: joins.filter(|next| *next < key.base_offset),
             });
         }
         open.entry.last_offset = last_offset;
@@ -679,7 +703,7 @@ fn run_segments(entry: &LedgerEntry) -> impl Iterator<Item = String> + '_ {
 async fn fail_rest(
     outcome: &mut RunsOutcome,
     run: Option<OpenRun>,
-    rest: &[(SegmentKey, SourceObject)],
+    rest: &[NewSegment],
     error: &PipelineError,
 ) {
     if let Some(open) = run {
@@ -690,6 +714,6 @@ async fn fail_rest(
     }
     outcome.failed.extend(
         rest.iter()
-            .map(|(_, object)| (object.key.clone(), error.to_string())),
+            .map(|segment| (segment.object.key.clone(), error.to_string())),
     );
 }

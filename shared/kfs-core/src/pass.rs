@@ -9,7 +9,8 @@ use crate::commit::{CommitOutcome, CommitSettings, commit_table};
 use crate::error::PipelineError;
 use crate::fault::RetryPolicy;
 use crate::ingest::{
-    MAX_RUN_SEGMENTS, RunLimits, TopicTable, ingest_runs, ingest_segment, quarantine_unconverted,
+    MAX_RUN_SEGMENTS, NewSegment, RunLimits, TopicTable, ingest_runs, ingest_segment,
+    quarantine_unconverted,
 };
 use crate::ledger::{EntryState, Ledger, LedgerError};
 use crate::source::{SegmentSource, SourceObject};
@@ -323,9 +324,12 @@ pub async fn run_once(
                 report.segments += found.complete.len();
                 let by_key: HashMap<&str, &SourceObject> =
                     objects.iter().map(|o| (o.key.as_str(), o)).collect();
-                // Segments new to this pass's view, looked up in the ledger together.
-                let mut unknown: Vec<(SegmentKey, &SourceObject)> = Vec::new();
+                // Segments new to this pass's view, looked up in the ledger together,
+                // each with whether the segment listed before it is new too.
+                let mut unknown: Vec<(SegmentKey, &SourceObject, bool)> = Vec::new();
+                let mut previous_new = false;
                 for key in found.complete {
+                    let follows = std::mem::replace(&mut previous_new, false);
                     if past_deadline() {
                         reached = feed_at;
                         break 'sweep;
@@ -356,7 +360,7 @@ pub async fn run_once(
                             continue;
                         }
                         Err(e) => return Err(e.into()),
-                        Ok(Some(etag)) => {
+                        Ok(Some(Held::Member(etag))) => {
                             // Converted in a pending run: no entry of its own.
                             report.known += 1;
                             if object.etag.as_ref().is_some_and(|current| *current != etag) {
@@ -364,12 +368,21 @@ pub async fn run_once(
                             }
                             continue;
                         }
-                        Ok(None) => unknown.push((key, object)),
+                        Ok(Some(Held::InGap)) => {
+                            // Listed inside a gap a pending run spans: the commit
+                            // drops the run, and the next pass converts them all.
+                            report.known += 1;
+                            continue;
+                        }
+                        Ok(None) => {
+                            unknown.push((key, object, follows));
+                            previous_new = true;
+                        }
                     }
                 }
                 let keys: Vec<String> = unknown
                     .iter()
-                    .map(|(key, _)| key.object_key(SegmentFile::Data))
+                    .map(|(key, _, _)| key.object_key(SegmentFile::Data))
                     .collect();
                 let found = ledger.get_many(&keys).await?;
                 let unreadable: HashSet<String> =
@@ -381,18 +394,29 @@ pub async fn run_once(
                     .into_iter()
                     .map(|entry| (entry.segment.clone(), entry))
                     .collect();
-                for ((key, object), object_key) in unknown.into_iter().zip(keys) {
+                // A segment the ledger knows after all breaks the chain of new ones.
+                let mut chained = false;
+                for ((key, object, follows), object_key) in unknown.into_iter().zip(keys) {
                     if unreadable.contains(&object_key) {
+                        chained = false;
                         continue;
                     }
                     match recorded.get(&object_key) {
                         Some(entry) => {
                             report.known += 1;
+                            chained = false;
                             if object.etag.as_ref().is_some_and(|etag| *etag != entry.etag) {
                                 report.rewritten.push(object_key);
                             }
                         }
-                        None => work.push((key, object.clone())),
+                        None => {
+                            work.push(NewSegment {
+                                key,
+                                object: object.clone(),
+                                follows: follows && chained,
+                            });
+                            chained = true;
+                        }
                     }
                 }
             }
@@ -423,7 +447,7 @@ pub async fn run_once(
             report.deferred += work.len() - at;
             break;
         }
-        let (key, _) = &work[at];
+        let key = &work[at].key;
         let Some(target) = tables.get(feed_of(key)).await else {
             at += 1;
             continue;
@@ -435,11 +459,11 @@ pub async fn run_once(
         ) {
             work[at..]
                 .iter()
-                .take_while(|(k, o)| {
-                    k.partition == key.partition
-                        && k.topic == key.topic
-                        && k.namespace == key.namespace
-                        && o.size <= crate::convert::RUN_SEGMENT_BYTES
+                .take_while(|new| {
+                    new.key.partition == key.partition
+                        && new.key.topic == key.topic
+                        && new.key.namespace == key.namespace
+                        && new.object.size <= crate::convert::RUN_SEGMENT_BYTES
                 })
                 .take(budget - done)
                 .count()
@@ -447,7 +471,7 @@ pub async fn run_once(
             0
         };
         if small == 0 {
-            let (key, object) = &work[at];
+            let NewSegment { key, object, .. } = &work[at];
             at += 1;
             done += 1;
             if let Some(entry) = convert_single(
@@ -471,10 +495,10 @@ pub async fn run_once(
         // Runs are tracked as attempts of their own: after a run that killed its
         // process, the group is converted one segment at a time, each tracked, so
         // that the segment that kills it is the one quarantined.
-        let attempt = run_attempt(&group[0].0.object_key(SegmentFile::Data));
+        let attempt = run_attempt(&group[0].key.object_key(SegmentFile::Data));
         let earlier = ledger.begin_attempt(&attempt, now_ms()).await?;
         if earlier.unfinished > 0 {
-            for (key, object) in group {
+            for NewSegment { key, object, .. } in group {
                 if stop() {
                     report.deferred += 1;
                     continue;
@@ -733,15 +757,23 @@ struct SweptTable {
 /// offset.
 type HeldRun = (i64, HashMap<i64, String>);
 
+/// How a pending run holds a listed segment.
+enum Held {
+    /// As a member, converted in this version.
+    Member(String),
+    /// Inside a gap the run spans (no segment was listed there when it was converted).
+    InGap,
+}
+
 impl SweptTable {
-    /// The version recorded for the segment `key` when a pending run holds it (the
-    /// run's entry, not the segment, is in the ledger): the run starting last before
-    /// it, read once per pass.
+    /// Whether the segment `key` lies inside a pending run (the run's entry, not the
+    /// segment, is in the ledger): the run starting last before it, read once per
+    /// pass.
     async fn run_holding(
         &mut self,
         ledger: &impl Ledger,
         key: &SegmentKey,
-    ) -> Result<Option<String>, LedgerError> {
+    ) -> Result<Option<Held>, LedgerError> {
         let Some((_, lead)) = self
             .pending_at
             .get(&key.partition)
@@ -765,9 +797,12 @@ impl SweptTable {
             if key.base_offset > *last_offset {
                 return None;
             }
-            // Inside the run's offsets: the segment it holds there, or (a segment
-            // the run does not list) one whose offsets it already covers.
-            Some(members.get(&key.base_offset).cloned().unwrap_or_default())
+            // Inside the run's offsets: a segment it holds, or one in a gap it spans.
+            Some(
+                members
+                    .get(&key.base_offset)
+                    .map_or(Held::InGap, |etag| Held::Member(etag.clone())),
+            )
         }))
     }
 }

@@ -12,7 +12,9 @@ pub use crate::convert::json::{EvolvingSchema, conform, fits, parse_value, paylo
 pub use crate::convert::{
     ROWS_PER_BATCH, RecordColumns, SegmentInput, ValueColumns, convert_segment,
 };
-pub use crate::ingest::{RunLimits, TopicTable, ingest_runs, ingest_segment};
+pub use crate::ingest::{
+    NewSegment, RunLimits, RunsOutcome, TopicTable, ingest_runs, ingest_segment,
+};
 pub use crate::ledger::{check_contract, converted_paths, spilled_to};
 pub use crate::parquet::{merge_data_files, writer_properties};
 pub use crate::source::in_memory;

@@ -96,11 +96,12 @@ async fn a_run_is_one_file_and_a_broken_segment_inside_it_cuts_it() -> TestResul
     Ok(())
 }
 
-/// The segments `keys` as the source lists them.
+/// The segments `keys` as the sweep hands them to runs, each listed right after the
+/// one before it.
 async fn listed(
     local: &Local,
     keys: &[SegmentKey],
-) -> Result<Vec<(SegmentKey, kfs_core::SourceObject)>, BoxError> {
+) -> Result<Vec<kfs_core::testing::NewSegment>, BoxError> {
     let mut segments = Vec::new();
     for key in keys {
         let object = local
@@ -108,9 +109,112 @@ async fn listed(
             .stat(&key.object_key(SegmentFile::Data))
             .await?
             .ok_or("no segment")?;
-        segments.push((key.clone(), object));
+        segments.push(kfs_core::testing::NewSegment {
+            key: key.clone(),
+            object,
+            follows: true,
+        });
     }
     Ok(segments)
+}
+
+/// The topic's table, opened as a converter opens it.
+async fn topic_table(
+    local: &Local,
+    naming: &TableNaming,
+    topic: &str,
+) -> Result<kfs_core::testing::TopicTable, BoxError> {
+    Ok(kfs_core::testing::TopicTable::open(
+        local.access(),
+        naming,
+        kfs_core::Feed {
+            namespace: "ns",
+            topic,
+        },
+        &local.ledger.identity(),
+    )
+    .await?)
+}
+
+/// Converts `segments` in runs, as the sweep does, without committing them.
+async fn convert_in_runs(
+    local: &Local,
+    target: &kfs_core::testing::TopicTable,
+    segments: &[kfs_core::testing::NewSegment],
+) -> Result<kfs_core::testing::RunsOutcome, BoxError> {
+    let limits = kfs_core::testing::RunLimits {
+        decode: kfs_segment::DecodeLimits::default(),
+        max_segments: 1000,
+    };
+    Ok(kfs_core::testing::ingest_runs(
+        &local.source,
+        target,
+        &local.ledger,
+        segments,
+        limits,
+        &kfs_core::RetryPolicy::default(),
+        &|| false,
+    )
+    .await?)
+}
+
+#[tokio::test]
+async fn a_run_spans_a_gap_no_segment_was_listed_in_and_commits_it_as_a_gap() -> TestResult {
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    let table = naming.table_for("gappy");
+    // Offsets 5-9 were never uploaded (a failed upload): one run, one file.
+    local.put("gappy", 0, &VALUES, 1)?;
+    local.put("gappy", 10, &VALUES, 1)?;
+    let report = local.run(&naming).await?;
+    assert!(!report.has_failures(), "{report:?}");
+    let outcome = &report.tables[&table.to_string()];
+    assert_eq!((outcome.segments, outcome.files), (2, 1), "{outcome:?}");
+    assert_eq!(
+        outcome
+            .gaps
+            .iter()
+            .map(|g| (g.from, g.to))
+            .collect::<Vec<_>>(),
+        vec![(5, 9)]
+    );
+    let mut expected = once(0, 5);
+    expected.extend(once(10, 15));
+    assert_eq!(offsets(&local.catalog, &table).await?, expected);
+    // The segment turns up after the commit: quarantined as late, never ingested.
+    local.put("gappy", 5, &VALUES, 1)?;
+    let report = local.run(&naming).await?;
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    assert!(report.quarantined[0].1.contains("gap"), "{report:?}");
+    assert_eq!(offsets(&local.catalog, &table).await?, expected);
+
+    // Before the commit, the segment turning up in a run's gap drops the run: all
+    // three land, with no gap.
+    let naming = TableNaming::default();
+    let table = naming.table_for("filled");
+    let first = local.put("filled", 0, &VALUES, 1)?;
+    let last = local.put("filled", 10, &VALUES, 1)?;
+    let target = topic_table(&local, &naming, "filled").await?;
+    let runs = convert_in_runs(&local, &target, &listed(&local, &[first, last]).await?).await?;
+    assert_eq!(runs.recorded.len(), 1, "{runs:?}");
+    assert_eq!(runs.recorded[0].inner_gaps(), vec![(5, 9)]);
+    local.put("filled", 5, &VALUES, 1)?;
+    let report = local.run(&naming).await?;
+    assert_eq!(
+        report.tables[&table.to_string()].runs_dropped,
+        1,
+        "{report:?}"
+    );
+    assert!(offsets(&local.catalog, &table).await?.is_empty());
+    let report = local.run(&naming).await?;
+    assert!(!report.has_failures(), "{report:?}");
+    assert_eq!(report.converted, 3, "{report:?}");
+    assert!(
+        report.tables[&table.to_string()].gaps.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(offsets(&local.catalog, &table).await?, once(0, 15));
+    Ok(())
 }
 
 #[tokio::test]
@@ -119,32 +223,9 @@ async fn a_run_overlapping_a_committed_run_is_dropped_and_converted_again() -> T
     let naming = TableNaming::default();
     let keys = put_ten(&local, "views")?;
     // Two converters took overlapping runs: segments 0-2, and segments 1-6.
-    let target = kfs_core::testing::TopicTable::open(
-        local.access(),
-        &naming,
-        kfs_core::Feed {
-            namespace: "ns",
-            topic: "views",
-        },
-        &local.ledger.identity(),
-    )
-    .await?;
-    let limits = kfs_core::testing::RunLimits {
-        decode: kfs_segment::DecodeLimits::default(),
-        max_segments: 1000,
-    };
-    let never = || false;
+    let target = topic_table(&local, &naming, "views").await?;
     for range in [0..3, 1..7] {
-        let runs = kfs_core::testing::ingest_runs(
-            &local.source,
-            &target,
-            &local.ledger,
-            &listed(&local, &keys[range]).await?,
-            limits,
-            &kfs_core::RetryPolicy::default(),
-            &never,
-        )
-        .await?;
+        let runs = convert_in_runs(&local, &target, &listed(&local, &keys[range]).await?).await?;
         assert_eq!(runs.recorded.len(), 1, "{runs:?}");
     }
 

@@ -27,6 +27,7 @@ fn pending(n: usize) -> Vec<PendingSegment> {
                 last_offset: base_offset + RECORDS_PER_SEGMENT - 1,
                 records: RECORDS_PER_SEGMENT as u64,
                 segments: 1,
+                inner_gaps: Vec::new(),
             }
         })
         .rev()

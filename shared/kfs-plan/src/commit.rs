@@ -28,6 +28,10 @@ pub struct PendingSegment {
     pub records: u64,
     /// Segments it holds: more than one for a run converted into one set of files.
     pub segments: u64,
+    /// Offsets inside `[base_offset, last_offset]` that no segment of the run holds
+    /// (`(from, to)`, inclusive, in order): no segment was listed there when the run
+    /// was converted. Committed as gaps, unless a segment is listed there by then.
+    pub inner_gaps: Vec<(i64, i64)>,
 }
 
 /// What the planner needs to know about one table.
@@ -70,6 +74,14 @@ pub enum HoldReason {
         base_offset: i64,
         /// Its last offset.
         last_offset: i64,
+    },
+    /// A segment is listed inside a gap of a pending run: the run can never be
+    /// committed as it is (its gap is not empty), and is converted again.
+    RunGapFilled {
+        /// The run's ledger id.
+        id: String,
+        /// Base offset of the segment listed inside its gap.
+        base_offset: i64,
     },
     /// A partition seen for the first time has no listed segment and no configured
     /// start, so where it begins is unknown.
@@ -265,6 +277,15 @@ pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
                 plan.holds.push(hold(HoldReason::SegmentLimit));
                 break;
             }
+            if let Some(&inside) = segment.inner_gaps.iter().find_map(|&(from, to)| {
+                listed.range(from..=to).find(|base| !skipped.contains(base))
+            }) {
+                plan.holds.push(hold(HoldReason::RunGapFilled {
+                    id: segment.id.clone(),
+                    base_offset: inside,
+                }));
+                break;
+            }
             if segment.base_offset > next {
                 if let Some(&waiting) = listed
                     .range(next..segment.base_offset)
@@ -293,6 +314,19 @@ pub fn plan_commit(input: &PlanInput<'_>) -> CommitPlan {
                 }));
                 break;
             };
+            for &(from, to) in &segment.inner_gaps {
+                let reason = if skipped.range(from..=to).next().is_some() {
+                    GapReason::Skipped
+                } else {
+                    GapReason::NoSegment
+                };
+                plan.gaps.push(Gap {
+                    partition,
+                    from,
+                    to,
+                    reason,
+                });
+            }
             first_taken.get_or_insert(next);
             next = after;
             plan.take.push(segment.clone());
@@ -325,6 +359,7 @@ mod dead_letter_tests {
             last_offset: last,
             records,
             segments: 1,
+            inner_gaps: Vec::new(),
         }
     }
 
@@ -362,6 +397,7 @@ mod tests {
             last_offset: last,
             records: (last - base + 1) as u64,
             segments: 1,
+            inner_gaps: Vec::new(),
         }
     }
 
@@ -416,6 +452,41 @@ mod tests {
         );
         assert_eq!(p.offsets[&0], 20);
         assert_eq!(p.ranges[&0], (10, 20));
+    }
+
+    #[test]
+    fn a_run_records_the_gaps_it_spans_unless_a_segment_is_listed_in_one() {
+        // A run of segments 0-9 and 15-19 (nothing was listed at 10-14), then 20-29.
+        let run = PendingSegment {
+            segments: 2,
+            inner_gaps: vec![(10, 14)],
+            records: 15,
+            ..seg(0, 0, 19)
+        };
+        let p = plan(&[], &[run.clone(), seg(0, 20, 29)], &[(0, &[0, 15, 20])]);
+        assert_eq!(p.take.len(), 2);
+        assert_eq!(p.segments(), 3);
+        assert_eq!(
+            p.gaps,
+            vec![Gap {
+                partition: 0,
+                from: 10,
+                to: 14,
+                reason: GapReason::NoSegment
+            }]
+        );
+        assert_eq!(p.offsets[&0], 30);
+        assert_eq!(p.ranges[&0], (0, 30));
+        // A segment turned up in the gap: the run is never committed as it is.
+        let p = plan(&[], &[run, seg(0, 20, 29)], &[(0, &[0, 12, 15, 20])]);
+        assert!(p.take.is_empty());
+        assert_eq!(
+            p.holds[0].reason,
+            HoldReason::RunGapFilled {
+                id: "p0-0".into(),
+                base_offset: 12
+            }
+        );
     }
 
     #[test]

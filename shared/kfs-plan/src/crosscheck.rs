@@ -205,6 +205,7 @@ mod tests {
                 last_offset: last,
                 records: 1,
                 segments: 1,
+                inner_gaps: Vec::new(),
             },
             created_ms,
         }

@@ -76,6 +76,7 @@ proptest! {
                 id: format!("{p}:{}", s.base), partition: p as i32, base_offset: s.base, last_offset: s.last,
                 records: (s.last - s.base + 1) as u64,
                 segments: 1,
+                inner_gaps: Vec::new(),
             })
         }).collect();
         let mut state = arrival_seed;

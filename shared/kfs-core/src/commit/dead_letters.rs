@@ -30,6 +30,7 @@ pub(crate) async fn commit_dead_letters(
         .map(|entry| PendingSegment {
             records: entry.dead_letters.records,
             segments: entry.segments() as u64,
+            inner_gaps: entry.inner_gaps(),
             ..pending_segment(entry)
         })
         .collect();

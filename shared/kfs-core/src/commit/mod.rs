@@ -91,7 +91,8 @@ pub struct CommitOutcome {
     pub recovered: usize,
     /// Pending runs dropped because they overlap what the table holds (another
     /// process converted some of their segments in a run of its own, which committed
-    /// first): the segments past the watermark are converted again by the next pass.
+    /// first), or because a segment turned up inside one of their gaps: the segments
+    /// past the watermark are converted again by the next pass.
     pub runs_dropped: usize,
     /// Attempts used.
     pub attempts: usize,
@@ -245,6 +246,7 @@ pub(crate) fn pending_segment(entry: &LedgerEntry) -> PendingSegment {
         last_offset: entry.last_offset,
         records: entry.records,
         segments: entry.segments() as u64,
+        inner_gaps: entry.inner_gaps(),
     }
 }
 
@@ -560,7 +562,8 @@ enum Recover {
 }
 
 /// Pending runs the plan holds as overlapping the watermark (their first segments are
-/// in the table, their last are not) can never be committed: dropped from the ledger,
+/// in the table, their last are not), or with a segment listed inside one of their
+/// gaps, can never be committed as they are: dropped from the ledger,
 /// their files deleted (best effort: orphan cleanup removes what is left), so that the
 /// next pass converts their segments past the watermark again. A single segment
 /// overlapping is left to hold its partition: its content disagrees with the table.
@@ -573,7 +576,9 @@ async fn drop_overlapping_runs(
 ) -> Result<Vec<String>, crate::ledger::LedgerError> {
     let mut dropped = Vec::new();
     for hold in &plan.holds {
-        let kfs_plan::commit::HoldReason::Overlap { id, .. } = &hold.reason else {
+        let (kfs_plan::commit::HoldReason::Overlap { id, .. }
+        | kfs_plan::commit::HoldReason::RunGapFilled { id, .. }) = &hold.reason
+        else {
             continue;
         };
         let Some(entry) = entries.get(id.as_str()).filter(|e| !e.members.is_empty()) else {

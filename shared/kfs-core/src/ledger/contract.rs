@@ -326,12 +326,15 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
                 etag: "e2".into(),
                 base_offset: 10,
                 last_offset: 19,
+                gap_from: None,
             },
+            // After a gap (offsets 20-24) no segment was listed in.
             crate::ledger::RunMember {
-                segment: "ns/orders/2/segment-00000000000000000020.kfs".into(),
+                segment: "ns/orders/2/segment-00000000000000000025.kfs".into(),
                 etag: "e3".into(),
-                base_offset: 20,
+                base_offset: 25,
                 last_offset: 29,
+                gap_from: Some(20),
             },
         ],
         partition: 2,
@@ -346,8 +349,13 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
     expect("a run's entry", stored.clone(), Some(run.clone()))?;
     expect(
         "a run member's key and version",
-        stored.as_ref().and_then(|e| e.member_at(20)),
-        Some(("ns/orders/2/segment-00000000000000000020.kfs", "e3")),
+        stored.as_ref().and_then(|e| e.member_at(25)),
+        Some(("ns/orders/2/segment-00000000000000000025.kfs", "e3")),
+    )?;
+    expect(
+        "a run's gaps",
+        stored.as_ref().map(LedgerEntry::inner_gaps),
+        Some(vec![(20, 24)]),
     )?;
     expect(
         "discarding a committed entry",

@@ -109,6 +109,15 @@ impl LedgerEntry {
         1 + self.members.len()
     }
 
+    /// The offsets inside the entry's range that none of its segments holds
+    /// (`(from, to)`, inclusive): the gaps its run spans.
+    pub fn inner_gaps(&self) -> Vec<(i64, i64)> {
+        self.members
+            .iter()
+            .filter_map(|m| Some((m.gap_from?, m.base_offset.checked_sub(1)?)))
+            .collect()
+    }
+
     /// The key and version of the segment of the entry that starts at `base_offset`:
     /// the entry's own or a run member's.
     pub fn member_at(&self, base_offset: i64) -> Option<(&str, &str)> {
@@ -139,6 +148,12 @@ pub struct RunMember {
     /// Last offset.
     #[serde(rename = "l")]
     pub last_offset: i64,
+    /// When the segment before it in the run ended before this one's base offset: the
+    /// first offset after it. The offsets up to this segment are a gap no segment was
+    /// listed in; the commit records it as a gap, or drops the run if a segment is
+    /// listed there by then.
+    #[serde(rename = "g", default, skip_serializing_if = "Option::is_none")]
+    pub gap_from: Option<i64>,
 }
 
 impl RunMember {
