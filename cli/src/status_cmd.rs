@@ -141,7 +141,7 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
         match pending.iter().map(|e| e.created_ms).min() {
             Some(oldest) => println!(
                 "  pending: {} segments, {pending_files} files, {pending_bytes} bytes, oldest {} ago",
-                pending.len(),
+                pending.iter().map(|e| e.segments()).sum::<usize>(),
                 age(now - oldest)
             ),
             None => println!("  pending: none"),

@@ -513,9 +513,9 @@ struct OpenRun {
 }
 
 /// Converts the small segments of one partition of a raw table, listed in offset
-/// order, in runs ([`crate::convert::RunWriter`]): a run takes segments while each
+/// order, in runs (one set of data files each): a run takes segments while each
 /// starts where the one before it ended, or after a gap no segment was listed in
-/// ([`NewSegment::follows`]), up to `limits.max_segments` and [`MAX_RUN_BYTES`]. A segment whose bytes
+/// ([`NewSegment::follows`]), up to `limits.max_segments` and `MAX_RUN_BYTES`. A segment whose bytes
 /// are broken, or that arrived too late, is quarantined on its own and cuts the run.
 /// Every run is recorded as one pending entry listing its segments. `stop` is asked
 /// before each segment. Only a failure of the ledger itself is returned as an error.

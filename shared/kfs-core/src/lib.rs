@@ -48,6 +48,7 @@ pub use error::PipelineError;
 pub use fault::{
     ErrorKind, Fault, RetryPolicy, iceberg_error, iceberg_error_kind, opendal_error_kind,
 };
+pub use ingest::MAX_RUN_SEGMENTS;
 #[cfg(feature = "sql")]
 pub use ledger::SqliteLedger;
 pub use ledger::{

@@ -47,7 +47,7 @@ pub struct PipelineConfig {
     /// Most segments converted in one pass (the sweep's bound); `None` for all.
     pub max_conversions: Option<usize>,
     /// Most segments one run converts into one set of data files
-    /// ([`MAX_RUN_SEGMENTS`](crate::ingest::MAX_RUN_SEGMENTS) when `None`; 1 for a
+    /// ([`MAX_RUN_SEGMENTS`](crate::MAX_RUN_SEGMENTS) when `None`; 1 for a
     /// data file per segment).
     pub max_run_segments: Option<usize>,
     /// When the pass must be done: conversions stop early enough to leave

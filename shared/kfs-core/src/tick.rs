@@ -31,7 +31,8 @@ pub struct TickMaintenance {
 /// What waits in the ledger for one table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backlog {
-    /// Segments converted and pending a commit.
+    /// Entries converted and pending a commit: a segment converted on its own, or a
+    /// run of segments (read from the keys alone, a run counts once).
     pub pending_segments: u64,
     /// When the oldest pending entry at the head of a partition was created (Unix ms;
     /// now when none is pending): what holds a partition back is at its head.

@@ -1,7 +1,9 @@
 //! Seeded simulation of the deployment under faults, round after round:
 //! - segments arrive partitions interleaved at random, in random batches; in a quarter
 //!   of the seeds a partition's segments also arrive out of order (a late one is
-//!   quarantined, never taken for committed); a fifth are uploaded twice;
+//!   quarantined, never taken for committed); a fifth are uploaded twice; in a third
+//!   of the seeds one segment has broken bytes: quarantined on its own (the runs of
+//!   small segments around it still convert), then skipped by the operator;
 //! - S3 events for a random part of each round's arrivals are delivered to a converter,
 //!   shuffled and some twice (the others are dropped: the sweep finds them);
 //! - one to four committer ticks run at once, each a separate process with its own
@@ -24,7 +26,7 @@
 //! After every round no partition watermark has moved backwards; after quiescence
 //! (plain ticks with etcd caught up, then orphan cleanup) every record of the table's
 //! owner is in the table exactly once or its segment is quarantined as late (never for
-//! a transient fault), no file is registered twice, every referenced file exists, the
+//! a transient fault) or skipped, no file is registered twice, every referenced file exists, the
 //! ledger agrees with the table, and no entry of the refused feed is committed.
 //!
 //! `KFS_SIM_SEEDS` seeds from `KFS_SIM_FIRST_SEED` (default 0): by default 100 in a
@@ -47,6 +49,7 @@ use faults::{
     put_feed_segment, put_segment, quiesce, watermarks,
 };
 use futures::StreamExt;
+use kfs_core::Ledger;
 use kfs_core::MaintenancePolicy;
 use kfs_core::MemorySource;
 use kfs_core::SqliteLedger;
@@ -130,6 +133,15 @@ async fn simulate(seed: u64) -> SeedOutcome {
     };
     let orphan_age =
         (rng.below(2) == 0).then(|| std::time::Duration::from_millis(1000 + rng.below(2000)));
+    // In a third of the seeds one segment (not a partition's last: a skipped segment
+    // is passed when the next one commits) is uploaded with broken bytes, inside what
+    // would be a run.
+    let broken: Option<(i32, i64)> = (rng.below(3) == 0).then(|| {
+        (
+            rng.below(PARTITIONS as u64) as i32,
+            rng.below(SEGMENTS as u64 - 1) as i64,
+        )
+    });
     let mut remaining: Vec<Vec<i64>> = (0..PARTITIONS).map(|_| (0..SEGMENTS).collect()).collect();
     let mut arrivals: Vec<(i32, i64)> = Vec::new();
     while arrivals.len() < (PARTITIONS as i64 * SEGMENTS) as usize {
@@ -159,11 +171,18 @@ async fn simulate(seed: u64) -> SeedOutcome {
         let mut events = Vec::new();
         for (partition, index) in arrivals.drain(..take) {
             put_segment(&source, partition, index).map_err(|e| text(&e))?;
+            if broken == Some((partition, index)) {
+                break_segment(&source, ("ns", "orders"), partition, index).map_err(|e| text(&e))?;
+            }
             let next = &mut uploaded_next[partition as usize];
             *next = (*next).max((index + 1) * RECORDS);
             let times = if rng.below(5) == 0 {
                 // Uploaded again with the same bytes (an S3 event delivered twice).
                 put_segment(&source, partition, index).map_err(|e| text(&e))?;
+                if broken == Some((partition, index)) {
+                    break_segment(&source, ("ns", "orders"), partition, index)
+                        .map_err(|e| text(&e))?;
+                }
                 2
             } else {
                 1
@@ -179,6 +198,10 @@ async fn simulate(seed: u64) -> SeedOutcome {
             if let Some((namespace, topic)) = collider {
                 put_feed_segment(&source, namespace, topic, partition, index)
                     .map_err(|e| text(&e))?;
+                if broken == Some((partition, index)) {
+                    break_segment(&source, (namespace, topic), partition, index)
+                        .map_err(|e| text(&e))?;
+                }
                 keys.push(SegmentKey {
                     namespace: namespace.into(),
                     topic: topic.into(),
@@ -308,8 +331,56 @@ async fn simulate(seed: u64) -> SeedOutcome {
         last_marks = marks;
     }
     quiesce(dir.path(), &source, &ledger, &naming).await?;
+    if let Some((partition, index)) = broken {
+        // Quarantined in the feed that owns the table, holding its partition: the
+        // operator skips it (the other feed's copy waits, unconverted, refused).
+        let mut skipped = 0;
+        for (namespace, topic) in std::iter::once(("ns", "orders")).chain(collider) {
+            let segment = SegmentKey {
+                namespace: namespace.into(),
+                topic: topic.into(),
+                partition,
+                base_offset: index * RECORDS,
+            }
+            .object_key(SegmentFile::Data);
+            if ledger
+                .skip_quarantined(&segment, 0)
+                .await
+                .map_err(|e| text(&e))?
+            {
+                skipped += 1;
+            }
+        }
+        if skipped != 1 {
+            return Err(format!(
+                "{skipped} copies of the broken segment {partition}/{index} were quarantined, not one"
+            ));
+        }
+        quiesce(dir.path(), &source, &ledger, &naming).await?;
+    }
     let late = check(&open_catalog(dir.path()).await?, &ledger).await?;
     Ok((fired, late))
+}
+
+/// Uploads segment `index` of `partition` of `feed` (namespace, topic) again with one
+/// byte of its body flipped: its checksum no longer matches.
+fn break_segment(
+    source: &MemorySource,
+    (namespace, topic): (&str, &str),
+    partition: i32,
+    index: i64,
+) -> Result<(), kfs_segment::EncodeError> {
+    let mut bytes = faults::segment(index * RECORDS)?;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    let key = SegmentKey {
+        namespace: namespace.into(),
+        topic: topic.into(),
+        partition,
+        base_offset: index * RECORDS,
+    };
+    source.put(&key.object_key(SegmentFile::Data), bytes);
+    Ok(())
 }
 
 /// Seeds run on two threads, each with a single-threaded runtime running two seeds at

@@ -133,7 +133,7 @@ impl LedgerEntry {
 
 /// A segment converted in another segment's run: it has no entry of its own, the
 /// run's entry names it. Stored compactly (a run holds up to
-/// [`MAX_RUN_SEGMENTS`](crate::ingest::MAX_RUN_SEGMENTS) of them).
+/// [`MAX_RUN_SEGMENTS`](crate::MAX_RUN_SEGMENTS) of them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunMember {
     /// Object key of the `.kfs`.
