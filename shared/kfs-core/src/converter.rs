@@ -13,9 +13,12 @@ use kfs_segment::DecodeLimits;
 use crate::clock::now_ms;
 use crate::error::PipelineError;
 use crate::fault::RetryPolicy;
-use crate::ingest::{TopicTable, ingest_segment};
+use crate::ingest::{NewSegment, RunLimits, TopicTable, ingest_runs, ingest_segment};
 use crate::ledger::{EntryState, InsertOutcome, Ledger, LedgerEntry};
 use crate::source::SegmentSource;
+use crate::source::SourceObject;
+use kfs_plan::sweep::ListedSegment;
+use std::collections::{BTreeMap, HashMap};
 
 /// Settings of the converter service.
 #[derive(Debug, Clone)]
@@ -143,80 +146,364 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         memory.acquire_many(wanted).await.ok()
     }
 
-    /// Handles announced objects, several at a time; one result per object, in order.
+    /// Handles announced objects; one result per object, in order. The objects of one
+    /// segment (its `.kfs` and `.index`, duplicates) share one conversion; the small
+    /// segments of one partition are converted in runs, one data file each (a run
+    /// only takes segments that continue one another: an event batch proves no gap
+    /// empty); the others one at a time, several at once.
     pub async fn handle(
         &self,
         objects: &[ObjectCreated],
     ) -> Vec<Result<ObjectOutcome, PipelineError>> {
-        futures::stream::iter(objects)
-            .map(|object| self.handle_one(object))
+        let mut outcomes: Vec<Option<Result<ObjectOutcome, PipelineError>>> =
+            objects.iter().map(|_| None).collect();
+        let mut announced: BTreeMap<SegmentKey, Announced<'_>> = BTreeMap::new();
+        for (at, object) in objects.iter().enumerate() {
+            match self.announces(object) {
+                Ok((key, file)) => {
+                    let slot = announced.entry(key).or_default();
+                    slot.objects.push(at);
+                    match file {
+                        SegmentFile::Data => slot.kfs = Some(object),
+                        SegmentFile::Index => slot.index = true,
+                    }
+                }
+                Err(reason) => outcomes[at] = Some(Ok(ObjectOutcome::Ignored { reason })),
+            }
+        }
+        // Each segment as it is now, and what the ledger knows of it.
+        let current: Vec<_> = futures::stream::iter(announced)
+            .map(|(key, slot)| async move {
+                let found = self.current(&key, &slot).await;
+                (key, slot, found)
+            })
             .buffered(self.settings.concurrency.max(1))
             .collect()
+            .await;
+        let keys: Vec<String> = current
+            .iter()
+            .filter(|(_, _, found)| matches!(found, Ok(Some(_))))
+            .map(|(key, _, _)| key.object_key(SegmentFile::Data))
+            .collect();
+        let known = self
+            .ledger
+            .get_many(&keys)
             .await
+            .map_err(PipelineError::from)
+            .map(|listing| {
+                let entries: HashMap<String, LedgerEntry> = listing
+                    .entries
+                    .into_iter()
+                    .map(|entry| (entry.segment.clone(), entry))
+                    .collect();
+                let unreadable: HashMap<String, String> = listing.unreadable.into_iter().collect();
+                (entries, unreadable)
+            });
+        let mut new: BTreeMap<(String, String, i32), Vec<NewObject>> = BTreeMap::new();
+        for (key, slot, found) in current {
+            let segment = key.object_key(SegmentFile::Data);
+            let outcome = match (found, &known) {
+                (Err(e), _) => Err(e),
+                (Ok(None), _) => Ok(ObjectOutcome::Incomplete { segment }),
+                (Ok(Some(_)), Err(e)) => Err(e.for_segment(&segment)),
+                (Ok(Some(object)), Ok((entries, unreadable))) => {
+                    if let Some(reason) = unreadable.get(&segment) {
+                        Err(PipelineError::Unconverted {
+                            segment,
+                            message: format!("its ledger item is unreadable: {reason}"),
+                            kind: crate::fault::ErrorKind::Config,
+                        })
+                    } else if let Some(entry) = entries.get(&segment) {
+                        self.known(entry.clone(), object.etag.as_deref()).await
+                    } else {
+                        new.entry((key.namespace.clone(), key.topic.clone(), key.partition))
+                            .or_default()
+                            .push((key, object, slot.objects));
+                        continue;
+                    }
+                }
+            };
+            fan_out(&mut outcomes, &slot.objects, outcome);
+        }
+        let converted: Vec<_> = futures::stream::iter(new.into_values())
+            .map(|segments| self.convert_partition(segments))
+            .buffered(self.settings.concurrency.max(1))
+            .collect()
+            .await;
+        for (objects, outcome) in converted.into_iter().flatten() {
+            fan_out(&mut outcomes, &objects, outcome);
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| {
+                    Ok(ObjectOutcome::Ignored {
+                        reason: "not reached".into(),
+                    })
+                })
+            })
+            .collect()
     }
 
-    /// The key relative to the source root, if the object is under the prefix.
-    fn relative<'a>(&self, object: &'a ObjectCreated) -> Option<&'a str> {
-        if object.bucket != self.settings.bucket {
-            return None;
-        }
-        match self.settings.prefix.as_str() {
-            "" => Some(object.key.as_str()),
-            prefix => object.key.strip_prefix(prefix)?.strip_prefix('/'),
-        }
-    }
-
-    async fn handle_one(&self, object: &ObjectCreated) -> Result<ObjectOutcome, PipelineError> {
-        let Some(relative) = self.relative(object) else {
-            return Ok(ObjectOutcome::Ignored {
-                reason: format!(
-                    "s3://{}/{} is outside the segment prefix",
-                    object.bucket, object.key
-                ),
-            });
-        };
-        let Some((key, _)) = SegmentKey::parse(relative) else {
-            return Ok(ObjectOutcome::Ignored {
-                reason: format!("{relative} is not a segment file"),
-            });
-        };
+    /// The segment an object is a file of, or why it is none of the configured ones.
+    fn announces(&self, object: &ObjectCreated) -> Result<(SegmentKey, SegmentFile), String> {
+        let relative = self.relative(object).ok_or_else(|| {
+            format!(
+                "s3://{}/{} is outside the segment prefix",
+                object.bucket, object.key
+            )
+        })?;
+        let (key, file) = SegmentKey::parse(relative)
+            .ok_or_else(|| format!("{relative} is not a segment file"))?;
         if !self.settings.naming.topics.selects(&key.topic) {
-            return Ok(ObjectOutcome::Ignored {
-                reason: format!("topic {} is not selected for ingestion", key.topic),
-            });
+            return Err(format!("topic {} is not selected for ingestion", key.topic));
         }
+        Ok((key, file))
+    }
+
+    /// The segment's `.kfs` as it is now, when both its files are there: an announced
+    /// `.kfs` whose event says its size and ETag, and an announced `.index`, are not
+    /// asked for again (segments are written once; a rewrite since fails the read,
+    /// which is conditional on the ETag).
+    async fn current(
+        &self,
+        key: &SegmentKey,
+        slot: &Announced<'_>,
+    ) -> Result<Option<SourceObject>, PipelineError> {
         let kfs_key = key.object_key(SegmentFile::Data);
         let index_key = key.object_key(SegmentFile::Index);
-        let (kfs, index) = futures::join!(self.source.stat(&kfs_key), self.source.stat(&index_key));
-        let (Some(kfs), Some(_)) = (kfs?, index?) else {
-            return Ok(ObjectOutcome::Incomplete { segment: kfs_key });
+        let announced = slot.kfs.and_then(|event| {
+            Some(SourceObject {
+                key: kfs_key.clone(),
+                size: event.size?,
+                etag: Some(event.etag.clone()?),
+                modified_ms: None,
+            })
+        });
+        let (kfs, index) = futures::join!(
+            async {
+                match announced {
+                    Some(object) => Ok(Some(object)),
+                    None => self.source.stat(&kfs_key).await,
+                }
+            },
+            async {
+                if slot.index {
+                    Ok(true)
+                } else {
+                    self.source.stat(&index_key).await.map(|o| o.is_some())
+                }
+            }
+        );
+        Ok(match (kfs?, index?) {
+            (Some(kfs), true) => Some(kfs),
+            _ => None,
+        })
+    }
+
+    /// Converts the new segments of one partition (in offset order): the small ones of
+    /// a raw table in runs, the others one at a time. Returns each segment's objects
+    /// with its outcome.
+    async fn convert_partition(
+        &self,
+        mut segments: Vec<NewObject>,
+    ) -> Vec<(Vec<usize>, Result<ObjectOutcome, PipelineError>)> {
+        segments.sort_by_key(|(key, _, _)| key.base_offset);
+        let Some((first, _, _)) = segments.first() else {
+            return Vec::new();
         };
-        if let Some(entry) = self.ledger.get(&kfs_key).await? {
-            return self.known(entry, kfs.etag.as_deref()).await;
+        let target = self
+            .settings
+            .retry
+            .run(PipelineError::kind, || async {
+                let feed = crate::table::Feed {
+                    namespace: &first.namespace,
+                    topic: &first.topic,
+                };
+                let ledger = self.ledger.identity();
+                TopicTable::open(self.catalog.access(), &self.settings.naming, feed, &ledger).await
+            })
+            .await;
+        let target = match target {
+            Ok(target) => target,
+            Err(e) => {
+                return segments
+                    .into_iter()
+                    .map(|(key, _, objects)| {
+                        (
+                            objects,
+                            Err(e.for_segment(&key.object_key(SegmentFile::Data))),
+                        )
+                    })
+                    .collect();
+            }
+        };
+        let mut outcomes = Vec::new();
+        // Offsets already in the table: nothing to convert.
+        let (committed, rest): (Vec<_>, Vec<_>) = segments.into_iter().partition(|(key, _, _)| {
+            target.progress.classify(key.partition, key.base_offset) == ListedSegment::Committed
+        });
+        for (key, _, objects) in committed {
+            let segment = key.object_key(SegmentFile::Data);
+            outcomes.push((objects, Ok(ObjectOutcome::Duplicate { segment })));
         }
+        let raw = matches!(
+            crate::table::value_format_of(&target.table),
+            Ok(kfs_plan::naming::ValueFormat::Raw)
+        );
+        let (small, large): (Vec<_>, Vec<_>) = rest
+            .into_iter()
+            .partition(|(_, object, _)| raw && object.size <= crate::convert::RUN_SEGMENT_BYTES);
+        for (key, object, objects) in large {
+            outcomes.push((objects, self.convert_one(&target, &key, &object).await));
+        }
+        if small.is_empty() {
+            return outcomes;
+        }
+        let keys: HashMap<String, SegmentKey> = small
+            .iter()
+            .map(|(key, object, _)| (object.key.clone(), key.clone()))
+            .collect();
+        let mut stale = Vec::new();
+        for (segment, at, outcome) in self.convert_runs(&target, small).await {
+            match (outcome, keys.get(&segment)) {
+                // The read was refused: the object is not the version its event
+                // named. Once more, as it is now.
+                (Err(e), Some(key)) if e.kind() == crate::fault::ErrorKind::Conflict => {
+                    stale.push((key.clone(), at, e));
+                }
+                (outcome, _) => outcomes.push((at, outcome)),
+            }
+        }
+        let mut again = Vec::new();
+        for (key, at, refused) in stale {
+            let segment = key.object_key(SegmentFile::Data);
+            match self.source.stat(&segment).await {
+                Ok(Some(object)) => again.push((key, object, at)),
+                Ok(None) => outcomes.push((at, Ok(ObjectOutcome::Incomplete { segment }))),
+                Err(_) => outcomes.push((at, Err(refused))),
+            }
+        }
+        if !again.is_empty() {
+            let retried = self.convert_runs(&target, again).await;
+            outcomes.extend(retried.into_iter().map(|(_, at, outcome)| (at, outcome)));
+        }
+        outcomes
+    }
+
+    /// Converts small segments of one partition in runs; returns each segment with its
+    /// objects and outcome.
+    async fn convert_runs(
+        &self,
+        target: &TopicTable,
+        small: Vec<NewObject>,
+    ) -> Vec<(String, Vec<usize>, Result<ObjectOutcome, PipelineError>)> {
+        let _admitted = self.admit(crate::convert::RUN_SEGMENT_BYTES).await;
+        let mut objects: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        let news: Vec<NewSegment> = small
+            .into_iter()
+            .map(|(key, object, at)| {
+                objects.insert(object.key.clone(), at);
+                NewSegment {
+                    key,
+                    object,
+                    follows: false,
+                }
+            })
+            .collect();
+        let limits = RunLimits {
+            decode: self.settings.limits,
+            max_segments: crate::ingest::MAX_RUN_SEGMENTS,
+        };
+        let runs = match ingest_runs(
+            &self.source,
+            target,
+            &self.ledger,
+            &news,
+            limits,
+            &self.settings.retry,
+            &|| false,
+        )
+        .await
+        {
+            Ok(runs) => runs,
+            Err(e) => {
+                return objects
+                    .into_iter()
+                    .map(|(segment, at)| {
+                        let failure = e.for_segment(&segment);
+                        (segment, at, Err(failure))
+                    })
+                    .collect();
+            }
+        };
+        let mut outcomes = Vec::new();
+        for entry in &runs.recorded {
+            if let EntryState::Quarantined { error } = &entry.state {
+                if let Some(at) = objects.remove(&entry.segment) {
+                    let segment = entry.segment.clone();
+                    let error = error.clone();
+                    let quarantined = ObjectOutcome::Quarantined {
+                        segment: segment.clone(),
+                        error,
+                    };
+                    outcomes.push((segment, at, Ok(quarantined)));
+                }
+                continue;
+            }
+            for (n, segment) in crate::ingest::run_segments(entry).enumerate() {
+                if let Some(at) = objects.remove(&segment) {
+                    // The run's records are counted once, with its first segment.
+                    let records = if n == 0 { entry.records } else { 0 };
+                    let converted = ObjectOutcome::Converted {
+                        segment: segment.clone(),
+                        records,
+                    };
+                    outcomes.push((segment, at, Ok(converted)));
+                }
+            }
+        }
+        for failure in runs.failed {
+            if let PipelineError::Unconverted { segment, .. } = &failure
+                && let Some(at) = objects.remove(segment)
+            {
+                outcomes.push((segment.clone(), at, Err(failure)));
+            }
+        }
+        // Segments in no entry recorded: another process recorded a run from the same
+        // first segment that does not hold them. Failed, so that the event comes again.
+        for (segment, at) in objects {
+            let failure = PipelineError::Unconverted {
+                message: "another conversion recorded a run from the same first segment without it; converted again when the event comes back".into(),
+                kind: crate::fault::ErrorKind::Transient,
+                segment: segment.clone(),
+            };
+            outcomes.push((segment, at, Err(failure)));
+        }
+        outcomes
+    }
+
+    /// Converts one segment on its own (a large one, or one of a JSON table).
+    async fn convert_one(
+        &self,
+        target: &TopicTable,
+        key: &SegmentKey,
+        kfs: &SourceObject,
+    ) -> Result<ObjectOutcome, PipelineError> {
         let _admitted = self.admit(kfs.size).await;
-        let (key, kfs) = (&key, &kfs);
         let entry = self
             .settings
             .retry
-            .run(PipelineError::kind, || async move {
-                let access = self.catalog.access();
-                let feed = crate::table::Feed {
-                    namespace: &key.namespace,
-                    topic: &key.topic,
-                };
-                let ledger = self.ledger.identity();
-                let target = TopicTable::open(access, &self.settings.naming, feed, &ledger).await?;
+            .run(PipelineError::kind, || {
                 ingest_segment(
-                    access,
+                    self.catalog.access(),
                     &self.source,
-                    &target,
+                    target,
                     &self.ledger,
                     key,
                     kfs,
                     self.settings.limits,
                 )
-                .await
             })
             .await?;
         Ok(match entry.state {
@@ -234,6 +521,17 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                 records: entry.records,
             },
         })
+    }
+
+    /// The key relative to the source root, if the object is under the prefix.
+    fn relative<'a>(&self, object: &'a ObjectCreated) -> Option<&'a str> {
+        if object.bucket != self.settings.bucket {
+            return None;
+        }
+        match self.settings.prefix.as_str() {
+            "" => Some(object.key.as_str()),
+            prefix => object.key.strip_prefix(prefix)?.strip_prefix('/'),
+        }
     }
 
     /// A segment the ledger knows: the same version is a duplicate delivery; another
@@ -272,6 +570,48 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                 segment: entry.segment,
             }),
         }
+    }
+}
+
+/// A segment new to the ledger: its key, its `.kfs` as it is now, and the places in
+/// the batch of the objects announcing it.
+type NewObject = (SegmentKey, SourceObject, Vec<usize>);
+
+/// The objects announcing one segment.
+#[derive(Default)]
+struct Announced<'a> {
+    /// Their places in the batch.
+    objects: Vec<usize>,
+    /// The `.kfs`'s event, if announced.
+    kfs: Option<&'a ObjectCreated>,
+    /// Whether the `.index` was announced.
+    index: bool,
+}
+
+/// Answers every object of a segment with its outcome (a failure is repeated as
+/// [`PipelineError::Unconverted`]).
+fn fan_out(
+    outcomes: &mut [Option<Result<ObjectOutcome, PipelineError>>],
+    objects: &[usize],
+    outcome: Result<ObjectOutcome, PipelineError>,
+) {
+    let Some((&last, rest)) = objects.split_last() else {
+        return;
+    };
+    for &at in rest {
+        outcomes[at] = Some(match &outcome {
+            Ok(outcome) => Ok(outcome.clone()),
+            Err(e) => Err(e.for_segment(&segment_of(e))),
+        });
+    }
+    outcomes[last] = Some(outcome);
+}
+
+/// The segment a failure names, when it names one.
+fn segment_of(error: &PipelineError) -> String {
+    match error {
+        PipelineError::Unconverted { segment, .. } => segment.clone(),
+        _ => String::new(),
     }
 }
 

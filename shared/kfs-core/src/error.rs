@@ -37,6 +37,17 @@ pub enum PipelineError {
     /// The configuration is refused (two topics mapped to one table, ...).
     #[error("configuration: {0}")]
     Config(String),
+    /// A segment was left unconverted by a failure reported for several segments at
+    /// once (a run, or the objects of one segment): its message and kind.
+    #[error("{segment}: {message}")]
+    Unconverted {
+        /// The segment.
+        segment: String,
+        /// The failure.
+        message: String,
+        /// What the failure means.
+        kind: ErrorKind,
+    },
     /// A table's snapshot summary is unreadable.
     #[error("table {table}: {source}")]
     Summary {
@@ -56,7 +67,17 @@ impl PipelineError {
             Self::Catalog { source, .. } => crate::fault::iceberg_error_kind(source),
             Self::Convert(e) => e.kind(),
             Self::Commit(e) => e.kind(),
+            Self::Unconverted { kind, .. } => *kind,
             Self::Summary { .. } | Self::Ownership(_) | Self::Config(_) => ErrorKind::Config,
+        }
+    }
+
+    /// The same failure, reported for `segment` (one error answers several segments).
+    pub fn for_segment(&self, segment: &str) -> Self {
+        Self::Unconverted {
+            segment: segment.to_owned(),
+            message: self.to_string(),
+            kind: self.kind(),
         }
     }
 

@@ -499,9 +499,9 @@ pub struct RunsOutcome {
     /// Segments not reached because `stop` said so: left for the next pass.
     pub deferred: usize,
     /// Segments left unconverted after a failure that is not their bytes (after the
-    /// retries), with the error: the conversion of the partition ends there for this
-    /// pass, and the next pass goes on from them.
-    pub failed: Vec<(String, String)>,
+    /// retries), with the error ([`PipelineError::Unconverted`]): the conversion of
+    /// the partition ends there for this pass, and the next pass goes on from them.
+    pub failed: Vec<PipelineError>,
 }
 
 /// A run being gathered: its writer, its entry as it will be recorded, and what the
@@ -665,9 +665,10 @@ async fn close_run(
     let written = match writer.close().await {
         Ok(written) => written,
         Err(e) => {
+            let e = PipelineError::from(e);
             outcome
                 .failed
-                .extend(run_segments(&entry).map(|s| (s, e.to_string())));
+                .extend(run_segments(&entry).map(|s| e.for_segment(&s)));
             return Ok(());
         }
     };
@@ -678,9 +679,13 @@ async fn close_run(
             for path in &paths {
                 let _ = crate::failpoint::delete_file(table.file_io(), path).await;
             }
+            let e = PipelineError::Catalog {
+                table: entry.table.clone(),
+                source: Box::new(e),
+            };
             outcome
                 .failed
-                .extend(run_segments(&entry).map(|s| (s, e.to_string())));
+                .extend(run_segments(&entry).map(|s| e.for_segment(&s)));
             return Ok(());
         }
     }
@@ -694,7 +699,7 @@ async fn close_run(
 }
 
 /// The keys of the segments an entry holds.
-fn run_segments(entry: &LedgerEntry) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn run_segments(entry: &LedgerEntry) -> impl Iterator<Item = String> + '_ {
     std::iter::once(entry.segment.clone()).chain(entry.members.iter().map(|m| m.segment.clone()))
 }
 
@@ -709,11 +714,11 @@ async fn fail_rest(
     if let Some(open) = run {
         outcome
             .failed
-            .extend(run_segments(&open.entry).map(|s| (s, error.to_string())));
+            .extend(run_segments(&open.entry).map(|s| error.for_segment(&s)));
         open.writer.discard().await;
     }
     outcome.failed.extend(
         rest.iter()
-            .map(|segment| (segment.object.key.clone(), error.to_string())),
+            .map(|segment| error.for_segment(&segment.object.key)),
     );
 }

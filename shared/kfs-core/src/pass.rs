@@ -541,7 +541,14 @@ pub async fn run_once(
         let runs = runs?;
         done += small - runs.deferred;
         report.deferred += runs.deferred;
-        report.failed_segments.extend(runs.failed);
+        report
+            .failed_segments
+            .extend(runs.failed.iter().map(|e| match e {
+                PipelineError::Unconverted {
+                    segment, message, ..
+                } => (segment.clone(), message.clone()),
+                other => (String::new(), other.to_string()),
+            }));
         for entry in &runs.recorded {
             note_recorded(entry, entry.segments(), &mut report, &mut swept, progress);
         }
