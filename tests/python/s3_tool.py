@@ -13,6 +13,11 @@ region and endpoint from the AWS_* environment variables.
                                            own translator, as stack NAME with those
                                            parameters; prints its outputs as JSON)
     s3_tool.py function-env FUNCTION      (a function's environment variables as JSON)
+    s3_tool.py etags s3://bucket/prefix   (every object's ETag and size, as JSON)
+    s3_tool.py record start|stop          (moto's request recorder, on a server started
+                                           with MOTO_ENABLE_RECORDING; stop prints the
+                                           requests recorded since start, counted per
+                                           service and operation, as JSON)
 """
 
 import json
@@ -70,12 +75,64 @@ def main():
     elif command == "stack":
         name, *parameters = args
         print(json.dumps(deploy(name, dict(p.split("=", 1) for p in parameters))))
+    elif command == "etags":
+        (url,) = args
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        found = {}
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                found[item["Key"]] = [item["ETag"].strip('"'), item["Size"]]
+        print(json.dumps(found))
+    elif command == "record":
+        (action,) = args
+        print(json.dumps(record(action)))
     elif command == "function-env":
         (function,) = args
         configuration = client("lambda").get_function_configuration(FunctionName=function)
         print(json.dumps(configuration["Environment"]["Variables"]))
     else:
         sys.exit(f"unknown command {command}")
+
+
+def record(action):
+    """Starts moto's recorder afresh, or stops it and counts what it recorded: per
+    service (from the request's signing scope) and operation (the DynamoDB target, or
+    the S3 method, `LIST` for a bucket listing)."""
+    import re
+    import urllib.request
+    from urllib.parse import urlparse, parse_qs
+
+    base = os.environ["AWS_ENDPOINT_URL"].rstrip("/") + "/moto-api/recorder/"
+
+    def call(path, method="POST"):
+        with urllib.request.urlopen(urllib.request.Request(base + path, method=method)) as r:
+            return r.read().decode()
+
+    if action == "start":
+        call("reset-recording")
+        call("start-recording")
+        return {}
+    call("stop-recording")
+    counts = {}
+    for line in call("download-recording", method="GET").splitlines():
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        headers = {k.lower(): v for k, v in request.get("headers", {}).items()}
+        if "/moto-api/" in request.get("url", ""):
+            continue
+        scope = re.search(r"Credential=[^/]+/[^/]+/[^/]+/([^/]+)/", headers.get("authorization", ""))
+        service = scope.group(1) if scope else "unsigned"
+        if service == "dynamodb":
+            operation = headers.get("x-amz-target", "?").split(".")[-1]
+        else:
+            operation = request.get("method", "?")
+            query = parse_qs(urlparse(request.get("url", "")).query, keep_blank_values=True)
+            if operation == "GET" and ("list-type" in query or "prefix" in query or "delimiter" in query):
+                operation = "LIST"
+        by_service = counts.setdefault(service, {})
+        by_service[operation] = by_service.get(operation, 0) + 1
+    return counts
 
 
 def deploy(name, parameters):

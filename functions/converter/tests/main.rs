@@ -4,6 +4,7 @@
 /// Tests that need servers started per test (moto, etcd, PostgreSQL, `cargo lambda`);
 /// `cargo test -- --skip servers::` leaves them out.
 mod servers {
+    mod batch_requests;
     mod cargo_lambda;
     mod events;
 }

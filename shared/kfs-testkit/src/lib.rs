@@ -48,6 +48,8 @@ impl Moto {
         let mut child = Command::new("python3")
             .arg(workspace_root().join("tests/python/moto_server.py"))
             .args(["-H", "127.0.0.1", "--ephemeral"])
+            // The request recorder, off until a test starts it (`s3_tool.py record`).
+            .env("MOTO_ENABLE_RECORDING", "True")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
