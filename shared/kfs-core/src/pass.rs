@@ -470,34 +470,16 @@ pub async fn run_once(
         } else {
             0
         };
-        if small == 0 {
-            let NewSegment { key, object, .. } = &work[at];
-            at += 1;
-            done += 1;
-            if let Some(entry) = convert_single(
-                source,
-                CatalogAccess { catalog, swap },
-                target,
-                ledger,
-                key,
-                object,
-                config,
-                &mut report,
-            )
-            .await?
-            {
-                note_recorded(&entry, 1, &mut report, &mut swept, progress);
-            }
-            continue;
-        }
-        let group = &work[at..at + small];
-        at += small;
+        // A segment that is not small is a group of its own, converted alone.
+        let group = &work[at..at + small.max(1)];
+        at += group.len();
         // Runs are tracked as attempts of their own: after a run that killed its
         // process, the group is converted one segment at a time, each tracked, so
         // that the segment that kills it is the one quarantined.
         let attempt = run_attempt(&group[0].key.object_key(SegmentFile::Data));
-        let earlier = ledger.begin_attempt(&attempt, now_ms()).await?;
-        if earlier.unfinished > 0 {
+        let one_by_one =
+            small == 0 || ledger.begin_attempt(&attempt, now_ms()).await?.unfinished > 0;
+        if one_by_one {
             for NewSegment { key, object, .. } in group {
                 if stop() {
                     report.deferred += 1;
@@ -519,7 +501,9 @@ pub async fn run_once(
                     note_recorded(&entry, 1, &mut report, &mut swept, progress);
                 }
             }
-            ledger.end_attempt(&attempt).await?;
+            if small > 0 {
+                ledger.end_attempt(&attempt).await?;
+            }
             continue;
         }
         let runs = ingest_runs(

@@ -401,6 +401,16 @@ mod tests {
         }
     }
 
+    /// A gap no segment covers.
+    fn no_segment(partition: i32, from: i64, to: i64) -> Gap {
+        Gap {
+            partition,
+            from,
+            to,
+            reason: GapReason::NoSegment,
+        }
+    }
+
     fn plan(
         watermarks: &[(i32, i64)],
         pending: &[PendingSegment],
@@ -441,15 +451,7 @@ mod tests {
     #[test]
     fn a_gap_no_segment_covers_is_recorded_and_passed() {
         let p = plan(&[(0, 10)], &[seg(0, 15, 19)], &[(0, &[0, 15])]);
-        assert_eq!(
-            p.gaps,
-            vec![Gap {
-                partition: 0,
-                from: 10,
-                to: 14,
-                reason: GapReason::NoSegment
-            }]
-        );
+        assert_eq!(p.gaps, vec![no_segment(0, 10, 14)]);
         assert_eq!(p.offsets[&0], 20);
         assert_eq!(p.ranges[&0], (10, 20));
     }
@@ -466,15 +468,7 @@ mod tests {
         let p = plan(&[], &[run.clone(), seg(0, 20, 29)], &[(0, &[0, 15, 20])]);
         assert_eq!(p.take.len(), 2);
         assert_eq!(p.segments(), 3);
-        assert_eq!(
-            p.gaps,
-            vec![Gap {
-                partition: 0,
-                from: 10,
-                to: 14,
-                reason: GapReason::NoSegment
-            }]
-        );
+        assert_eq!(p.gaps, vec![no_segment(0, 10, 14)]);
         assert_eq!(p.offsets[&0], 30);
         assert_eq!(p.ranges[&0], (0, 30));
         // A segment turned up in the gap: the run is never committed as it is.

@@ -159,26 +159,45 @@ pub struct RunMember {
 impl RunMember {
     /// As stored (JSON) for the entry of `segment`, `None` when there are none.
     pub fn to_stored(members: &[Self], segment: &str) -> Result<Option<String>, LedgerError> {
-        if members.is_empty() {
-            return Ok(None);
-        }
-        serde_json::to_string(members)
-            .map(Some)
-            .map_err(|e| LedgerError::Corrupt {
-                segment: segment.to_owned(),
-                reason: format!("members: {e}"),
-            })
+        to_stored_field(members, members.is_empty(), "members", segment)
     }
 
     /// From the stored form of the entry of `segment` (absent: none).
     pub fn from_stored(stored: Option<&str>, segment: &str) -> Result<Vec<Self>, LedgerError> {
-        stored
-            .map_or(Ok(Vec::new()), serde_json::from_str)
-            .map_err(|e| LedgerError::Corrupt {
-                segment: segment.to_owned(),
-                reason: format!("members: {e}"),
-            })
+        from_stored_field(stored, "members", segment)
     }
+}
+
+/// An entry's optional JSON field as stored: `None` when `empty`.
+fn to_stored_field(
+    value: &(impl Serialize + ?Sized),
+    empty: bool,
+    field: &str,
+    segment: &str,
+) -> Result<Option<String>, LedgerError> {
+    if empty {
+        return Ok(None);
+    }
+    serde_json::to_string(value)
+        .map(Some)
+        .map_err(|e| LedgerError::Corrupt {
+            segment: segment.to_owned(),
+            reason: format!("{field}: {e}"),
+        })
+}
+
+/// An entry's optional JSON field from its stored form (absent: the default).
+fn from_stored_field<T: serde::de::DeserializeOwned + Default>(
+    stored: Option<&str>,
+    field: &str,
+    segment: &str,
+) -> Result<T, LedgerError> {
+    stored
+        .map_or(Ok(T::default()), serde_json::from_str)
+        .map_err(|e| LedgerError::Corrupt {
+            segment: segment.to_owned(),
+            reason: format!("{field}: {e}"),
+        })
 }
 
 /// A segment's records for the dead-letter table.
@@ -198,25 +217,12 @@ impl DeadLetters {
 
     /// As stored (JSON) for the entry of `segment`, `None` when empty.
     pub fn to_stored(&self, segment: &str) -> Result<Option<String>, LedgerError> {
-        if self.is_empty() {
-            return Ok(None);
-        }
-        serde_json::to_string(self)
-            .map(Some)
-            .map_err(|e| LedgerError::Corrupt {
-                segment: segment.to_owned(),
-                reason: format!("dead_letters: {e}"),
-            })
+        to_stored_field(self, self.is_empty(), "dead_letters", segment)
     }
 
     /// From the stored form of the entry of `segment` (absent: empty).
     pub fn from_stored(stored: Option<&str>, segment: &str) -> Result<Self, LedgerError> {
-        stored
-            .map_or(Ok(Self::default()), serde_json::from_str)
-            .map_err(|e| LedgerError::Corrupt {
-                segment: segment.to_owned(),
-                reason: format!("dead_letters: {e}"),
-            })
+        from_stored_field(stored, "dead_letters", segment)
     }
 }
 
