@@ -15,7 +15,8 @@ region and endpoint from the AWS_* environment variables.
     s3_tool.py function-env FUNCTION      (a function's environment variables as JSON)
     s3_tool.py etags s3://bucket/prefix   (every object's ETag and size, as JSON)
     s3_tool.py record start|stop          (moto's request recorder, on a server started
-                                           with MOTO_ENABLE_RECORDING; stop prints the
+                                           with MOTO_ENABLE_RECORDING (and
+                                           MOTO_RECORDER_FILEPATH); stop prints the
                                            requests recorded since start, counted per
                                            service and operation, as JSON)
 """

@@ -37,6 +37,8 @@ pub struct Moto {
     child: Child,
     /// `http://127.0.0.1:<port>`.
     pub endpoint: String,
+    /// Where its request recorder writes, when it has one.
+    _recording: Option<tempfile::TempDir>,
 }
 
 impl Moto {
@@ -45,11 +47,28 @@ impl Moto {
     /// port the system chooses (the server reports it: no race with other tests for a
     /// free port) and waits until it accepts connections.
     pub fn start() -> Self {
-        let mut child = Command::new("python3")
+        Self::start_with(false)
+    }
+
+    /// [`Moto::start`] with moto's request recorder, which a test starts and stops
+    /// (`s3_tool.py record start|stop`); it records into a temporary directory.
+    pub fn start_recording() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(recorder: bool) -> Self {
+        let recording =
+            recorder.then(|| tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}")));
+        let mut command = Command::new("python3");
+        command
             .arg(workspace_root().join("tests/python/moto_server.py"))
-            .args(["-H", "127.0.0.1", "--ephemeral"])
-            // The request recorder, off until a test starts it (`s3_tool.py record`).
-            .env("MOTO_ENABLE_RECORDING", "True")
+            .args(["-H", "127.0.0.1", "--ephemeral"]);
+        if let Some(dir) = &recording {
+            command
+                .env("MOTO_ENABLE_RECORDING", "True")
+                .env("MOTO_RECORDER_FILEPATH", dir.path().join("recording"));
+        }
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -72,6 +91,7 @@ impl Moto {
         Self {
             child,
             endpoint: format!("http://127.0.0.1:{port}"),
+            _recording: recording,
         }
     }
 
@@ -143,7 +163,16 @@ pub struct LocalStack {
 impl LocalStack {
     /// Starts moto and creates the buckets and the ledger table.
     pub fn start() -> Self {
-        let moto = Moto::start();
+        Self::on(Moto::start())
+    }
+
+    /// [`LocalStack::start`] on a moto with its request recorder
+    /// ([`Moto::start_recording`]).
+    pub fn start_recording() -> Self {
+        Self::on(Moto::start_recording())
+    }
+
+    fn on(moto: Moto) -> Self {
         moto.tool(&["mb", "kafscale-segments", "lakehouse"]);
         let definition = workspace_root().join("infra/ledger-table.json");
         moto.tool(&["ledger", "kfs-ledger", &definition.to_string_lossy()]);

@@ -31,7 +31,7 @@ fn sqs_record(n: usize, key: &str, etag: &str, size: u64) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_of_small_segments_is_one_file_and_about_one_request_each() {
-    let stack = LocalStack::start();
+    let stack = LocalStack::start_recording();
     let ledger = stack.ledger();
     let service = stack.converter(stack.catalog_handle().await, 4);
     let segments: Vec<(String, kfs_segment::EncodedSegment)> = (0..SEGMENTS)
