@@ -563,9 +563,9 @@ enum Recover {
 
 /// Pending runs the plan holds as overlapping the watermark (their first segments are
 /// in the table, their last are not), or with a segment listed inside one of their
-/// gaps, can never be committed as they are: dropped from the ledger,
-/// their files deleted (best effort: orphan cleanup removes what is left), so that the
-/// next pass converts their segments past the watermark again. A single segment
+/// gaps, can never be committed as they are: dropped from the ledger (an overlapping
+/// run's files deleted, best effort), so that the next pass converts their segments
+/// past the watermark again. A single segment
 /// overlapping is left to hold its partition: its content disagrees with the table.
 /// Returns the entries dropped.
 async fn drop_overlapping_runs(
@@ -586,8 +586,15 @@ async fn drop_overlapping_runs(
         };
         let paths = crate::ledger::resolved_paths(entry, table.file_io()).await;
         if ledger.discard_pending(id).await? {
-            for path in paths.unwrap_or_default() {
-                let _ = crate::failpoint::delete_file(table.file_io(), &path).await;
+            // An overlapping run can never land: the table moved past its first
+            // segment, and any commit planned on an older table conflicts. A run
+            // whose gap filled might still land through a process that listed before
+            // the segment turned up: its files are left to orphan cleanup, which
+            // keeps what a table references.
+            if matches!(hold.reason, kfs_plan::commit::HoldReason::Overlap { .. }) {
+                for path in paths.unwrap_or_default() {
+                    let _ = crate::failpoint::delete_file(table.file_io(), &path).await;
+                }
             }
             dropped.push(id.clone());
         }
