@@ -392,7 +392,7 @@ pub async fn commit_table(
             Recover::Ledger(e) => ledger_error(e),
             Recover::Summary(e) => summary_error(e),
         })?;
-        let dropped = drop_overlapping_runs(&table, ledger, &plan, &entries)
+        let dropped = drop_overlapping_runs(ledger, &plan, &entries)
             .await
             .map_err(ledger_error)?;
         outcome.runs_dropped += dropped.len();
@@ -563,13 +563,11 @@ enum Recover {
 
 /// Pending runs the plan holds as overlapping the watermark (their first segments are
 /// in the table, their last are not), or with a segment listed inside one of their
-/// gaps, can never be committed as they are: dropped from the ledger (an overlapping
-/// run's files deleted, best effort), so that the next pass converts their segments
-/// past the watermark again. A single segment
+/// gaps, can never be committed as they are: dropped from the ledger, so that the
+/// next pass converts their segments past the watermark again. A single segment
 /// overlapping is left to hold its partition: its content disagrees with the table.
 /// Returns the entries dropped.
 async fn drop_overlapping_runs(
-    table: &Table,
     ledger: &impl Ledger,
     plan: &CommitPlan,
     entries: &HashMap<&str, &LedgerEntry>,
@@ -581,21 +579,18 @@ async fn drop_overlapping_runs(
         else {
             continue;
         };
-        let Some(entry) = entries.get(id.as_str()).filter(|e| !e.members.is_empty()) else {
+        if entries
+            .get(id.as_str())
+            .is_none_or(|e| e.members.is_empty())
+        {
             continue;
-        };
-        let paths = crate::ledger::resolved_paths(entry, table.file_io()).await;
+        }
+        // Its files are left to orphan cleanup, which keeps what a table references:
+        // a run whose gap filled might still land through a process that listed
+        // before the segment turned up, and a process planning on an older table may
+        // be reading an overlapping run's files (its commit would conflict, but its
+        // read of a deleted file would fail its cycle).
         if ledger.discard_pending(id).await? {
-            // An overlapping run can never land: the table moved past its first
-            // segment, and any commit planned on an older table conflicts. A run
-            // whose gap filled might still land through a process that listed before
-            // the segment turned up: its files are left to orphan cleanup, which
-            // keeps what a table references.
-            if matches!(hold.reason, kfs_plan::commit::HoldReason::Overlap { .. }) {
-                for path in paths.unwrap_or_default() {
-                    let _ = crate::failpoint::delete_file(table.file_io(), &path).await;
-                }
-            }
             dropped.push(id.clone());
         }
     }
