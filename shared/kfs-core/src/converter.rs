@@ -223,22 +223,30 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                     }
                 }
             };
-            fan_out(&mut outcomes, &slot.objects, outcome);
+            fan_out(
+                &mut outcomes,
+                (key.object_key(SegmentFile::Data), slot.objects, outcome),
+            );
         }
         let converted: Vec<_> = futures::stream::iter(new.into_values())
             .map(|segments| self.convert_partition(segments))
             .buffered(self.settings.concurrency.max(1))
             .collect()
             .await;
-        for (objects, outcome) in converted.into_iter().flatten() {
-            fan_out(&mut outcomes, &objects, outcome);
+        for answer in converted.into_iter().flatten() {
+            fan_out(&mut outcomes, answer);
         }
+        // Every object was answered above; one that was not is failed, so that its
+        // event comes again, never dropped.
         outcomes
             .into_iter()
-            .map(|outcome| {
+            .zip(objects)
+            .map(|(outcome, object)| {
                 outcome.unwrap_or_else(|| {
-                    Ok(ObjectOutcome::Ignored {
-                        reason: "not reached".into(),
+                    Err(PipelineError::Unconverted {
+                        segment: object.key.clone(),
+                        message: "no outcome was reached for it".into(),
+                        kind: crate::fault::ErrorKind::Transient,
                     })
                 })
             })
@@ -304,10 +312,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
     /// Converts the new segments of one partition (in offset order): the small ones of
     /// a raw table in runs, the others one at a time. Returns each segment's objects
     /// with its outcome.
-    async fn convert_partition(
-        &self,
-        mut segments: Vec<NewObject>,
-    ) -> Vec<(Vec<usize>, Result<ObjectOutcome, PipelineError>)> {
+    async fn convert_partition(&self, mut segments: Vec<NewObject>) -> Vec<Answer> {
         segments.sort_by_key(|(key, _, _)| key.base_offset);
         let Some((first, _, _)) = segments.first() else {
             return Vec::new();
@@ -330,10 +335,9 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                 return segments
                     .into_iter()
                     .map(|(key, _, objects)| {
-                        (
-                            objects,
-                            Err(e.for_segment(&key.object_key(SegmentFile::Data))),
-                        )
+                        let segment = key.object_key(SegmentFile::Data);
+                        let failure = e.for_segment(&segment);
+                        (segment, objects, Err(failure))
                     })
                     .collect();
             }
@@ -345,17 +349,17 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         });
         for (key, _, objects) in committed {
             let segment = key.object_key(SegmentFile::Data);
-            outcomes.push((objects, Ok(ObjectOutcome::Duplicate { segment })));
+            let duplicate = ObjectOutcome::Duplicate {
+                segment: segment.clone(),
+            };
+            outcomes.push((segment, objects, Ok(duplicate)));
         }
-        let raw = matches!(
-            crate::table::value_format_of(&target.table),
-            Ok(kfs_plan::naming::ValueFormat::Raw)
-        );
         let (small, large): (Vec<_>, Vec<_>) = rest
             .into_iter()
-            .partition(|(_, object, _)| raw && object.size <= crate::convert::RUN_SEGMENT_BYTES);
+            .partition(|(_, object, _)| target.in_runs(object));
         for (key, object, objects) in large {
-            outcomes.push((objects, self.convert_one(&target, &key, &object).await));
+            let converted = self.convert_one(&target, &key, &object).await;
+            outcomes.push((object.key, objects, converted));
         }
         if small.is_empty() {
             return outcomes;
@@ -372,7 +376,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                 (Err(e), Some(key)) if e.kind() == crate::fault::ErrorKind::Conflict => {
                     stale.push((key.clone(), at, e));
                 }
-                (outcome, _) => outcomes.push((at, outcome)),
+                (outcome, _) => outcomes.push((segment, at, outcome)),
             }
         }
         let mut again = Vec::new();
@@ -380,24 +384,24 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
             let segment = key.object_key(SegmentFile::Data);
             match self.source.stat(&segment).await {
                 Ok(Some(object)) => again.push((key, object, at)),
-                Ok(None) => outcomes.push((at, Ok(ObjectOutcome::Incomplete { segment }))),
-                Err(_) => outcomes.push((at, Err(refused))),
+                Ok(None) => {
+                    let incomplete = ObjectOutcome::Incomplete {
+                        segment: segment.clone(),
+                    };
+                    outcomes.push((segment, at, Ok(incomplete)));
+                }
+                Err(_) => outcomes.push((segment, at, Err(refused))),
             }
         }
         if !again.is_empty() {
-            let retried = self.convert_runs(&target, again).await;
-            outcomes.extend(retried.into_iter().map(|(_, at, outcome)| (at, outcome)));
+            outcomes.extend(self.convert_runs(&target, again).await);
         }
         outcomes
     }
 
     /// Converts small segments of one partition in runs; returns each segment with its
     /// objects and outcome.
-    async fn convert_runs(
-        &self,
-        target: &TopicTable,
-        small: Vec<NewObject>,
-    ) -> Vec<(String, Vec<usize>, Result<ObjectOutcome, PipelineError>)> {
+    async fn convert_runs(&self, target: &TopicTable, small: Vec<NewObject>) -> Vec<Answer> {
         let _admitted = self.admit(crate::convert::RUN_SEGMENT_BYTES).await;
         let mut objects: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let news: Vec<NewSegment> = small
@@ -588,12 +592,14 @@ struct Announced<'a> {
     index: bool,
 }
 
+/// A segment's key, the places of the objects announcing it, and its outcome.
+type Answer = (String, Vec<usize>, Result<ObjectOutcome, PipelineError>);
+
 /// Answers every object of a segment with its outcome (a failure is repeated as
-/// [`PipelineError::Unconverted`]).
+/// [`PipelineError::Unconverted`] for the segment).
 fn fan_out(
     outcomes: &mut [Option<Result<ObjectOutcome, PipelineError>>],
-    objects: &[usize],
-    outcome: Result<ObjectOutcome, PipelineError>,
+    (segment, objects, outcome): Answer,
 ) {
     let Some((&last, rest)) = objects.split_last() else {
         return;
@@ -601,18 +607,10 @@ fn fan_out(
     for &at in rest {
         outcomes[at] = Some(match &outcome {
             Ok(outcome) => Ok(outcome.clone()),
-            Err(e) => Err(e.for_segment(&segment_of(e))),
+            Err(e) => Err(e.for_segment(&segment)),
         });
     }
     outcomes[last] = Some(outcome);
-}
-
-/// The segment a failure names, when it names one.
-fn segment_of(error: &PipelineError) -> String {
-    match error {
-        PipelineError::Unconverted { segment, .. } => segment.clone(),
-        _ => String::new(),
-    }
 }
 
 #[cfg(test)]

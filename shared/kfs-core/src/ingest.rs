@@ -132,6 +132,19 @@ fn late(progress: &TableProgress, key: &SegmentKey) -> Option<String> {
     ))
 }
 
+impl TopicTable {
+    /// Whether `object` is converted in runs of small segments ([`ingest_runs`]): a
+    /// segment of at most 1 MiB of a raw table (a JSON table grows its schema segment
+    /// by segment).
+    pub fn in_runs(&self, object: &SourceObject) -> bool {
+        object.size <= crate::convert::RUN_SEGMENT_BYTES
+            && matches!(
+                crate::table::value_format_of(&self.table),
+                Ok(ValueFormat::Raw)
+            )
+    }
+}
+
 /// Converts one segment and records the result in the ledger: pending with its data
 /// files, or quarantined with the error. A segment that arrives after its offsets were
 /// committed as a gap, or below the offset its partition began at (by the table's
@@ -326,11 +339,17 @@ pub async fn quarantine_unconverted(
     object: &SourceObject,
     why: &str,
 ) -> Result<LedgerEntry, PipelineError> {
-    let mut entry = new_entry(source, target, key, object).await?;
-    entry.state = EntryState::Quarantined {
-        error: format!("{}: {why}", source.describe(&object.key)),
-    };
-    record(ledger, entry).await
+    let entry = new_entry(source, target, key, object).await?;
+    let error = format!("{}: {why}", source.describe(&object.key));
+    record(ledger, quarantined(entry, error)).await
+}
+
+/// `entry`, quarantined with `error`.
+fn quarantined(entry: LedgerEntry, error: String) -> LedgerEntry {
+    LedgerEntry {
+        state: EntryState::Quarantined { error },
+        ..entry
+    }
 }
 
 /// Converts a segment of a JSON table: its values are scanned (streamed from the
@@ -529,6 +548,17 @@ pub async fn ingest_runs(
     stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<RunsOutcome, PipelineError> {
     let mut outcome = RunsOutcome::default();
+    let schema = match crate::convert::RunWriter::schema(&target.table) {
+        Ok(schema) => schema,
+        Err(source) => {
+            let e = PipelineError::Catalog {
+                table: target.name.to_string(),
+                source: Box::new(source),
+            };
+            fail_rest(&mut outcome, None, segments, &e).await;
+            return Ok(outcome);
+        }
+    };
     let mut run: Option<OpenRun> = None;
     // Bodies read a few ahead of the decoding, in order.
     let mut bodies = futures::stream::iter(segments.iter())
@@ -562,13 +592,11 @@ pub async fn ingest_runs(
             None => break,
         };
         at += 1;
+        let etag = version_tag(object, tail_of(&body));
         if let Some(why) = late(&target.progress, key) {
             close_run(ledger, &mut run, &mut outcome).await?;
-            let tail = tail_of(&body);
-            let mut entry = entry_for(target, key, object, version_tag(object, tail));
-            entry.state = EntryState::Quarantined {
-                error: format!("{}: {why}", source.describe(&object.key)),
-            };
+            let error = format!("{}: {why}", source.describe(&object.key));
+            let entry = quarantined(entry_for(target, key, object, etag), error);
             outcome.recorded.push(record(ledger, entry).await?);
             continue;
         }
@@ -581,32 +609,30 @@ pub async fn ingest_runs(
             (room && (next == key.base_offset || (*follows && next < key.base_offset)))
                 .then_some(next)
         });
-        let continues = joins.is_some();
-        if !continues {
+        if joins.is_none() {
             close_run(ledger, &mut run, &mut outcome).await?;
         }
-        let etag = version_tag(object, tail_of(&body));
-        let decoded =
-            match crate::convert::decode_for_run(&target.table, key, body, limits.decode).await {
-                Ok(decoded) => decoded,
-                Err(e) if e.kind().quarantines() => {
-                    close_run(ledger, &mut run, &mut outcome).await?;
-                    let mut entry = entry_for(target, key, object, etag);
-                    entry.state = EntryState::Quarantined {
-                        error: format!("{}: {e}", source.describe(&object.key)),
-                    };
-                    outcome.recorded.push(record(ledger, entry).await?);
-                    continue;
-                }
-                Err(e) => {
-                    let rest = &segments[at - 1..];
-                    fail_rest(&mut outcome, run.take(), rest, &e.into()).await;
-                    break;
-                }
-            };
+        let decoded = match crate::convert::decode_for_run(&schema, key, body, limits.decode).await
+        {
+            Ok(decoded) => decoded,
+            Err(e) if e.kind().quarantines() => {
+                close_run(ledger, &mut run, &mut outcome).await?;
+                let error = format!("{}: {e}", source.describe(&object.key));
+                let entry = quarantined(entry_for(target, key, object, etag), error);
+                outcome.recorded.push(record(ledger, entry).await?);
+                continue;
+            }
+            Err(e) => {
+                let rest = &segments[at - 1..];
+                fail_rest(&mut outcome, run.take(), rest, &e.into()).await;
+                break;
+            }
+        };
         let open = match run.as_mut() {
             Some(open) => open,
-            None => match crate::convert::RunWriter::new(&target.table, key, &etag).await {
+            None => match crate::convert::RunWriter::new(&target.table, schema.clone(), key, &etag)
+                .await
+            {
                 Ok(writer) => run.insert(OpenRun {
                     writer,
                     entry: entry_for(target, key, object, etag.clone()),

@@ -440,6 +440,12 @@ pub async fn run_once(
     });
     let budget = config.max_conversions.unwrap_or(usize::MAX);
     let stop = || sweep_deadline.is_some_and(|d| Instant::now() >= d);
+    let run_limits = RunLimits {
+        decode: config.limits,
+        max_segments: config
+            .max_run_segments
+            .map_or(MAX_RUN_SEGMENTS, |n| n.clamp(1, MAX_RUN_SEGMENTS)),
+    };
     let mut at = 0;
     let mut done = 0;
     while at < work.len() {
@@ -452,24 +458,17 @@ pub async fn run_once(
             at += 1;
             continue;
         };
-        // The small segments of this partition from here, for a raw table: in runs.
-        let small = if matches!(
-            crate::table::value_format_of(&target.table),
-            Ok(kfs_plan::naming::ValueFormat::Raw)
-        ) {
-            work[at..]
-                .iter()
-                .take_while(|new| {
-                    new.key.partition == key.partition
-                        && new.key.topic == key.topic
-                        && new.key.namespace == key.namespace
-                        && new.object.size <= crate::convert::RUN_SEGMENT_BYTES
-                })
-                .take(budget - done)
-                .count()
-        } else {
-            0
-        };
+        // The segments of this partition from here that convert in runs.
+        let small = work[at..]
+            .iter()
+            .take_while(|new| {
+                new.key.partition == key.partition
+                    && new.key.topic == key.topic
+                    && new.key.namespace == key.namespace
+                    && target.in_runs(&new.object)
+            })
+            .take(budget - done)
+            .count();
         // A segment that is not small is a group of its own, converted alone.
         let group = &work[at..at + small.max(1)];
         at += group.len();
@@ -498,7 +497,7 @@ pub async fn run_once(
                 )
                 .await?
                 {
-                    note_recorded(&entry, 1, &mut report, &mut swept, progress);
+                    note_recorded(&entry, &mut report, &mut swept, progress);
                 }
             }
             if small > 0 {
@@ -511,12 +510,7 @@ pub async fn run_once(
             target,
             ledger,
             group,
-            RunLimits {
-                decode: config.limits,
-                max_segments: config
-                    .max_run_segments
-                    .map_or(MAX_RUN_SEGMENTS, |n| n.clamp(1, MAX_RUN_SEGMENTS)),
-            },
+            run_limits,
             &config.retry,
             &stop,
         )
@@ -534,7 +528,7 @@ pub async fn run_once(
                 other => (String::new(), other.to_string()),
             }));
         for entry in &runs.recorded {
-            note_recorded(entry, entry.segments(), &mut report, &mut swept, progress);
+            note_recorded(entry, &mut report, &mut swept, progress);
         }
     }
     // Commit every table swept with pending work, on the listing of its feeds (feeds
@@ -668,11 +662,10 @@ async fn convert_single(
     }
 }
 
-/// Notes an entry a conversion recorded (holding `segments` segments) in the report
+/// Notes an entry a conversion recorded (a segment, or a run of them) in the report
 /// and the progress.
 fn note_recorded(
     entry: &crate::ledger::LedgerEntry,
-    segments: usize,
     report: &mut RunReport,
     swept: &mut BTreeMap<String, SweptTable>,
     progress: &(dyn Fn(&Progress) + Sync),
@@ -688,6 +681,7 @@ fn note_recorded(
                 .push((entry.segment.clone(), error.clone()));
         }
         _ => {
+            let segments = entry.segments();
             progress(&Progress::Converted {
                 segment: entry.segment.clone(),
                 segments,

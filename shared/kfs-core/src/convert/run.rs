@@ -41,30 +41,28 @@ pub struct DecodedSegment {
     pub last_offset: i64,
 }
 
-/// Decodes the whole segment `key` from `body` into rows of `table`'s columns (raw
-/// values), on this task when it is small, else on a blocking thread.
+/// Decodes the whole segment `key` from `body` into rows of a run's columns
+/// (`schema`: the table's, raw values; [`RunWriter::schema`]), on this task when it
+/// is small, else on a blocking thread.
 pub async fn decode_for_run(
-    table: &Table,
+    schema: &SchemaRef,
     key: &SegmentKey,
     body: bytes::Bytes,
     limits: DecodeLimits,
 ) -> Result<DecodedSegment, ConvertError> {
-    let write_error = |source: iceberg::Error| ConvertError::Write {
-        segment: key.to_string(),
-        source: Box::new(source),
-    };
-    let schema = arrow_schema(table.metadata().current_schema()).map_err(write_error)?;
+    let schema = schema.clone();
     if body.len() <= INLINE_DECODE_BYTES {
         return decode_whole(&body, key, schema, limits);
     }
     let owned = key.clone();
     tokio::task::spawn_blocking(move || decode_whole(&body, &owned, schema, limits))
         .await
-        .map_err(|join| {
-            write_error(iceberg::Error::new(
+        .map_err(|join| ConvertError::Write {
+            segment: key.to_string(),
+            source: Box::new(iceberg::Error::new(
                 iceberg::ErrorKind::Unexpected,
                 format!("the decoding thread failed: {join}"),
-            ))
+            )),
         })?
 }
 
@@ -89,18 +87,26 @@ pub struct RunWriter {
 }
 
 impl RunWriter {
-    /// A run for `table` whose files are named after its first segment (`lead`) and
-    /// that segment's version.
-    pub async fn new(table: &Table, lead: &SegmentKey, etag: &str) -> Result<Self, ConvertError> {
+    /// The Arrow columns of runs for `table` (what [`decode_for_run`] decodes into).
+    pub fn schema(table: &Table) -> iceberg::Result<SchemaRef> {
+        arrow_schema(table.metadata().current_schema())
+    }
+
+    /// A run for `table`, of the columns `schema` ([`RunWriter::schema`]), whose files
+    /// are named after its first segment (`lead`) and that segment's version.
+    pub async fn new(
+        table: &Table,
+        schema: SchemaRef,
+        lead: &SegmentKey,
+        etag: &str,
+    ) -> Result<Self, ConvertError> {
         let segment = lead.to_string();
-        let write_error = |source: iceberg::Error| ConvertError::Write {
-            segment: segment.clone(),
-            source: Box::new(source),
-        };
-        let schema = arrow_schema(table.metadata().current_schema()).map_err(write_error)?;
         let writer = SegmentWriter::new(table, data_file_stem(lead, etag))
             .await
-            .map_err(write_error)?;
+            .map_err(|source| ConvertError::Write {
+                segment: segment.clone(),
+                source: Box::new(source),
+            })?;
         Ok(Self {
             table: table.clone(),
             schema,
