@@ -108,11 +108,7 @@ fn work_order(partition: i32, base_offset: i64) -> String {
 }
 
 fn to_item(entry: &LedgerEntry) -> Result<Item, LedgerError> {
-    let data_files =
-        serde_json::to_string(&entry.data_files).map_err(|e| LedgerError::Corrupt {
-            segment: entry.segment.clone(),
-            reason: e.to_string(),
-        })?;
+    let data_files = entry.stored_data_files()?;
     let mut item = Item::from([
         ("segment_key".to_owned(), s(&entry.segment)),
         ("etag".to_owned(), s(&entry.etag)),
@@ -472,22 +468,25 @@ impl Ledger for DynamoLedger {
 
     async fn mark_committed(
         &self,
-        segments: &[String],
+        entries: &[&LedgerEntry],
         snapshot_id: i64,
         now_ms: i64,
     ) -> Result<usize, LedgerError> {
         let mut moved = 0;
-        for segment in segments {
+        for entry in entries {
             let result = self
                 .client
                 .update_item()
                 .table_name(&self.table)
-                .key("segment_key", s(segment))
+                .key("segment_key", s(&entry.segment))
                 // The data file descriptions are in the table now: dropped, so that
                 // committed items stay small.
                 .update_expression("SET #s = :committed, snapshot_id = :snapshot, updated_ms = :now, data_files = :none REMOVE work_key, work_order")
                 .expression_attribute_values(":none", s("[]"))
-                .condition_expression("#s = :pending")
+                // Only the conversion committed (its own data files), not one made
+                // again under the same key since.
+                .condition_expression("#s = :pending AND data_files = :files")
+                .expression_attribute_values(":files", s(&entry.stored_data_files()?))
                 .expression_attribute_names("#s", "entry_state")
                 .expression_attribute_values(":committed", s("committed"))
                 .expression_attribute_values(":pending", s("pending"))

@@ -109,12 +109,12 @@ impl Ledger for CountingLedger {
     }
     async fn mark_committed(
         &self,
-        segments: &[String],
+        entries: &[&LedgerEntry],
         snapshot_id: i64,
         now_ms: i64,
     ) -> Result<usize, LedgerError> {
         self.inner
-            .mark_committed(segments, snapshot_id, now_ms)
+            .mark_committed(entries, snapshot_id, now_ms)
             .await
     }
     async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {

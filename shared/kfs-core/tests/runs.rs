@@ -5,9 +5,9 @@
 //! its segments past the watermark are converted again. On the real SQL catalog and
 //! ledger, every offset checked once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use kfs_core::{Ledger, SegmentSource};
+use kfs_core::{InsertOutcome, Ledger, LedgerEntry, LedgerError, SegmentSource, SqliteLedger};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 
@@ -242,6 +242,202 @@ async fn a_run_overlapping_a_committed_run_is_dropped_and_converted_again() -> T
     assert_eq!(report.converted, 4, "{report:?}");
     assert!(!report.has_failures(), "{report:?}");
     assert_eq!(offsets(&local.catalog, &table).await?, once(0, 50));
+    assert!(local.ledger.list(Some("pending"), None).await?.is_empty());
+    Ok(())
+}
+
+/// A process's view of the ledger read before others changed it: its reads of the
+/// entries it read then answer as they did (whatever is under their keys now); its
+/// writes go to the ledger.
+struct StaleReads<'a> {
+    inner: &'a SqliteLedger,
+    read_then: Vec<LedgerEntry>,
+}
+
+impl Ledger for StaleReads<'_> {
+    fn identity(&self) -> String {
+        self.inner.identity()
+    }
+    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
+        match self.read_then.iter().find(|e| e.segment == segment) {
+            Some(entry) => Ok(Some(entry.clone())),
+            None => self.inner.get(segment).await,
+        }
+    }
+    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
+        self.inner.insert(entry).await
+    }
+    async fn scan(
+        &self,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> Result<kfs_core::Listing, LedgerError> {
+        self.inner.scan(state, table).await
+    }
+    async fn work_keys(
+        &self,
+        state: &str,
+        table: &str,
+    ) -> Result<Vec<kfs_core::WorkKey>, LedgerError> {
+        self.inner.work_keys(state, table).await
+    }
+    async fn begin_attempt(
+        &self,
+        segment: &str,
+        now_ms: i64,
+    ) -> Result<kfs_core::Attempts, LedgerError> {
+        self.inner.begin_attempt(segment, now_ms).await
+    }
+    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
+        self.inner.end_attempt(segment).await
+    }
+    async fn mark_committed(
+        &self,
+        entries: &[&LedgerEntry],
+        snapshot_id: i64,
+        now_ms: i64,
+    ) -> Result<usize, LedgerError> {
+        self.inner
+            .mark_committed(entries, snapshot_id, now_ms)
+            .await
+    }
+    async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {
+        self.inner.remove_in_state(segment, state).await
+    }
+    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
+        self.inner.skip_quarantined(segment, now_ms).await
+    }
+}
+
+/// Base offsets of partition 0, as a sweep lists them.
+fn listing(bases: &[i64]) -> BTreeMap<i32, BTreeSet<i64>> {
+    BTreeMap::from([(0, bases.iter().copied().collect())])
+}
+
+/// Runs passes until one quarantines something (at most three), returning what it
+/// quarantined.
+async fn quarantined_by_passes(
+    local: &Local,
+    naming: &TableNaming,
+) -> Result<Vec<String>, BoxError> {
+    for _ in 0..3 {
+        let report = local.run(naming).await?;
+        if !report.quarantined.is_empty() {
+            return Ok(report.quarantined.into_iter().map(|(s, _)| s).collect());
+        }
+    }
+    Ok(Vec::new())
+}
+
+#[tokio::test]
+async fn a_run_landed_on_an_older_listing_never_marks_the_run_converted_again_after_it()
+-> TestResult {
+    // Process A reads a pending run spanning offsets 5-9, where nothing is listed.
+    // The segment at 5 turns up; process B drops the run (a segment is in its gap)
+    // and converts the three segments again as one run, under the same key. A, still
+    // on its older listing, lands its run, recording 5-9 as a gap. A's marking must
+    // not take B's run for its own: B's run holds offsets the table does not, so it
+    // is dropped, and the segment at 5 is quarantined as late. Never lost silently.
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    let table = naming.table_for("raced");
+    let first = local.put("raced", 0, &VALUES, 1)?;
+    let last = local.put("raced", 10, &VALUES, 1)?;
+    let target = topic_table(&local, &naming, "raced").await?;
+    let segments = listed(&local, &[first.clone(), last.clone()]).await?;
+    convert_in_runs(&local, &target, &segments).await?;
+    let process_a = StaleReads {
+        inner: &local.ledger,
+        read_then: local.ledger.list(Some("pending"), None).await?,
+    };
+    let middle = local.put("raced", 5, &VALUES, 1)?;
+    let settings = kfs_core::CommitSettings::default();
+    let outcome = kfs_core::testing::commit_table(
+        &local.catalog,
+        &local.ledger,
+        &table,
+        "raced",
+        &listing(&[0, 5, 10]),
+        &settings,
+        kfs_core::now_ms(),
+    )
+    .await?;
+    assert_eq!(outcome.runs_dropped, 1, "{outcome:?}");
+    let segments = listed(&local, &[first.clone(), middle.clone(), last]).await?;
+    let again = convert_in_runs(&local, &target, &segments).await?;
+    assert_eq!(again.recorded.len(), 1, "{again:?}");
+    let outcome = kfs_core::testing::commit_table(
+        &local.catalog,
+        &process_a,
+        &table,
+        "raced",
+        &listing(&[0, 10]),
+        &settings,
+        kfs_core::now_ms(),
+    )
+    .await?;
+    assert_eq!(
+        outcome
+            .gaps
+            .iter()
+            .map(|g| (g.from, g.to))
+            .collect::<Vec<_>>(),
+        vec![(5, 9)],
+        "{outcome:?}"
+    );
+    let mut expected = once(0, 5);
+    expected.extend(once(10, 15));
+    assert_eq!(offsets(&local.catalog, &table).await?, expected);
+    let lead = first.object_key(SegmentFile::Data);
+    let entry = local.ledger.get(&lead).await?.ok_or("B's run is gone")?;
+    assert_eq!(
+        (entry.state.name(), entry.segments()),
+        ("pending", 3),
+        "A's commit marked B's run: {entry:?}"
+    );
+    assert_eq!(
+        quarantined_by_passes(&local, &naming).await?,
+        vec![middle.object_key(SegmentFile::Data)]
+    );
+    assert_eq!(offsets(&local.catalog, &table).await?, expected);
+    assert!(local.ledger.list(Some("pending"), None).await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_segment_converted_while_its_gap_was_committed_is_quarantined_as_late() -> TestResult {
+    // A converter opened the table before a commit recorded offsets 5-9 as a gap, and
+    // converts the segment at 5 after it: its entry is covered by the watermark but
+    // not in the table. It is dropped, then quarantined as late, never left pending.
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    let table = naming.table_for("behind");
+    local.put("behind", 0, &VALUES, 1)?;
+    local.put("behind", 10, &VALUES, 1)?;
+    let converter = topic_table(&local, &naming, "behind").await?;
+    let report = local.run(&naming).await?;
+    assert!(!report.has_failures(), "{report:?}");
+    let middle = local.put("behind", 5, &VALUES, 1)?;
+    let converted = convert_in_runs(
+        &local,
+        &converter,
+        &listed(&local, std::slice::from_ref(&middle)).await?,
+    )
+    .await?;
+    assert_eq!(converted.recorded.len(), 1, "{converted:?}");
+    let report = local.run(&naming).await?;
+    assert_eq!(
+        report.tables[&table.to_string()].late_dropped,
+        1,
+        "{report:?}"
+    );
+    assert_eq!(
+        quarantined_by_passes(&local, &naming).await?,
+        vec![middle.object_key(SegmentFile::Data)]
+    );
+    let mut expected = once(0, 5);
+    expected.extend(once(10, 15));
+    assert_eq!(offsets(&local.catalog, &table).await?, expected);
     assert!(local.ledger.list(Some("pending"), None).await?.is_empty());
     Ok(())
 }

@@ -34,6 +34,40 @@ pub struct PendingSegment {
     pub inner_gaps: Vec<(i64, i64)>,
 }
 
+impl PendingSegment {
+    /// The first of `gaps` (recorded in the table) that covers an offset this segment
+    /// holds, if any: such a segment was converted while its offsets were committed
+    /// as a gap, so the table does not hold its records whatever its watermark says.
+    /// The run's own inner gaps are not offsets it holds.
+    pub fn holds_offsets_in(&self, gaps: &[Gap]) -> Option<Gap> {
+        gaps.iter()
+            .filter(|g| g.partition == self.partition)
+            .find(|g| {
+                let (from, to) = (g.from.max(self.base_offset), g.to.min(self.last_offset));
+                from <= to && !self.gaps_cover(from, to)
+            })
+            .copied()
+    }
+
+    /// Whether the run's inner gaps cover every offset of `[from, to]`.
+    fn gaps_cover(&self, from: i64, to: i64) -> bool {
+        let mut next = from;
+        for &(gap_from, gap_to) in &self.inner_gaps {
+            if gap_to < next {
+                continue;
+            }
+            if gap_from > next {
+                return false;
+            }
+            match gap_to.checked_add(1) {
+                Some(after) if after <= to => next = after,
+                _ => return true,
+            }
+        }
+        false
+    }
+}
+
 /// What the planner needs to know about one table.
 #[derive(Debug, Clone, Copy)]
 pub struct PlanInput<'a> {
@@ -481,6 +515,33 @@ mod tests {
                 base_offset: 12
             }
         );
+    }
+
+    #[test]
+    fn a_segment_holds_offsets_in_a_recorded_gap_unless_its_own_gap_covers_them() {
+        let gap = |from, to| Gap {
+            partition: 0,
+            from,
+            to,
+            reason: GapReason::NoSegment,
+        };
+        let mut run = seg(0, 0, 29);
+        run.inner_gaps = vec![(10, 19)];
+        // Its own gap, recorded when it committed: it holds none of those offsets.
+        assert_eq!(run.holds_offsets_in(&[gap(10, 19)]), None);
+        assert_eq!(run.holds_offsets_in(&[gap(12, 15), gap(30, 40)]), None);
+        // A gap reaching into what it holds.
+        assert_eq!(run.holds_offsets_in(&[gap(5, 12)]), Some(gap(5, 12)));
+        assert_eq!(run.holds_offsets_in(&[gap(19, 20)]), Some(gap(19, 20)));
+        // A run without gaps, and another partition's gap.
+        run.inner_gaps.clear();
+        assert_eq!(run.holds_offsets_in(&[gap(10, 19)]), Some(gap(10, 19)));
+        let other = Gap {
+            partition: 1,
+            ..gap(0, 29)
+        };
+        assert_eq!(run.holds_offsets_in(&[other]), None);
+        assert_eq!(seg(0, 0, 9).holds_offsets_in(&[gap(10, 19)]), None);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! would be (below the start, inside a gap). What is retained below the watermark is
 //! never listed, and a tick's cost follows new segments, not retention.
 
+use crate::commit::PendingSegment;
 use crate::offsets::{Gap, OffsetMap};
 
 /// A table's progress as its snapshots record it.
@@ -108,32 +109,22 @@ impl TableProgress {
         merge(ranges)
     }
 
-    /// Whether the progress alone shows offsets `base..=last` of `partition` in the
-    /// table (when the snapshot that added them has been expired): below the
-    /// watermark, at or past the partition's start (recorded, else
-    /// `configured_start`), and in no recorded gap.
-    pub fn shows_committed(
-        &self,
-        partition: i32,
-        base: i64,
-        last: i64,
-        configured_start: Option<i64>,
-    ) -> bool {
+    /// Whether the progress alone shows the offsets `segment` holds in the table
+    /// (when the snapshot that added them has been expired): below the watermark, at
+    /// or past the partition's start (recorded, else `configured_start`), and in no
+    /// recorded gap (a run's own inner gaps aside).
+    pub fn shows_committed(&self, segment: &PendingSegment, configured_start: Option<i64>) -> bool {
         let below_watermark = self
             .watermarks
-            .get(&partition)
-            .is_some_and(|&next| last < next);
+            .get(&segment.partition)
+            .is_some_and(|&next| segment.last_offset < next);
         let past_start = self
             .starts
-            .get(&partition)
+            .get(&segment.partition)
             .copied()
             .or(configured_start)
-            .is_none_or(|start| base >= start);
-        let in_gap = self
-            .gaps
-            .iter()
-            .any(|g| g.partition == partition && g.from <= last && base <= g.to);
-        below_watermark && past_start && !in_gap
+            .is_none_or(|start| segment.base_offset >= start);
+        below_watermark && past_start && segment.holds_offsets_in(&self.gaps).is_none()
     }
 
     /// Classifies the segment of `partition` starting at `base_offset`.
@@ -207,17 +198,35 @@ mod tests {
             ListedSegment::LateAfterGap(_)
         ));
         assert_eq!(progress.classify(0, 30), ListedSegment::Committed);
-        assert!(progress.shows_committed(0, 30, 39, None));
+        let segment = |partition, base_offset, last_offset| PendingSegment {
+            id: String::new(),
+            partition,
+            base_offset,
+            last_offset,
+            records: 1,
+            segments: 1,
+            inner_gaps: Vec::new(),
+        };
+        assert!(progress.shows_committed(&segment(0, 30, 39), None));
         assert!(
-            !progress.shows_committed(0, 15, 24, None),
+            !progress.shows_committed(&segment(0, 15, 24), None),
             "overlaps the gap"
         );
-        assert!(!progress.shows_committed(0, 0, 9, None), "below the start");
+        let mut run = segment(0, 15, 34);
+        run.inner_gaps = progress.gaps.iter().map(|g| (g.from, g.to)).collect();
+        assert!(progress.shows_committed(&run, None), "the run's own gap");
         assert!(
-            !progress.shows_committed(0, 95, 104, None),
+            !progress.shows_committed(&segment(0, 0, 9), None),
+            "below the start"
+        );
+        assert!(
+            !progress.shows_committed(&segment(0, 95, 104), None),
             "past the watermark"
         );
-        assert!(!progress.shows_committed(1, 0, 9, None), "no watermark");
+        assert!(
+            !progress.shows_committed(&segment(1, 0, 9), None),
+            "no watermark"
+        );
     }
 
     #[test]

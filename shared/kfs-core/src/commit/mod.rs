@@ -26,9 +26,7 @@ use iceberg::{Catalog, ErrorKind};
 use kfs_plan::commit::{CommitPlan, Hold, PendingSegment, PlanInput, plan_commit};
 use kfs_plan::crosscheck::{AgedSegment, CrossCheck, CrossCheckPolicy, EtcdView, cross_check};
 use kfs_plan::naming::TableName;
-use kfs_plan::offsets::{
-    Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, gaps_from_summary, ranges_from_summary,
-};
+use kfs_plan::offsets::{Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, ranges_from_summary};
 use kfs_plan::sweep::TableProgress;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -94,6 +92,10 @@ pub struct CommitOutcome {
     /// first), or because a segment turned up inside one of their gaps: the segments
     /// past the watermark are converted again by the next pass.
     pub runs_dropped: usize,
+    /// Pending entries the watermark covers that hold offsets the table recorded as a
+    /// gap (converted while another process committed that gap): dropped, so that the
+    /// next pass quarantines their segments inside the gap as late.
+    pub late_dropped: usize,
     /// Attempts used.
     pub attempts: usize,
     /// The etcd cross-check's verdict (held, unconfirmed and stopped partitions).
@@ -225,13 +227,10 @@ fn find_range(
 ) -> Result<Option<i64>, SummaryError> {
     for snapshot in ancestry(table) {
         let properties = &snapshot.summary().additional_properties;
-        let covered_by_range = ranges_from_summary(properties)?
+        if ranges_from_summary(properties)?
             .get(&partition)
-            .is_some_and(|&(first, next)| first <= base && last < next);
-        let in_gap = gaps_from_summary(properties)?
-            .iter()
-            .any(|g| g.partition == partition && g.from <= base && last <= g.to);
-        if covered_by_range && !in_gap {
+            .is_some_and(|&(first, next)| first <= base && last < next)
+        {
             return Ok(Some(snapshot.snapshot_id()));
         }
     }
@@ -379,11 +378,12 @@ pub async fn commit_table(
             max_segments: settings.max_segments,
             skipped: &skipped,
         });
-        outcome.recovered += recover_covered(
+        let (recovered, dropped_late) = recover_covered(
             &table,
             &progress,
             ledger,
             &plan,
+            &entries,
             &settings.start_offsets,
             now_ms,
         )
@@ -392,6 +392,8 @@ pub async fn commit_table(
             Recover::Ledger(e) => ledger_error(e),
             Recover::Summary(e) => summary_error(e),
         })?;
+        outcome.recovered += recovered;
+        outcome.late_dropped += dropped_late;
         let dropped = drop_overlapping_runs(ledger, &plan, &entries)
             .await
             .map_err(ledger_error)?;
@@ -457,9 +459,13 @@ pub async fn commit_table(
                     continue;
                 }
             };
-        let ids: Vec<String> = plan.take.iter().map(|s| s.id.clone()).collect();
+        let taken: Vec<&LedgerEntry> = plan
+            .take
+            .iter()
+            .filter_map(|s| entries.get(s.id.as_str()).copied())
+            .collect();
         ledger
-            .mark_committed(&ids, snapshot_id, now_ms)
+            .mark_committed(&taken, snapshot_id, now_ms)
             .await
             .map_err(ledger_error)?;
         // This attempt's snapshot landed, holding the merged files: the small ones are
@@ -600,17 +606,37 @@ async fn drop_overlapping_runs(
 /// Pending entries the watermark already covers were committed by an earlier cycle
 /// whose marking was lost: find the snapshot that added them and mark them (or, when
 /// expiry has removed it, mark them at the current snapshot if the table's progress
-/// shows their offsets in the table).
+/// shows their offsets in the table). A covered entry holding offsets the table
+/// recorded as a gap was converted while that gap was committed (on another process's
+/// older listing): its records are not in the table, and never will be. It is
+/// dropped, so that the next pass finds its segments where they stand: in the table,
+/// or late inside the gap and quarantined for an operator. Returns the entries
+/// recovered and the entries dropped.
 async fn recover_covered(
     table: &Table,
     progress: &TableProgress,
     ledger: &impl Ledger,
     plan: &CommitPlan,
+    entries: &HashMap<&str, &LedgerEntry>,
     configured_starts: &BTreeMap<i32, i64>,
     now_ms: i64,
-) -> Result<usize, Recover> {
-    let mut recovered = 0;
+) -> Result<(usize, usize), Recover> {
+    let (mut recovered, mut dropped) = (0, 0);
     for segment in &plan.covered {
+        let Some(&entry) = entries.get(segment.id.as_str()) else {
+            continue;
+        };
+        if segment.holds_offsets_in(&progress.gaps).is_some() {
+            // (Its files are left to orphan cleanup, as a dropped run's are.)
+            if ledger
+                .discard_pending(&segment.id)
+                .await
+                .map_err(Recover::Ledger)?
+            {
+                dropped += 1;
+            }
+            continue;
+        }
         let found = find_range(
             table,
             segment.partition,
@@ -623,23 +649,18 @@ async fn recover_covered(
             // The snapshot that took it has been expired: the offsets are in the table
             // unless they lie in a recorded gap or below where the partition began.
             None => progress
-                .shows_committed(
-                    segment.partition,
-                    segment.base_offset,
-                    segment.last_offset,
-                    configured_starts.get(&segment.partition).copied(),
-                )
+                .shows_committed(segment, configured_starts.get(&segment.partition).copied())
                 .then(|| table.metadata().current_snapshot_id())
                 .flatten(),
         };
         if let Some(snapshot_id) = snapshot_id {
             recovered += ledger
-                .mark_committed(std::slice::from_ref(&segment.id), snapshot_id, now_ms)
+                .mark_committed(&[entry], snapshot_id, now_ms)
                 .await
                 .map_err(Recover::Ledger)?;
         }
     }
-    Ok(recovered)
+    Ok((recovered, dropped))
 }
 
 async fn data_files_of(

@@ -142,7 +142,21 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
             .map_err(store)?,
         vec![bad.clone()],
     )?;
-    let both = vec![pending.segment.clone(), bad.segment.clone()];
+    let both = vec![&pending, &bad];
+    // A commit of another conversion of the same key (a run dropped and converted
+    // again since the committer read it) marks nothing.
+    let other_conversion = LedgerEntry {
+        data_files: vec![r#"{"file_path":"another conversion"}"#.into()],
+        ..later.clone()
+    };
+    expect(
+        "marking another conversion of the key",
+        ledger
+            .mark_committed(&[&other_conversion], 76, 4)
+            .await
+            .map_err(store)?,
+        0,
+    )?;
     expect(
         "first marking",
         ledger.mark_committed(&both, 77, 5).await.map_err(store)?,

@@ -102,15 +102,16 @@ impl Ledger for MemoryLedger {
 
     async fn mark_committed(
         &self,
-        segments: &[String],
+        entries: &[&LedgerEntry],
         snapshot_id: i64,
         now_ms: i64,
     ) -> Result<usize, LedgerError> {
         self.with(|m| {
             let mut moved = 0;
-            for segment in segments {
-                if let Some(entry) = m.get_mut(segment)
+            for committed in entries {
+                if let Some(entry) = m.get_mut(&committed.segment)
                     && entry.state == EntryState::Pending
+                    && entry.data_files == committed.data_files
                 {
                     entry.state = EntryState::Committed { snapshot_id };
                     entry.updated_ms = now_ms;

@@ -104,6 +104,15 @@ pub struct LedgerEntry {
 }
 
 impl LedgerEntry {
+    /// The data file descriptions as stored (a JSON array): what tells one conversion
+    /// of a key from another, since every conversion writes files of its own.
+    pub fn stored_data_files(&self) -> Result<String, LedgerError> {
+        serde_json::to_string(&self.data_files).map_err(|e| LedgerError::Corrupt {
+            segment: self.segment.clone(),
+            reason: format!("data_files: {e}"),
+        })
+    }
+
     /// Segments the entry holds: its own and its run's.
     pub fn segments(&self) -> usize {
         1 + self.members.len()
@@ -468,10 +477,13 @@ pub trait Ledger: Send + Sync {
 
     /// Moves pending entries to committed, dropping their data file descriptions (the
     /// table holds them now, and committed entries must stay small); returns how many
-    /// moved (entries in another state are left alone).
+    /// moved. Each moves only while it is still the conversion the caller committed:
+    /// pending, with the same data files ([`LedgerEntry::stored_data_files`]). An
+    /// entry dropped and converted again under the same key since the caller read it
+    /// (a run whose gap filled) is a different conversion, and is left alone.
     fn mark_committed(
         &self,
-        segments: &[String],
+        entries: &[&LedgerEntry],
         snapshot_id: i64,
         now_ms: i64,
     ) -> impl Future<Output = Result<usize, LedgerError>> + Send;

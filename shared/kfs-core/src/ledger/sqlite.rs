@@ -208,11 +208,7 @@ impl Ledger for SqliteLedger {
                 (None, Some(error.clone()))
             }
         };
-        let data_files =
-            serde_json::to_string(&entry.data_files).map_err(|e| LedgerError::Corrupt {
-                segment: entry.segment.clone(),
-                reason: e.to_string(),
-            })?;
+        let data_files = entry.stored_data_files()?;
         let dead_letters = entry.dead_letters.to_stored(&entry.segment)?;
         let members = RunMember::to_stored(&entry.members, &entry.segment)?;
         let result = sqlx::query(
@@ -313,21 +309,23 @@ impl Ledger for SqliteLedger {
 
     async fn mark_committed(
         &self,
-        segments: &[String],
+        entries: &[&LedgerEntry],
         snapshot_id: i64,
         now_ms: i64,
     ) -> Result<usize, LedgerError> {
         let mut tx = self.pool.begin().await?;
         let mut moved = 0;
-        for segment in segments {
+        for entry in entries {
             let result = sqlx::query(
                 // The data file descriptions are in the table now: dropped, so that
                 // committed entries stay small however many the ledger keeps.
-                "UPDATE ledger SET state = 'committed', snapshot_id = ?, updated_ms = ?, data_files = '[]' WHERE segment = ? AND state = 'pending'",
+                "UPDATE ledger SET state = 'committed', snapshot_id = ?, updated_ms = ?, data_files = '[]'
+                 WHERE segment = ? AND state = 'pending' AND data_files = ?",
             )
             .bind(snapshot_id)
             .bind(now_ms)
-            .bind(segment)
+            .bind(&entry.segment)
+            .bind(entry.stored_data_files()?)
             .execute(&mut *tx)
             .await?;
             moved += result.rows_affected() as usize;

@@ -340,7 +340,7 @@ impl Ledger for FaultyLedger<'_> {
     }
     async fn mark_committed(
         &self,
-        segments: &[String],
+        entries: &[&LedgerEntry],
         snapshot_id: i64,
         now_ms: i64,
     ) -> Result<usize, LedgerError> {
@@ -348,7 +348,7 @@ impl Ledger for FaultyLedger<'_> {
             &self.faults,
             Step::MarkCommitted,
             ledger_error,
-            self.inner.mark_committed(segments, snapshot_id, now_ms),
+            self.inner.mark_committed(entries, snapshot_id, now_ms),
         )
         .await
     }
