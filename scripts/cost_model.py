@@ -1,25 +1,53 @@
 #!/usr/bin/env python3
-"""Cost model: what kfs-iceberg costs per GiB ingested and per month, on AWS.
+"""Cost model: what kfs-iceberg costs per GiB ingested, on AWS, from counted requests.
 
-Compute comes from the measured converter throughput (`scripts/macro_bench.py`); the
-per-segment request counts come from what the code does for each segment; prices are
-AWS's published us-east-1 list prices (see PRICES). Prints a Markdown table for two
-segment sizes: KB-sized segments (the broker's default, one per produce request) and
-4 MiB segments (`KAFSCALE_SEGMENT_BYTES`).
+Requests come from moto's own request recorder in three tests, which save what they
+counted under `target/request-counts/`:
 
-    python3 scripts/cost_model.py --throughput 300
+    cargo test -p kfs-converter --test integration -- servers::batch_requests
+    cargo test -p kfs-committer --test integration -- servers::sweep_requests
 
-Every figure is an estimate: the per-segment wait on S3 and DynamoDB (`--wait-ms`) is an
-assumption, not a measurement, and free tiers are ignored.
+- `converter-events`: one SQS batch announcing 1,000 KB-sized segments (both files of
+  each, as S3 sends them), converted by the converter's handler;
+- `committer-sweep`: a committer tick that finds 1,000 segments by listing alone,
+  converts them in runs and commits them;
+- `committer-commit`: a tick that commits 1,000 segments the converter converted.
+
+CPU per segment is measured here (`--measure-cpu BINARY` runs `kfs-iceberg gen` and
+`kfs-iceberg run` over 20,000 segments of 2 records and reads the CPU time the run
+used), or taken from `--segment-cpu-ms`; CPU per byte comes from the converter's
+throughput (`--throughput`, MiB/s per vCPU, from `scripts/macro_bench.py`). The wait
+on S3 (`--latency-ms` per request, `--read-ahead` requests in flight) is an
+assumption. Prices are AWS's published us-east-1 list prices (PRICES); free tiers are
+ignored.
+
+Two ways in are priced: **events** (S3 → EventBridge → SQS → converter, then the
+committer's commit) and **sweep** (no events: the committer lists the bucket and
+converts what it finds, the template's `SegmentEvents=off`). Segments of 1 MiB or
+less convert in runs (one Parquet file and one ledger entry for up to 1,000 segments
+or 64 MiB); larger ones one at a time, each its own file, which the committer then
+coalesces (one more GET and a share of a PUT per segment, from the code, not counted).
+
+    python3 scripts/cost_model.py --measure-cpu target/release/kfs-iceberg
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 GIB = 1 << 30
 MIB = 1 << 20
-SECONDS_PER_MONTH = 30 * 86_400
+KIB = 1 << 10
+ROOT = Path(__file__).resolve().parent.parent
+COUNTS = ROOT / "target" / "request-counts"
 
 # us-east-1 list prices, November 2026.
 PRICES = {
@@ -30,80 +58,182 @@ PRICES = {
     "s3_put": 0.005 / 1000,  # PUT, COPY, POST, LIST
     "s3_get": 0.0004 / 1000,  # GET, HEAD
     "sqs_request": 0.40 / 1e6,
-    "scheduler_invocation": 1.00 / 1e6,
+    "glue_request": 1.00 / 1e6,  # Data Catalog requests past the free million
     "firehose_iceberg_gib": 0.075,  # Amazon Data Firehose, Apache Iceberg destination
 }
 
-# What the code does per segment (converter, committer, compaction).
-PER_SEGMENT = {
-    # S3 ObjectCreated for .kfs and .index, each sent to SQS, received and deleted in
-    # batches of 10.
-    "sqs_requests": 2 * (1 + 2 / 10),
-    "lambda_requests": 2 / 10,
-    # HEAD (stat), GET of the segment, PUT of its Parquet file, GET of that file when
-    # the committer coalesces it, and a share of the merged file's PUT.
-    "s3_gets": 3,
-    "s3_puts": 1,
-    # Pending insert and committed update, items of about 1-2 KB.
-    "dynamodb_writes": 4,
-    "dynamodb_reads": 1,
-}
+DYNAMODB_WRITES = ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems")
+S3_CHEAP = ("GET", "HEAD")
+S3_WRITES = ("PUT", "POST", "DELETE")  # LISTs are the tick's (see per_tick)
+RUN_SEGMENTS, RUN_BYTES, RUN_SEGMENT_BYTES = 1000, 64 * MIB, 1 * MIB
+SQS_PER_MESSAGE = 1 + 2 / 10  # sent by EventBridge; received and deleted in tens
+SIZES = (("1 KiB", KIB), ("16 KiB", 16 * KIB), ("64 KiB", 64 * KIB), ("1 MiB", MIB),
+         ("4 MiB", 4 * MIB))
 
 
-def per_gib(segment_bytes: int, throughput_mib_s: float, wait_ms: float, memory_mb: int,
-            concurrency: int) -> dict[str, float]:
-    segments = GIB / segment_bytes
-    vcpu = memory_mb / 1769  # Lambda allocates one vCPU at 1,769 MB
-    compute_seconds = (GIB / MIB) / (throughput_mib_s * min(vcpu, 1.0))
-    wait_seconds = segments * wait_ms / 1000 / concurrency
-    gb_seconds = (compute_seconds + wait_seconds) * memory_mb / 1024
+def load(name: str) -> dict:
+    path = COUNTS / f"{name}.json"
+    if not path.exists():
+        sys.exit(f"{path} is missing: run the tests named in this script's help first")
+    return json.loads(path.read_text())
+
+
+def ops(document: dict, service: str, names: tuple[str, ...] | None = None) -> int:
+    counted = document["requests"].get(service, {})
+    return sum(n for op, n in counted.items() if names is None or op in names)
+
+
+def rates(document: dict, tick: dict | None = None) -> dict[str, float]:
+    """What one recorded workload did: reads per segment (they follow segments), and
+    writes per run (they follow files and ledger entries), less what a commit tick
+    does on its own (`tick`, counted by itself) when the workload includes one."""
+    segments = document["segments"]
+    runs = document.get("runs", document.get("partitions", 1))
+
+    def count(service: str, names: tuple[str, ...] | None = None) -> float:
+        own = ops(document, service, names)
+        return max(0, own - (ops(tick, service, names) if tick else 0))
+
+    s3_writes = count("s3", S3_WRITES)
+    dynamodb_writes = count("dynamodb", DYNAMODB_WRITES)
+    return {
+        "s3_get_per_segment": count("s3", S3_CHEAP) / segments,
+        "s3_put_per_run": s3_writes / runs,
+        "dynamodb_write_per_run": dynamodb_writes / runs,
+        "dynamodb_read_per_segment": (count("dynamodb") - dynamodb_writes) / segments,
+        "glue_per_run": count("glue") / runs,
+        "sqs_messages_per_segment": document.get("sqs_messages", 0) / segments,
+    }
+
+
+def per_tick(document: dict) -> dict[str, float]:
+    """What a commit tick of one table does whatever it commits (list, plan, write the
+    snapshot's metadata, swap the catalog's pointer), and its writes per run (marks)."""
+    runs = document.get("partitions", 1)
+    dynamodb_writes = ops(document, "dynamodb", DYNAMODB_WRITES)
+    return {
+        "s3_get": ops(document, "s3", S3_CHEAP),
+        "s3_put": ops(document, "s3") - ops(document, "s3", S3_CHEAP),  # with its LISTs
+        "dynamodb_read": ops(document, "dynamodb") - dynamodb_writes,
+        "dynamodb_write_per_run": dynamodb_writes / runs,
+        "glue": ops(document, "glue"),
+    }
+
+
+def measure_cpu(binary: str, segments_per_partition: int = 5000) -> float:
+    """CPU milliseconds per segment of `kfs-iceberg run` over 4 × N segments of 2
+    records, on local files (the fixed cost per segment: decoding, runs, ledger)."""
+    with tempfile.TemporaryDirectory() as work:
+        source, warehouse = os.path.join(work, "src"), os.path.join(work, "wh")
+        subprocess.run([binary, "gen", "--out", source, "--topics", "1", "--partitions", "4",
+                        "--segments", str(segments_per_partition), "--records", "2",
+                        "--codec", "none"], check=True, stdout=subprocess.DEVNULL)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
+        subprocess.run([binary, "run", "--source", source, "--warehouse", warehouse, "--quiet"],
+                       check=True, stdout=subprocess.DEVNULL)
+        wall = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    segments = 4 * segments_per_partition
+    print(f"measured: {binary} run over {segments:,} segments of 2 records: {wall:.2f} s wall, "
+          f"{cpu:.2f} s CPU, {cpu / segments * 1000:.3f} ms CPU per segment\n")
+    return cpu / segments * 1000
+
+
+def cost_per_gib(size: int, path: str, counted: dict[str, dict[str, float]], args) -> dict:
+    segments = GIB / size
+    in_runs = size <= RUN_SEGMENT_BYTES
+    per_run_segments = min(RUN_SEGMENTS, max(1, RUN_BYTES // size)) if in_runs else 1
+    runs = segments / per_run_segments
+    # One commit tick per table per schedule period (a minute) carries what came in.
+    ticks = (GIB / MIB) / (args.rate * 60)
+    tick = counted["tick"]
+    convert = counted["converter-events" if path == "events" else "committer-sweep"]
+    s3_gets = segments * convert["s3_get_per_segment"] + ticks * tick["s3_get"]
+    s3_puts = runs * convert["s3_put_per_run"] + ticks * tick["s3_put"]
+    writes = runs * (convert["dynamodb_write_per_run"] + tick["dynamodb_write_per_run"])
+    reads = segments * convert["dynamodb_read_per_segment"] + ticks * tick["dynamodb_read"]
+    glue = runs * convert["glue_per_run"] + ticks * tick["glue"]
+    messages = segments * convert["sqs_messages_per_segment"]
+    if not in_runs:
+        # Each larger segment is its own file: coalesced by the committer into files
+        # near the target size (read once more, written as a share of a merged file).
+        s3_gets += segments
+        s3_puts += segments * size / (512 * MIB)
+    # Lambda: CPU per segment and per byte, plus the wait on reads in flight.
+    vcpu = min(args.memory_mb / 1769, 1.0)
+    compute = (segments * args.segment_cpu_ms / 1000 + (GIB / MIB) / args.throughput) / vcpu
+    wait = s3_gets * args.latency_ms / 1000 / args.read_ahead
+    gb_seconds = (compute + wait) * args.memory_mb / 1024
+    invocations = messages / args.batch_size
     costs = {
-        "Lambda compute": gb_seconds * PRICES["lambda_gb_second_arm64"],
-        "Lambda requests": segments * PER_SEGMENT["lambda_requests"] * PRICES["lambda_request"],
-        "SQS": segments * PER_SEGMENT["sqs_requests"] * PRICES["sqs_request"],
-        "S3 requests": segments * (PER_SEGMENT["s3_gets"] * PRICES["s3_get"]
-                                   + PER_SEGMENT["s3_puts"] * PRICES["s3_put"]),
-        "DynamoDB": segments * (PER_SEGMENT["dynamodb_writes"] * PRICES["dynamodb_write_unit"]
-                                + PER_SEGMENT["dynamodb_reads"] * PRICES["dynamodb_read_unit"]),
+        "Lambda": gb_seconds * PRICES["lambda_gb_second_arm64"]
+        + invocations * PRICES["lambda_request"],
+        "S3": s3_gets * PRICES["s3_get"] + s3_puts * PRICES["s3_put"],
+        "DynamoDB": writes * PRICES["dynamodb_write_unit"] + reads * PRICES["dynamodb_read_unit"],
+        "SQS": messages * SQS_PER_MESSAGE * PRICES["sqs_request"],
+        "Glue": glue * PRICES["glue_request"],
     }
     costs["total"] = sum(costs.values())
+    costs["requests"] = (s3_gets + s3_puts + writes + reads + glue + invocations
+                         + messages * SQS_PER_MESSAGE)
     costs["gb_seconds"] = gb_seconds
-    costs["segments"] = segments
     return costs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--throughput", type=float, required=True,
+    parser.add_argument("--measure-cpu", metavar="BINARY",
+                        help="measure CPU per segment with this kfs-iceberg (release build)")
+    parser.add_argument("--segment-cpu-ms", type=float, default=0.2,
+                        help="CPU ms per segment when not measured (default 0.2, measured "
+                             "on 2 cores in December 2026)")
+    parser.add_argument("--throughput", type=float, default=114,
                         help="converter MiB/s of payload per vCPU (scripts/macro_bench.py)")
-    parser.add_argument("--wait-ms", type=float, default=100,
-                        help="assumed S3 + DynamoDB latency per segment (default 100)")
+    parser.add_argument("--latency-ms", type=float, default=20,
+                        help="assumed S3 GET latency (default 20)")
+    parser.add_argument("--read-ahead", type=int, default=32,
+                        help="segment reads in flight per function (default 32)")
     parser.add_argument("--memory-mb", type=int, default=1769)
-    parser.add_argument("--concurrency", type=int, default=4,
-                        help="segments converted at once per invocation (CONVERT_CONCURRENCY)")
+    parser.add_argument("--rate", type=float, default=10,
+                        help="MiB/s a table takes in, for the share of each minute's commit "
+                             "(default 10)")
+    parser.add_argument("--batch-size", type=int, default=100,
+                        help="SQS messages per converter invocation (the template's)")
     args = parser.parse_args()
 
-    rates = {"10 MiB/s": 10 * MIB, "1 GiB/s": GIB}
-    print(f"Converter at {args.throughput:.0f} MiB/s per vCPU, {args.memory_mb} MB functions, "
-          f"{args.wait_ms:.0f} ms of request latency per segment, {args.concurrency} segments "
-          f"at a time; 30-day month.\n")
-    print("| segment size | per GiB: Lambda | S3 requests | DynamoDB | SQS + invocations | "
-          "total per GiB | month at 10 MiB/s | month at 1 GiB/s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, size in (("64 KiB (one per produce request)", 64 * 1024),
-                        ("4 MiB (KAFSCALE_SEGMENT_BYTES)", 4 * MIB)):
-        c = per_gib(size, args.throughput, args.wait_ms, args.memory_mb, args.concurrency)
-        months = [c["total"] * rate * SECONDS_PER_MONTH / GIB for rate in rates.values()]
-        print(f"| {label} | ${c['Lambda compute']:.5f} ({c['gb_seconds']:.1f} GB-s) | "
-              f"${c['S3 requests']:.5f} | ${c['DynamoDB']:.5f} | "
-              f"${c['SQS'] + c['Lambda requests']:.5f} | **${c['total']:.4f}** | "
-              f"${months[0]:,.0f} | ${months[1]:,.0f} |")
-    firehose = PRICES["firehose_iceberg_gib"]
-    print(f"| Amazon Data Firehose to Iceberg, list price | | | | | ${firehose:.4f} | "
-          f"${firehose * rates['10 MiB/s'] * SECONDS_PER_MONTH / GIB:,.0f} | "
-          f"${firehose * GIB * SECONDS_PER_MONTH / GIB:,.0f} |")
-    print("| Connector pipeline, quoted estimate ($3.4 M a year at 1 GiB/s) | | | | | | | "
-          f"${3.4e6 / 12:,.0f} |")
+    tick = load("committer-commit")
+    counted = {
+        "converter-events": rates(load("converter-events")),
+        # The sweep's tick also commits: its per-run figures leave the commit out.
+        "committer-sweep": rates(load("committer-sweep"), tick),
+        "tick": per_tick(tick),
+    }
+    if args.measure_cpu:
+        args.segment_cpu_ms = measure_cpu(args.measure_cpu)
+    sweep = counted["committer-sweep"]
+    print(f"Counted (moto's recorder, per segment of a run of 1,000): converter from events "
+          f"{counted['converter-events']['s3_get_per_segment']:.3f} S3 reads, "
+          f"{counted['converter-events']['sqs_messages_per_segment']:.0f} SQS messages; sweep "
+          f"{sweep['s3_get_per_segment']:.3f} S3 reads, {sweep['s3_put_per_run']:.1f} S3 writes "
+          f"and {sweep['dynamodb_write_per_run']:.1f} DynamoDB writes per run of a partition; "
+          f"a commit tick {counted['tick']['s3_get'] + counted['tick']['s3_put']:.0f} S3, "
+          f"{counted['tick']['glue']:.0f} Glue requests.")
+    print(f"CPU {args.segment_cpu_ms:.3f} ms per segment plus {args.throughput:.0f} MiB/s per "
+          f"vCPU; {args.memory_mb} MB functions; {args.latency_ms:.0f} ms per S3 read, "
+          f"{args.read_ahead} in flight; a commit a minute at {args.rate:g} MiB/s.\n")
+    print("| segment size | way in | requests per GiB | GB-s per GiB | Lambda | S3 | DynamoDB | "
+          "SQS | Glue | **total per GiB** |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, size in SIZES:
+        for path in ("events", "sweep"):
+            c = cost_per_gib(size, path, counted, args)
+            print(f"| {label} | {path} | {c['requests']:,.0f} | {c['gb_seconds']:.1f} | "
+                  f"${c['Lambda']:.5f} | ${c['S3']:.5f} | ${c['DynamoDB']:.5f} | "
+                  f"${c['SQS']:.5f} | ${c['Glue']:.5f} | **${c['total']:.4f}** |")
+    print(f"| Amazon Data Firehose to Iceberg (list price) | | | | | | | | | "
+          f"**${PRICES['firehose_iceberg_gib']:.4f}** |")
 
 
 if __name__ == "__main__":

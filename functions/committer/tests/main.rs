@@ -7,4 +7,5 @@ mod servers {
     mod end_to_end;
     mod etcd_crosscheck;
     mod schedule;
+    mod sweep_requests;
 }

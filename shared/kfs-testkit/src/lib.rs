@@ -122,6 +122,71 @@ impl Moto {
     }
 }
 
+impl Moto {
+    /// Starts its request recorder afresh (a server from [`Moto::start_recording`]).
+    pub fn record_start(&self) {
+        self.tool(&["record", "start"]);
+    }
+
+    /// Stops its request recorder and counts what it recorded.
+    pub fn record_stop(&self) -> RequestCounts {
+        let counts = self.tool(&["record", "stop"]);
+        RequestCounts(
+            serde_json::from_str(&counts).unwrap_or_else(|e| panic!("recording: {e}: {counts}")),
+        )
+    }
+}
+
+/// Requests moto's recorder counted, per service (`s3`, `dynamodb`, `glue`, …) and
+/// operation (the S3 method, or the DynamoDB target).
+#[derive(Debug, Clone)]
+pub struct RequestCounts(pub serde_json::Value);
+
+impl RequestCounts {
+    /// Requests to `service` of the `operations` named (every operation when empty).
+    pub fn sum(&self, service: &str, operations: &[&str]) -> u64 {
+        self.0[service]
+            .as_object()
+            .map(|ops| {
+                ops.iter()
+                    .filter(|(op, _)| operations.is_empty() || operations.contains(&op.as_str()))
+                    .map(|(_, n)| n.as_u64().unwrap_or(0))
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    /// DynamoDB writes (each item put, updated or deleted, alone or in a batch call).
+    pub fn dynamodb_writes(&self) -> u64 {
+        self.sum(
+            "dynamodb",
+            &[
+                "PutItem",
+                "UpdateItem",
+                "DeleteItem",
+                "BatchWriteItem",
+                "TransactWriteItems",
+            ],
+        )
+    }
+
+    /// Writes the counts, with `facts` about the workload that made them (segments,
+    /// their size, runs, messages), to `target/request-counts/<name>.json`, where
+    /// `scripts/cost_model.py` reads them.
+    pub fn save(&self, name: &str, facts: serde_json::Value) {
+        let dir = workspace_root().join("target/request-counts");
+        let mut document = facts;
+        document["requests"] = self.0.clone();
+        let written = std::fs::create_dir_all(&dir).and_then(|()| {
+            std::fs::write(
+                dir.join(format!("{name}.json")),
+                serde_json::to_string_pretty(&document).unwrap_or_default(),
+            )
+        });
+        written.unwrap_or_else(|e| panic!("request counts: {e}"));
+    }
+}
+
 impl Drop for Moto {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -66,16 +66,15 @@ async fn a_batch_of_small_segments_is_one_file_and_about_one_request_each() {
             )
         })
         .collect();
+    let records_announced = records.len();
     let event = json!({ "Records": records });
 
-    stack.moto.tool(&["record", "start"]);
+    stack.moto.record_start();
     let response = handle(&service, &event)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let counts: Value = serde_json::from_str(&stack.moto.tool(&["record", "stop"]))
-        .unwrap_or_else(|e| panic!("recording: {e}"));
-    println!("requests for {SEGMENTS} segments: {counts}");
-
+    let counts = stack.moto.record_stop();
+    println!("requests for {SEGMENTS} segments: {counts:?}");
     assert_eq!(response["batchItemFailures"], json!([]), "{response}");
     // One run: one pending entry listing every segment, one data file.
     let pending = ledger
@@ -87,32 +86,21 @@ async fn a_batch_of_small_segments_is_one_file_and_about_one_request_each() {
     assert_eq!(pending[0].records, 2 * SEGMENTS as u64);
     assert_eq!(pending[0].data_files.len(), 1);
 
-    let sum = |service: &str, operations: &[&str]| -> u64 {
-        counts[service]
-            .as_object()
-            .map(|ops| {
-                ops.iter()
-                    .filter(|(op, _)| operations.is_empty() || operations.contains(&op.as_str()))
-                    .map(|(_, n)| n.as_u64().unwrap_or(0))
-                    .sum()
-            })
-            .unwrap_or(0)
-    };
-    let s3 = sum("s3", &[]);
-    let writes = sum(
-        "dynamodb",
-        &[
-            "PutItem",
-            "UpdateItem",
-            "DeleteItem",
-            "BatchWriteItem",
-            "TransactWriteItems",
-        ],
-    );
+    let (s3, writes) = (counts.sum("s3", &[]), counts.dynamodb_writes());
     let per_segment = |n: u64| n as f64 / SEGMENTS as f64;
-    assert!(per_segment(s3) <= 1.2, "{s3} S3 requests: {counts}");
+    assert!(per_segment(s3) <= 1.2, "{s3} S3 requests: {counts:?}");
     assert!(
         per_segment(writes) <= 0.05,
-        "{writes} DynamoDB writes: {counts}"
+        "{writes} DynamoDB writes: {counts:?}"
+    );
+    counts.save(
+        "converter-events",
+        json!({
+            "path": "converter (S3 events through SQS)",
+            "segments": SEGMENTS,
+            "segment_bytes": segments[0].1.kfs.len(),
+            "runs": pending.len(),
+            "sqs_messages": records_announced,
+        }),
     );
 }
