@@ -3,7 +3,11 @@
 //!   of the seeds a partition's segments also arrive out of order (a late one is
 //!   quarantined, never taken for committed); a fifth are uploaded twice; in a third
 //!   of the seeds one segment has broken bytes: quarantined on its own (the runs of
-//!   small segments around it still convert), then skipped by the operator;
+//!   small segments around it still convert), then skipped by the operator; in a
+//!   quarter, one segment's first upload half-fails (a shorter `.kfs`, no `.index`) and
+//!   the key is written again, its `.index` a round before its `.kfs`: whichever
+//!   version is converted first is the segment's, a later one is quarantined as a
+//!   rewrite, never ingested beside it;
 //! - S3 events for a random part of each round's arrivals are delivered to a converter,
 //!   shuffled and some twice (the others are dropped: the sweep finds them);
 //! - one to four committer ticks run at once, each a separate process with its own
@@ -142,6 +146,21 @@ async fn simulate(seed: u64) -> SeedOutcome {
             rng.below(SEGMENTS as u64 - 1) as i64,
         )
     });
+    // In a quarter of the seeds one segment's first upload half-fails: its `.kfs` lands
+    // with other content (one record short), its `.index` does not. The broker,
+    // restarted, writes the key again; its `.index` lands first, its `.kfs` a round
+    // later. Between, the key is complete with the first content: whichever version a
+    // process converts first is the segment's, and a later one is a rewrite,
+    // quarantined for an operator, never ingested beside it.
+    let rewritten: Option<(i32, i64)> = (rng.below(4) == 0)
+        .then(|| {
+            (
+                rng.below(PARTITIONS as u64) as i32,
+                rng.below(SEGMENTS as u64 - 1) as i64,
+            )
+        })
+        .filter(|segment| Some(*segment) != broken);
+    let mut rewrite_due: Vec<(i32, i64)> = Vec::new();
     let mut remaining: Vec<Vec<i64>> = (0..PARTITIONS).map(|_| (0..SEGMENTS).collect()).collect();
     let mut arrivals: Vec<(i32, i64)> = Vec::new();
     while arrivals.len() < (PARTITIONS as i64 * SEGMENTS) as usize {
@@ -169,10 +188,18 @@ async fn simulate(seed: u64) -> SeedOutcome {
             rng.below(arrivals.len() as u64 + 1) as usize
         };
         let mut events = Vec::new();
+        for (partition, index) in rewrite_due.drain(..) {
+            put_segment(&source, partition, index).map_err(|e| text(&e))?;
+            events.push(orders_key(partition, index).object_key(SegmentFile::Data));
+        }
         for (partition, index) in arrivals.drain(..take) {
             put_segment(&source, partition, index).map_err(|e| text(&e))?;
             if broken == Some((partition, index)) {
                 break_segment(&source, ("ns", "orders"), partition, index).map_err(|e| text(&e))?;
+            }
+            if rewritten == Some((partition, index)) {
+                put_first_version(&source, partition, index).map_err(|e| text(&e))?;
+                rewrite_due.push((partition, index));
             }
             let next = &mut uploaded_next[partition as usize];
             *next = (*next).max((index + 1) * RECORDS);
@@ -330,6 +357,9 @@ async fn simulate(seed: u64) -> SeedOutcome {
         }
         last_marks = marks;
     }
+    for (partition, index) in rewrite_due.drain(..) {
+        put_segment(&source, partition, index).map_err(|e| text(&e))?;
+    }
     quiesce(dir.path(), &source, &ledger, &naming).await?;
     if let Some((partition, index)) = broken {
         // Quarantined in the feed that owns the table, holding its partition: the
@@ -360,6 +390,35 @@ async fn simulate(seed: u64) -> SeedOutcome {
     }
     let late = check(&open_catalog(dir.path()).await?, &ledger).await?;
     Ok((fired, late))
+}
+
+/// The key of segment `index` of `partition` of the table's own feed.
+fn orders_key(partition: i32, index: i64) -> SegmentKey {
+    SegmentKey {
+        namespace: "ns".into(),
+        topic: "orders".into(),
+        partition,
+        base_offset: index * RECORDS,
+    }
+}
+
+/// The first, half-failed upload of segment `index` of `partition` (see `rewritten`):
+/// a `.kfs` one record short, with other values, beside the `.index` already there.
+fn put_first_version(
+    source: &MemorySource,
+    partition: i32,
+    index: i64,
+) -> Result<(), kfs_segment::EncodeError> {
+    let base = index * RECORDS;
+    let records = kfs_workload::simple_records(base, RECORDS - 1, |offset| {
+        Some(format!("first upload {}", faults::value(offset)).into_bytes())
+    });
+    let bytes = kfs_workload::encode_records(records, kfs_segment::Compression::None)?.kfs;
+    source.put(
+        &orders_key(partition, index).object_key(SegmentFile::Data),
+        bytes,
+    );
+    Ok(())
 }
 
 /// Uploads segment `index` of `partition` of `feed` (namespace, topic) again with one
