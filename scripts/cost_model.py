@@ -152,7 +152,13 @@ def cost_per_gib(size: int, path: str, counted: dict[str, dict[str, float]], arg
     convert = counted["converter-events" if path == "events" else "committer-sweep"]
     s3_gets = segments * convert["s3_get_per_segment"] + ticks * tick["s3_get"]
     s3_puts = runs * convert["s3_put_per_run"] + ticks * tick["s3_put"]
-    writes = runs * (convert["dynamodb_write_per_run"] + tick["dynamodb_write_per_run"])
+    # DynamoDB bills a write by the kilobyte of the item: a run's item is written twice
+    # at its full size (recorded, then marked committed); the other writes (attempt
+    # markers) are small.
+    item_units = -(-(counted["item"]["fixed"] + counted["item"]["per_member"]
+                     * (per_run_segments - 1)) // 1024)
+    writes = runs * (convert["dynamodb_write_per_run"] + tick["dynamodb_write_per_run"]
+                     + 2 * (item_units - 1))
     reads = segments * convert["dynamodb_read_per_segment"] + ticks * tick["dynamodb_read"]
     glue = runs * convert["glue_per_run"] + ticks * tick["glue"]
     messages = segments * convert["sqs_messages_per_segment"]
@@ -162,10 +168,12 @@ def cost_per_gib(size: int, path: str, counted: dict[str, dict[str, float]], arg
         s3_gets += segments
         s3_puts += segments * size / (512 * MIB)
     # Lambda: CPU per segment and per byte, plus the wait on reads in flight.
-    vcpu = min(args.memory_mb / 1769, 1.0)
+    # (Converting on one core: a vCPU per 1,769 MB, up to one.)
+    memory_mb = args.converter_memory_mb if path == "events" else args.committer_memory_mb
+    vcpu = min(memory_mb / 1769, 1.0)
     compute = (segments * args.segment_cpu_ms / 1000 + (GIB / MIB) / args.throughput) / vcpu
     wait = s3_gets * args.latency_ms / 1000 / args.read_ahead
-    gb_seconds = (compute + wait) * args.memory_mb / 1024
+    gb_seconds = (compute + wait) * memory_mb / 1024
     invocations = messages / args.batch_size
     costs = {
         "Lambda": gb_seconds * PRICES["lambda_gb_second_arm64"]
@@ -193,9 +201,14 @@ def main() -> None:
                         help="converter MiB/s of payload per vCPU (scripts/macro_bench.py)")
     parser.add_argument("--latency-ms", type=float, default=20,
                         help="assumed S3 GET latency (default 20)")
-    parser.add_argument("--read-ahead", type=int, default=32,
-                        help="segment reads in flight per function (default 32)")
-    parser.add_argument("--memory-mb", type=int, default=1769)
+    parser.add_argument("--read-ahead", type=int, default=64,
+                        help="segment reads in flight per function (default 64, the most a "
+                             "run reads ahead: RUN_READ_AHEAD_MAX)")
+    parser.add_argument("--converter-memory-mb", type=int, default=1024,
+                        help="the converter's memory (the template's, 1024)")
+    parser.add_argument("--committer-memory-mb", type=int, default=2048,
+                        help="the committer's memory, which converts on the sweep "
+                             "(the template's, 2048)")
     parser.add_argument("--rate", type=float, default=10,
                         help="MiB/s a table takes in, for the share of each minute's commit "
                              "(default 10)")
@@ -204,8 +217,16 @@ def main() -> None:
     args = parser.parse_args()
 
     tick = load("committer-commit")
+    events = load("converter-events")
     counted = {
-        "converter-events": rates(load("converter-events")),
+        # A run's ledger item: its data file descriptions, its members (as stored),
+        # and some 300 bytes of other attributes.
+        "item": {
+            "fixed": events["run_data_files_bytes"] + 300,
+            "per_member": (events["run_item_bytes"] - events["run_data_files_bytes"])
+            / max(1, events["run_members"]),
+        },
+        "converter-events": rates(events),
         # The sweep's tick also commits: its per-run figures leave the commit out.
         "committer-sweep": rates(load("committer-sweep"), tick),
         "tick": per_tick(tick),
@@ -219,11 +240,13 @@ def main() -> None:
           f"{sweep['s3_get_per_segment']:.3f} S3 reads, {sweep['s3_put_per_run']:.1f} S3 writes "
           f"and {sweep['dynamodb_write_per_run']:.1f} DynamoDB writes per run of a partition; "
           f"a commit tick {counted['tick']['s3_get'] + counted['tick']['s3_put']:.0f} S3, "
-          f"{counted['tick']['glue']:.0f} Glue requests.")
+          f"{counted['tick']['glue']:.0f} Glue requests; a run's ledger item "
+          f"{counted['item']['fixed']:.0f} bytes and {counted['item']['per_member']:.0f} a member.")
     print(f"CPU {args.segment_cpu_ms:.3f} ms per segment plus {args.throughput:.0f} MiB/s per "
-          f"vCPU; {args.memory_mb} MB functions; {args.latency_ms:.0f} ms per S3 read, "
+          f"vCPU; converter {args.converter_memory_mb} MB, committer "
+          f"{args.committer_memory_mb} MB; {args.latency_ms:.0f} ms per S3 read, "
           f"{args.read_ahead} in flight; a commit a minute at {args.rate:g} MiB/s.\n")
-    print("| segment size | way in | requests per GiB | GB-s per GiB | Lambda | S3 | DynamoDB | "
+    print("| segment size | way in | requests (DynamoDB write units) per GiB | GB-s per GiB | Lambda | S3 | DynamoDB | "
           "SQS | Glue | **total per GiB** |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for label, size in SIZES:
@@ -231,7 +254,7 @@ def main() -> None:
             c = cost_per_gib(size, path, counted, args)
             print(f"| {label} | {path} | {c['requests']:,.0f} | {c['gb_seconds']:.1f} | "
                   f"${c['Lambda']:.5f} | ${c['S3']:.5f} | ${c['DynamoDB']:.5f} | "
-                  f"${c['SQS']:.5f} | ${c['Glue']:.5f} | **${c['total']:.4f}** |")
+                  f"${c['SQS']:.5f} | ${c['Glue']:.5f} | **${c['total']:.5f}** |")
     print(f"| Amazon Data Firehose to Iceberg (list price) | | | | | | | | | "
           f"**${PRICES['firehose_iceberg_gib']:.4f}** |")
 

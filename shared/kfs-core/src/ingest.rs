@@ -482,10 +482,14 @@ pub const MAX_RUN_SEGMENTS: usize = 1000;
 /// Most bytes of segments one run takes.
 pub const MAX_RUN_BYTES: u64 = 64 << 20;
 
-/// Segment reads a run keeps in flight ahead of its decoding: a run's segments are
-/// 1 MiB at most, so at most 32 MiB wait per run, and on S3 (some 20 ms a read) a
-/// function waits 32 times less than reading one at a time.
-const RUN_READ_AHEAD: usize = 32;
+/// Bytes of segments a run keeps in flight ahead of its decoding: on S3 (some 20 ms a
+/// read) a function waits as many times less than reading one at a time as there are
+/// reads in flight ...
+const RUN_READ_AHEAD_BYTES: u64 = 32 << 20;
+
+/// ... and at most this many reads (a function has 1,024 file descriptors, and
+/// converts a few partitions at once).
+const RUN_READ_AHEAD_MAX: usize = 64;
 
 /// A complete segment the ledger does not know yet, as listed.
 #[derive(Debug, Clone)]
@@ -565,7 +569,11 @@ pub async fn ingest_runs(
         }
     };
     let mut run: Option<OpenRun> = None;
-    // Bodies read a few ahead of the decoding, in order.
+    // Bodies read ahead of the decoding, in order: as many as fit the byte budget.
+    let largest = segments.iter().map(|s| s.object.size).max().unwrap_or(0);
+    let read_ahead = usize::try_from(RUN_READ_AHEAD_BYTES / largest.max(1))
+        .unwrap_or(RUN_READ_AHEAD_MAX)
+        .clamp(1, RUN_READ_AHEAD_MAX);
     let mut bodies = futures::stream::iter(segments.iter())
         .map(|NewSegment { object, .. }| {
             retry.run(PipelineError::kind, move || async move {
@@ -576,7 +584,7 @@ pub async fn ingest_runs(
                 )
             })
         })
-        .buffered(RUN_READ_AHEAD);
+        .buffered(read_ahead);
     let mut at = 0;
     while at < segments.len() {
         let NewSegment {

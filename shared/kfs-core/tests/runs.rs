@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kfs_core::{InsertOutcome, Ledger, LedgerEntry, LedgerError, SegmentSource, SqliteLedger};
+use kfs_core::{
+    EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, SegmentSource, SqliteLedger,
+};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 
@@ -437,6 +439,55 @@ async fn a_segment_converted_while_its_gap_was_committed_is_quarantined_as_late(
     );
     let mut expected = once(0, 5);
     expected.extend(once(10, 15));
+    assert_eq!(offsets(&local.catalog, &table).await?, expected);
+    assert!(local.ledger.list(Some("pending"), None).await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_key_rewritten_after_its_run_committed_is_quarantined_and_its_partition_goes_on()
+-> TestResult {
+    // Segments 0 and 5 convert in one run. The key of segment 5 is then written again
+    // with other content, one record longer, and a converter that opened the table
+    // before the run committed converts it alone. The table holds 5-9 from the run:
+    // the single entry overlaps the watermark. It is quarantined beside its key
+    // (naming offset 10, which the table lacks), never left holding the partition,
+    // which goes on with the next segment.
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    let table = naming.table_for("rewritten");
+    let first = local.put("rewritten", 0, &VALUES, 1)?;
+    let second = local.put("rewritten", 5, &VALUES, 1)?;
+    let converter = topic_table(&local, &naming, "rewritten").await?;
+    convert_in_runs(&local, &converter, &listed(&local, &[first, second]).await?).await?;
+    let report = local.run(&naming).await?;
+    assert!(!report.has_failures(), "{report:?}");
+    assert_eq!(offsets(&local.catalog, &table).await?, once(0, 10));
+    let again = local.put("rewritten", 5, &["A", "B", "C", "D", "E", "F"], 1)?;
+    let converted = convert_in_runs(
+        &local,
+        &converter,
+        &listed(&local, std::slice::from_ref(&again)).await?,
+    )
+    .await?;
+    assert_eq!(converted.recorded.len(), 1, "{converted:?}");
+    local.put("rewritten", 11, &VALUES, 1)?;
+    let report = local.run(&naming).await?;
+    assert!(!report.has_failures(), "{report:?}");
+    let quarantined = local.ledger.list(Some("quarantined"), None).await?;
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    let EntryState::Quarantined { error } = &quarantined[0].state else {
+        return Err("not quarantined".into());
+    };
+    assert!(error.contains("offsets 10-10"), "{error}");
+    let report = if offsets(&local.catalog, &table).await?.len() == 10 {
+        local.run(&naming).await?
+    } else {
+        report
+    };
+    assert!(!report.has_failures(), "{report:?}");
+    let mut expected = once(0, 10);
+    expected.extend(once(11, 16));
     assert_eq!(offsets(&local.catalog, &table).await?, expected);
     assert!(local.ledger.list(Some("pending"), None).await?.is_empty());
     Ok(())

@@ -93,6 +93,19 @@ async fn a_batch_of_small_segments_is_one_file_and_about_one_request_each() {
         per_segment(writes) <= 0.05,
         "{writes} DynamoDB writes: {counts:?}"
     );
+    // What DynamoDB bills a write of the run's item by (per kilobyte): its data file
+    // descriptions and its members, as stored.
+    let run = &pending[0];
+    let item_bytes = run.stored_data_files().map_or(0, |s| s.len())
+        + kfs_core::RunMember::to_stored(&run.members, &run.segment)
+            .ok()
+            .flatten()
+            .map_or(0, |s| s.len());
+    let members_json = serde_json::to_string(&run.members).map_or(0, |s| s.len());
+    println!(
+        "run item: {item_bytes} bytes for {} members ({members_json} bytes of members as JSON)",
+        run.members.len()
+    );
     counts.save(
         "converter-events",
         json!({
@@ -100,6 +113,10 @@ async fn a_batch_of_small_segments_is_one_file_and_about_one_request_each() {
             "segments": SEGMENTS,
             "segment_bytes": segments[0].1.kfs.len(),
             "runs": pending.len(),
+            "run_item_bytes": item_bytes,
+            "run_members": run.members.len(),
+            "run_members_json_bytes": members_json,
+            "run_data_files_bytes": run.stored_data_files().map_or(0, |s| s.len()),
             "sqs_messages": records_announced,
         }),
     );

@@ -90,7 +90,9 @@ pub struct CommitOutcome {
     /// Pending runs dropped because they overlap what the table holds (another
     /// process converted some of their segments in a run of its own, which committed
     /// first), or because a segment turned up inside one of their gaps: the segments
-    /// past the watermark are converted again by the next pass.
+    /// past the watermark are converted again by the next pass; and single segments
+    /// overlapping the watermark (another version of their key is in the table),
+    /// quarantined beside their key.
     pub runs_dropped: usize,
     /// Pending entries the watermark covers that hold offsets the table recorded as a
     /// gap (converted while another process committed that gap): dropped, so that the
@@ -394,7 +396,7 @@ pub async fn commit_table(
         })?;
         outcome.recovered += recovered;
         outcome.late_dropped += dropped_late;
-        let dropped = drop_overlapping_runs(ledger, &plan, &entries)
+        let dropped = drop_overlapping_runs(ledger, &plan, &entries, now_ms)
             .await
             .map_err(ledger_error)?;
         outcome.runs_dropped += dropped.len();
@@ -570,13 +572,20 @@ enum Recover {
 /// Pending runs the plan holds as overlapping the watermark (their first segments are
 /// in the table, their last are not), or with a segment listed inside one of their
 /// gaps, can never be committed as they are: dropped from the ledger, so that the
-/// next pass converts their segments past the watermark again. A single segment
-/// overlapping is left to hold its partition: its content disagrees with the table.
+/// next pass converts their segments past the watermark again.
+///
+/// A single segment overlapping the watermark disagrees with the table: the table
+/// holds its first offsets from another version of its key (a rewrite, converted in
+/// a run before its event reached a converter) or from another segment. It is
+/// quarantined beside its key, naming the offsets of it the table lacks (which the
+/// partition's next commit records as a gap), and its pending entry dropped: the
+/// partition moves on, and an operator sees what was not ingested.
 /// Returns the entries dropped.
 async fn drop_overlapping_runs(
     ledger: &impl Ledger,
     plan: &CommitPlan,
     entries: &HashMap<&str, &LedgerEntry>,
+    now_ms: i64,
 ) -> Result<Vec<String>, crate::ledger::LedgerError> {
     let mut dropped = Vec::new();
     for hold in &plan.holds {
@@ -585,11 +594,14 @@ async fn drop_overlapping_runs(
         else {
             continue;
         };
-        if entries
-            .get(id.as_str())
-            .is_none_or(|e| e.members.is_empty())
-        {
+        let Some(&entry) = entries.get(id.as_str()) else {
             continue;
+        };
+        if entry.members.is_empty() {
+            let Some(next) = hold.next_offset else {
+                continue;
+            };
+            quarantine_overlap(ledger, entry, next, now_ms).await?;
         }
         // Its files are left to orphan cleanup, which keeps what a table references:
         // a run whose gap filled might still land through a process that listed
@@ -601,6 +613,37 @@ async fn drop_overlapping_runs(
         }
     }
     Ok(dropped)
+}
+
+/// Records `entry`, a single segment whose first offsets the table holds up to
+/// `next - 1`, as quarantined beside its key (`{key}#overlap-{version}`; recorded
+/// again after a crash, it is found there).
+async fn quarantine_overlap(
+    ledger: &impl Ledger,
+    entry: &LedgerEntry,
+    next: i64,
+    now_ms: i64,
+) -> Result<(), crate::ledger::LedgerError> {
+    let error = format!(
+        "{} (offsets {}-{}) overlaps what the table holds up to offset {}: the table took those offsets from another version of this key (rewritten after it was converted in a run) or from another segment; this version is not ingested, and its offsets {next}-{} are recorded as a gap by the partition's next commit",
+        entry.segment,
+        entry.base_offset,
+        entry.last_offset,
+        next.saturating_sub(1),
+        entry.last_offset,
+    );
+    let quarantined = LedgerEntry {
+        segment: format!("{}#overlap-{}", entry.segment, entry.etag),
+        data_files: Vec::new(),
+        dead_letters: Default::default(),
+        records: 0,
+        bytes: 0,
+        state: EntryState::Quarantined { error },
+        created_ms: now_ms,
+        updated_ms: now_ms,
+        ..entry.clone()
+    };
+    ledger.insert(&quarantined).await.map(|_| ())
 }
 
 /// Pending entries the watermark already covers were committed by an earlier cycle

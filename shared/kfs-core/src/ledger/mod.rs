@@ -11,6 +11,7 @@
 #[cfg(any(test, feature = "test-support"))]
 mod contract;
 mod files;
+mod members;
 mod memory;
 #[cfg(feature = "sql")]
 mod sqlite;
@@ -166,14 +167,28 @@ pub struct RunMember {
 }
 
 impl RunMember {
-    /// As stored (JSON) for the entry of `segment`, `None` when there are none.
+    /// As stored for the entry of `segment` (compact, else JSON), `None` when there
+    /// are none.
     pub fn to_stored(members: &[Self], segment: &str) -> Result<Option<String>, LedgerError> {
-        to_stored_field(members, members.is_empty(), "members", segment)
+        if members.is_empty() {
+            return Ok(None);
+        }
+        match members::encode(members, segment) {
+            Some(compact) => Ok(Some(compact)),
+            None => to_stored_field(members, false, "members", segment),
+        }
     }
 
     /// From the stored form of the entry of `segment` (absent: none).
     pub fn from_stored(stored: Option<&str>, segment: &str) -> Result<Vec<Self>, LedgerError> {
-        from_stored_field(stored, "members", segment)
+        match stored {
+            Some(compact) if members::is_compact(compact) => members::decode(compact, segment)
+                .map_err(|reason| LedgerError::Corrupt {
+                    segment: segment.to_owned(),
+                    reason: format!("members: {reason}"),
+                }),
+            _ => from_stored_field(stored, "members", segment),
+        }
     }
 }
 
