@@ -39,24 +39,25 @@ if [ "${1:-}" = "--fast" ]; then
     exec cargo test --workspace --locked -- --skip servers::
 fi
 
-echo "== cargo fmt --check"
+echo "== cargo fmt --check (at ${SECONDS} s)"
 cargo fmt --all -- --check
 
-echo "== cargo clippy (-D warnings)"
+echo "== cargo clippy (-D warnings) (at ${SECONDS} s)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== cargo clippy of the Lambda functions as deployed (their features alone: no SQL catalog)"
+echo "== cargo clippy of the Lambda functions as deployed (their features alone: no SQL catalog) (at ${SECONDS} s)"
 cargo clippy --locked -- -D warnings
 
-echo "== cargo doc (-D warnings)"
+echo "== cargo doc (-D warnings) (at ${SECONDS} s)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
-echo "== module cycles"
+echo "== module cycles (at ${SECONDS} s)"
 python3 scripts/module_cycles.py
 
-echo "== cargo test (and the seeded simulation at full count beside it)"
+echo "== cargo test (and the seeded simulation at full count beside it) (at ${SECONDS} s)"
 log=$(mktemp)
 cargo test --workspace --locked --no-run
+echo "== tests built (at ${SECONDS} s)"
 # The simulation's 1,000 seeds run on the test binary just built, at a lower priority,
 # while the other tests mostly wait on their servers: it soaks up the idle core.
 simulation_log=$(mktemp)
@@ -78,5 +79,6 @@ fi
 passed=$(awk '/^test result:/ { s += $4 } END { print s + 0 }' "$log")
 failed=$(awk '/^test result:/ { s += $6 } END { print s + 0 }' "$log")
 rm -f "$log"
+echo "== done (at ${SECONDS} s)"
 echo "tests: $passed passed, $failed failed"
 exit "$status"

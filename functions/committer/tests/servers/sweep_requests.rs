@@ -1,8 +1,8 @@
 //! The committer's requests per segment, counted by moto's own request recorder (S3,
-//! DynamoDB, Glue), not by our clients: a tick that finds 1,000 KB-sized segments by
-//! listing alone (no events) converts them in runs and commits them; a tick that only
-//! commits 1,000 segments the converter already converted from their events. The
-//! counts are saved for `scripts/cost_model.py`.
+//! DynamoDB, Glue), not by our clients: a tick that finds 400 KB-sized segments of 4
+//! partitions by listing alone (no events) converts them in runs and commits them; a
+//! tick that only commits 400 segments the converter already converted from their
+//! events. The counts are saved for `scripts/cost_model.py`.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use kfs_testkit::{LocalStack, RequestCounts, sample_segment, table_contents};
 use serde_json::{Value, json};
 
 const PARTITIONS: i64 = 4;
-const PER_PARTITION: i64 = 250;
+const PER_PARTITION: i64 = 100;
 const SEGMENTS: i64 = PARTITIONS * PER_PARTITION;
 const RECORDS: i64 = 2;
 
