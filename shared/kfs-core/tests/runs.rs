@@ -138,6 +138,24 @@ async fn topic_table(
     .await?)
 }
 
+/// Puts segments of five records of `topic` at `bases`, and converts them in runs as
+/// a sweep listing them would, without committing them; returns their keys and the
+/// table as it was opened for the conversion.
+async fn pending_run(
+    local: &Local,
+    naming: &TableNaming,
+    topic: &str,
+    bases: &[i64],
+) -> Result<(Vec<SegmentKey>, kfs_core::testing::TopicTable), BoxError> {
+    let keys = bases
+        .iter()
+        .map(|&base| local.put(topic, base, &VALUES, 1))
+        .collect::<Result<Vec<_>, _>>()?;
+    let target = topic_table(local, naming, topic).await?;
+    convert_in_runs(local, &target, &listed(local, &keys).await?).await?;
+    Ok((keys, target))
+}
+
 /// Converts `segments` in runs, as the sweep does, without committing them.
 async fn convert_in_runs(
     local: &Local,
@@ -343,11 +361,8 @@ async fn a_run_landed_on_an_older_listing_never_marks_the_run_converted_again_af
     let local = Local::open().await?;
     let naming = TableNaming::default();
     let table = naming.table_for("raced");
-    let first = local.put("raced", 0, &VALUES, 1)?;
-    let last = local.put("raced", 10, &VALUES, 1)?;
-    let target = topic_table(&local, &naming, "raced").await?;
-    let segments = listed(&local, &[first.clone(), last.clone()]).await?;
-    convert_in_runs(&local, &target, &segments).await?;
+    let (keys, target) = pending_run(&local, &naming, "raced", &[0, 10]).await?;
+    let (first, last) = (keys[0].clone(), keys[1].clone());
     let process_a = StaleReads {
         inner: &local.ledger,
         read_then: local.ledger.list(Some("pending"), None).await?,
@@ -456,10 +471,7 @@ async fn a_key_rewritten_after_its_run_committed_is_quarantined_and_its_partitio
     let local = Local::open().await?;
     let naming = TableNaming::default();
     let table = naming.table_for("rewritten");
-    let first = local.put("rewritten", 0, &VALUES, 1)?;
-    let second = local.put("rewritten", 5, &VALUES, 1)?;
-    let converter = topic_table(&local, &naming, "rewritten").await?;
-    convert_in_runs(&local, &converter, &listed(&local, &[first, second]).await?).await?;
+    let (_, converter) = pending_run(&local, &naming, "rewritten", &[0, 5]).await?;
     let report = local.run(&naming).await?;
     assert!(!report.has_failures(), "{report:?}");
     assert_eq!(offsets(&local.catalog, &table).await?, once(0, 10));

@@ -137,6 +137,21 @@ impl Moto {
     }
 }
 
+/// An SQS event whose messages each carry the S3 `ObjectCreated` notification of one
+/// of `keys` in the segment bucket, as the converter receives them.
+pub fn s3_events_in_sqs<K: AsRef<str>>(keys: &[K]) -> serde_json::Value {
+    let records: Vec<serde_json::Value> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let body = serde_json::json!({"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+                "s3": {"bucket": {"name": "kafscale-segments"}, "object": {"key": key.as_ref()}}}]});
+            serde_json::json!({"messageId": format!("m{i}"), "body": body.to_string(), "eventSource": "aws:sqs"})
+        })
+        .collect();
+    serde_json::json!({ "Records": records })
+}
+
 /// Requests moto's recorder counted, per service (`s3`, `dynamodb`, `glue`, …) and
 /// operation (the S3 method, or the DynamoDB target).
 #[derive(Debug, Clone)]

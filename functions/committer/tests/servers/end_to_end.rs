@@ -31,19 +31,6 @@ fn files(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn sqs_event(keys: &[&String]) -> Value {
-    let records: Vec<Value> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, key)| {
-            let body = json!({"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
-                "s3": {"bucket": {"name": "kafscale-segments"}, "object": {"key": key}}}]});
-            json!({"messageId": format!("m{i}"), "body": body.to_string(), "eventSource": "aws:sqs"})
-        })
-        .collect();
-    json!({"Records": records})
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn independent_segments_land_in_glue_tables_exactly_once() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
@@ -165,7 +152,7 @@ async fn deliver_commit_and_read_back(
         .collect();
     announced.extend(again);
     for chunk in announced.chunks(10) {
-        let response = kfs_converter::handle(&converter, &sqs_event(chunk))
+        let response = kfs_converter::handle(&converter, &kfs_testkit::s3_events_in_sqs(chunk))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(response["batchItemFailures"], json!([]), "{response}");

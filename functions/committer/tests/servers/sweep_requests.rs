@@ -115,16 +115,7 @@ async fn a_tick_sweeps_and_commits_small_segments_in_about_one_request_each() {
     // Converted from their events first: the tick lists, finds them pending, commits.
     let (keys, size) = put_segments(&stack, "views");
     let converter = stack.converter(catalog.clone(), 4);
-    let records: Vec<Value> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, key)| {
-            let body = json!({"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
-                "s3": {"bucket": {"name": "kafscale-segments"}, "object": {"key": key}}}]});
-            json!({"messageId": format!("m{i}"), "body": body.to_string(), "eventSource": "aws:sqs"})
-        })
-        .collect();
-    let response = kfs_converter::handle(&converter, &json!({ "Records": records }))
+    let response = kfs_converter::handle(&converter, &kfs_testkit::s3_events_in_sqs(&keys))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(response["batchItemFailures"], json!([]), "{response}");
