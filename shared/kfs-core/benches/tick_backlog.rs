@@ -29,11 +29,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{BenchResult, tiny_segment};
-use kfs_core::testing::{SqlTableSwap, open_sql_catalog};
+use kfs_core::testing::{Probe, Probed, SqlTableSwap, open_sql_catalog};
 use kfs_core::{
-    Attempts, CatalogAccess, EntryState, InsertOutcome, LOCAL_CATALOG_NAME, Ledger, LedgerEntry,
-    LedgerError, Listing, MemoryLedger, MemorySource, PipelineConfig, S3Settings, Warehouse,
-    WorkKey, now_ms, run_once, run_tick,
+    CatalogAccess, EntryState, LOCAL_CATALOG_NAME, Ledger, LedgerEntry, LedgerError, Listing,
+    MemoryLedger, MemorySource, PipelineConfig, S3Settings, Warehouse, WorkKey, now_ms, run_once,
+    run_tick,
 };
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
@@ -63,65 +63,46 @@ impl Asked {
     }
 }
 
-/// The in-memory ledger, counting what it is asked.
-struct CountingLedger {
-    inner: MemoryLedger,
-    asked: Asked,
-}
-
-impl Ledger for CountingLedger {
-    fn identity(&self) -> String {
-        self.inner.identity()
+/// Counts what the ledger is asked.
+impl Probe<MemoryLedger> for Asked {
+    async fn get(
+        &self,
+        inner: &MemoryLedger,
+        segment: &str,
+    ) -> Result<Option<LedgerEntry>, LedgerError> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        inner.get(segment).await
     }
-    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
-        self.asked.gets.fetch_add(1, Ordering::Relaxed);
-        self.inner.get(segment).await
-    }
-    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
-        self.inner.insert(entry).await
-    }
-    async fn scan(&self, state: Option<&str>, table: Option<&str>) -> Result<Listing, LedgerError> {
-        let listing = self.inner.scan(state, table).await?;
-        self.asked
-            .scanned_entries
+    async fn scan(
+        &self,
+        inner: &MemoryLedger,
+        state: Option<&str>,
+        table: Option<&str>,
+    ) -> Result<Listing, LedgerError> {
+        let listing = inner.scan(state, table).await?;
+        self.scanned_entries
             .fetch_add(listing.entries.len() as u64, Ordering::Relaxed);
         Ok(listing)
     }
-    async fn work_keys(&self, state: &str, table: &str) -> Result<Vec<WorkKey>, LedgerError> {
-        let keys = self.inner.work_keys(state, table).await?;
-        self.asked.key_reads.fetch_add(1, Ordering::Relaxed);
-        self.asked
-            .keys
-            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+    async fn work_keys(
+        &self,
+        inner: &MemoryLedger,
+        state: &str,
+        table: &str,
+    ) -> Result<Vec<WorkKey>, LedgerError> {
+        let keys = inner.work_keys(state, table).await?;
+        self.key_reads.fetch_add(1, Ordering::Relaxed);
+        self.keys.fetch_add(keys.len() as u64, Ordering::Relaxed);
         Ok(keys)
     }
-    async fn get_many(&self, segments: &[String]) -> Result<Listing, LedgerError> {
-        self.asked
-            .batch_items
-            .fetch_add(segments.len() as u64, Ordering::Relaxed);
-        self.inner.get_many(segments).await
-    }
-    async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<Attempts, LedgerError> {
-        self.inner.begin_attempt(segment, now_ms).await
-    }
-    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
-        self.inner.end_attempt(segment).await
-    }
-    async fn mark_committed(
+    async fn get_many(
         &self,
-        entries: &[&LedgerEntry],
-        snapshot_id: i64,
-        now_ms: i64,
-    ) -> Result<usize, LedgerError> {
-        self.inner
-            .mark_committed(entries, snapshot_id, now_ms)
-            .await
-    }
-    async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {
-        self.inner.remove_in_state(segment, state).await
-    }
-    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        self.inner.skip_quarantined(segment, now_ms).await
+        inner: &MemoryLedger,
+        segments: &[String],
+    ) -> Result<Listing, LedgerError> {
+        self.batch_items
+            .fetch_add(segments.len() as u64, Ordering::Relaxed);
+        inner.get_many(segments).await
     }
 }
 
@@ -161,9 +142,10 @@ async fn measure(
     let catalog = open_sql_catalog(&database, &warehouse, &S3Settings::default()).await?;
     let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
     let source = MemorySource::default();
-    let ledger = CountingLedger {
-        inner: MemoryLedger::default(),
-        asked: Asked::default(),
+    let memory = MemoryLedger::default();
+    let ledger = Probed {
+        inner: &memory,
+        probe: Asked::default(),
     };
     let naming = TableNaming::default();
     let per_partition = (retained / partitions as usize) as i64;
@@ -249,7 +231,7 @@ async fn measure(
         ..PipelineConfig::default()
     };
     let requests_before = source.list_requests();
-    let asked_before = ledger.asked.snapshot();
+    let asked_before = ledger.probe.snapshot();
     let started = Instant::now();
     let tick = run_tick(
         &source,
@@ -263,7 +245,7 @@ async fn measure(
     )
     .await?;
     let elapsed = started.elapsed();
-    let asked_after = ledger.asked.snapshot();
+    let asked_after = ledger.probe.snapshot();
     let asked: Vec<u64> = asked_after
         .iter()
         .zip(asked_before)

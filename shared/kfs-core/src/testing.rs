@@ -15,7 +15,7 @@ pub use crate::convert::{
 pub use crate::ingest::{
     NewSegment, RunLimits, RunsOutcome, TopicTable, ingest_runs, ingest_segment,
 };
-pub use crate::ledger::{check_contract, converted_paths, spilled_to};
+pub use crate::ledger::{Probe, Probed, check_contract, converted_paths, spilled_to};
 pub use crate::parquet::{merge_data_files, writer_properties};
 pub use crate::source::in_memory;
 pub use crate::table::{

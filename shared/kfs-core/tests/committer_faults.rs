@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::faults::{Faults, FaultyLedger, Mode, Step};
+use crate::faults::{Faults, Mode, Step, faulty_ledger};
 use kfs_core::testing::commit_table;
 use kfs_core::testing::open_sql_catalog;
 use kfs_core::testing::{TopicTable, ingest_segment};
@@ -189,11 +189,11 @@ async fn a_commit_whose_marking_was_lost_is_recovered_not_repeated() -> TestResu
     let setup = setup().await?;
     // `mark_committed` fails once, after the commit landed.
     let inner = SqliteLedger::open(&setup.ledger_path).await?;
-    let ledger = FaultyLedger {
-        inner: &inner,
-        faults: Faults::new(Step::MarkCommitted, Mode::ErrorBefore, 1),
-        retried_inserts: false,
-    };
+    let ledger = faulty_ledger(
+        &inner,
+        Faults::new(Step::MarkCommitted, Mode::ErrorBefore, 1),
+        false,
+    );
     let bases = [0, 10, 20];
     convert(&setup, &ledger, &bases).await?;
     let name = TableNaming::default().table_for("orders");
@@ -413,11 +413,7 @@ async fn a_compaction_racing_an_append_restages_and_loses_nothing() -> TestResul
 async fn a_retried_insert_that_finds_its_own_entry_keeps_its_files() -> TestResult {
     let setup = setup().await?;
     let inner = SqliteLedger::open(&setup.ledger_path).await?;
-    let ledger = FaultyLedger {
-        inner: &inner,
-        faults: Faults::none(),
-        retried_inserts: true,
-    };
+    let ledger = faulty_ledger(&inner, Faults::none(), true);
     convert(&setup, &ledger, &[0, 10]).await?;
     for entry in ledger.list(Some("pending"), None).await? {
         for path in kfs_core::testing::converted_paths(&entry) {

@@ -7,9 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kfs_core::{
-    EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, SegmentSource, SqliteLedger,
-};
+use kfs_core::testing::{Probe, Probed};
+use kfs_core::{EntryState, Ledger, LedgerEntry, LedgerError, SegmentSource, SqliteLedger};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
 
@@ -269,63 +268,33 @@ async fn a_run_overlapping_a_committed_run_is_dropped_and_converted_again() -> T
 /// A process's view of the ledger read before others changed it: its reads of the
 /// entries it read then answer as they did (whatever is under their keys now); its
 /// writes go to the ledger.
-struct StaleReads<'a> {
-    inner: &'a SqliteLedger,
+struct StaleReads {
     read_then: Vec<LedgerEntry>,
 }
 
-impl Ledger for StaleReads<'_> {
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
+impl Probe<SqliteLedger> for StaleReads {
+    async fn get(
+        &self,
+        inner: &SqliteLedger,
+        segment: &str,
+    ) -> Result<Option<LedgerEntry>, LedgerError> {
         match self.read_then.iter().find(|e| e.segment == segment) {
             Some(entry) => Ok(Some(entry.clone())),
-            None => self.inner.get(segment).await,
+            None => inner.get(segment).await,
         }
     }
-    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
-        self.inner.insert(entry).await
-    }
-    async fn scan(
+    async fn get_many(
         &self,
-        state: Option<&str>,
-        table: Option<&str>,
+        inner: &SqliteLedger,
+        segments: &[String],
     ) -> Result<kfs_core::Listing, LedgerError> {
-        self.inner.scan(state, table).await
-    }
-    async fn work_keys(
-        &self,
-        state: &str,
-        table: &str,
-    ) -> Result<Vec<kfs_core::WorkKey>, LedgerError> {
-        self.inner.work_keys(state, table).await
-    }
-    async fn begin_attempt(
-        &self,
-        segment: &str,
-        now_ms: i64,
-    ) -> Result<kfs_core::Attempts, LedgerError> {
-        self.inner.begin_attempt(segment, now_ms).await
-    }
-    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
-        self.inner.end_attempt(segment).await
-    }
-    async fn mark_committed(
-        &self,
-        entries: &[&LedgerEntry],
-        snapshot_id: i64,
-        now_ms: i64,
-    ) -> Result<usize, LedgerError> {
-        self.inner
-            .mark_committed(entries, snapshot_id, now_ms)
-            .await
-    }
-    async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {
-        self.inner.remove_in_state(segment, state).await
-    }
-    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        self.inner.skip_quarantined(segment, now_ms).await
+        let mut listing = inner.get_many(segments).await?;
+        for entry in &mut listing.entries {
+            if let Some(then) = self.read_then.iter().find(|e| e.segment == entry.segment) {
+                *entry = then.clone();
+            }
+        }
+        Ok(listing)
     }
 }
 
@@ -363,9 +332,11 @@ async fn a_run_landed_on_an_older_listing_never_marks_the_run_converted_again_af
     let table = naming.table_for("raced");
     let (keys, target) = pending_run(&local, &naming, "raced", &[0, 10]).await?;
     let (first, last) = (keys[0].clone(), keys[1].clone());
-    let process_a = StaleReads {
+    let process_a = Probed {
         inner: &local.ledger,
-        read_then: local.ledger.list(Some("pending"), None).await?,
+        probe: StaleReads {
+            read_then: local.ledger.list(Some("pending"), None).await?,
+        },
     };
     let middle = local.put("raced", 5, &VALUES, 1)?;
     let settings = kfs_core::CommitSettings::default();

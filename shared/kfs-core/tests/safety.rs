@@ -10,10 +10,12 @@ use std::sync::Mutex;
 use futures::future::BoxFuture;
 use iceberg::table::Table;
 use iceberg::{Catalog, TableCommit, TableIdent};
-use kfs_core::testing::{SqlCatalog, TopicTable, commit_table, ingest_segment, open_sql_catalog};
+use kfs_core::testing::{
+    Probe, Probed, SqlCatalog, TopicTable, commit_table, ingest_segment, open_sql_catalog,
+};
 use kfs_core::{
-    CatalogOverrides, CommitSettings, EntryState, Feed, LEDGER_PROPERTY, Ledger, LedgerEntry,
-    LedgerError, MaintenanceError, MaintenancePolicy, OrphanRule, Overridden, S3Settings,
+    CatalogOverrides, CommitSettings, EntryState, Feed, LEDGER_PROPERTY, Ledger, LedgerError,
+    MaintenanceError, MaintenancePolicy, OrphanRule, Overridden, S3Settings,
     SOURCE_NAMESPACE_PROPERTY, SourceObject, SqliteLedger, Warehouse, maintain_table, now_ms,
     remove_orphans, table_ident,
 };
@@ -340,25 +342,16 @@ async fn another_feeds_pending_files_are_never_committed_or_marked() -> TestResu
     Ok(())
 }
 
-/// A ledger that lets a commit land right before it answers a pending listing: what
-/// a committer running beside orphan cleanup does.
+/// Lets a commit land right before the ledger answers a listing: what a committer
+/// running beside orphan cleanup does.
 struct CommitWhileListing<'a> {
-    inner: &'a SqliteLedger,
     commit: Mutex<Option<BoxFuture<'a, ()>>>,
 }
 
-impl Ledger for CommitWhileListing<'_> {
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
-        self.inner.get(segment).await
-    }
-    async fn insert(&self, entry: &LedgerEntry) -> Result<kfs_core::InsertOutcome, LedgerError> {
-        self.inner.insert(entry).await
-    }
+impl Probe<SqliteLedger> for CommitWhileListing<'_> {
     async fn scan(
         &self,
+        inner: &SqliteLedger,
         state: Option<&str>,
         table: Option<&str>,
     ) -> Result<kfs_core::Listing, LedgerError> {
@@ -366,40 +359,7 @@ impl Ledger for CommitWhileListing<'_> {
         if let Some(commit) = commit {
             commit.await;
         }
-        self.inner.scan(state, table).await
-    }
-    async fn work_keys(
-        &self,
-        state: &str,
-        table: &str,
-    ) -> Result<Vec<kfs_core::WorkKey>, LedgerError> {
-        self.inner.work_keys(state, table).await
-    }
-    async fn begin_attempt(
-        &self,
-        segment: &str,
-        now_ms: i64,
-    ) -> Result<kfs_core::Attempts, LedgerError> {
-        self.inner.begin_attempt(segment, now_ms).await
-    }
-    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
-        self.inner.end_attempt(segment).await
-    }
-    async fn mark_committed(
-        &self,
-        entries: &[&LedgerEntry],
-        snapshot_id: i64,
-        now_ms: i64,
-    ) -> Result<usize, LedgerError> {
-        self.inner
-            .mark_committed(entries, snapshot_id, now_ms)
-            .await
-    }
-    async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {
-        self.inner.remove_in_state(segment, state).await
-    }
-    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        self.inner.skip_quarantined(segment, now_ms).await
+        inner.scan(state, table).await
     }
 }
 
@@ -409,25 +369,27 @@ async fn orphan_cleanup_never_deletes_files_a_commit_lands_meanwhile() -> TestRe
     convert(&local, &[0, 5]).await?;
     let table = name("kafscale.orders");
     let committer = SqliteLedger::open(&local.dir.path().join("ledger.db")).await?;
-    let ledger = CommitWhileListing {
+    let ledger = Probed {
         inner: &local.ledger,
-        commit: Mutex::new(Some(Box::pin(async {
-            let settings = CommitSettings {
-                coalesce: false,
-                ..CommitSettings::default()
-            };
-            let outcome = commit_table(
-                &local.catalog,
-                &committer,
-                &table,
-                "orders",
-                &listing(&[0, 5]),
-                &settings,
-                now_ms(),
-            )
-            .await;
-            assert!(outcome.is_ok_and(|o| o.segments == 2));
-        }))),
+        probe: CommitWhileListing {
+            commit: Mutex::new(Some(Box::pin(async {
+                let settings = CommitSettings {
+                    coalesce: false,
+                    ..CommitSettings::default()
+                };
+                let outcome = commit_table(
+                    &local.catalog,
+                    &committer,
+                    &table,
+                    "orders",
+                    &listing(&[0, 5]),
+                    &settings,
+                    now_ms(),
+                )
+                .await;
+                assert!(outcome.is_ok_and(|o| o.segments == 2));
+            }))),
+        },
     };
     let report = remove_orphans(
         &local.catalog,

@@ -13,6 +13,8 @@ mod contract;
 mod files;
 mod members;
 mod memory;
+#[cfg(feature = "test-support")]
+mod probe;
 #[cfg(feature = "sql")]
 mod sqlite;
 
@@ -20,6 +22,8 @@ mod sqlite;
 pub use contract::check_contract;
 pub use files::{from_ledger, resolve, spill, spilled_to, to_ledger};
 pub use memory::MemoryLedger;
+#[cfg(feature = "test-support")]
+pub use probe::{Probe, Probed};
 #[cfg(feature = "sql")]
 pub use sqlite::SqliteLedger;
 

@@ -20,8 +20,8 @@ use iceberg::{
 use kfs_core::SegmentStream;
 use kfs_core::TableSwap;
 use kfs_core::failpoint::{self, Failpoint, FailpointHook, Injection};
-use kfs_core::testing::SqlTableSwap;
 use kfs_core::testing::open_sql_catalog;
+use kfs_core::testing::{Probe, Probed, SqlTableSwap};
 use kfs_core::{CatalogHandle, LOCAL_CATALOG_NAME, S3Settings, Warehouse, table_ident};
 use kfs_core::{ConverterService, ConverterSettings};
 use kfs_core::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
@@ -273,12 +273,29 @@ impl SegmentSource for FaultySource<'_> {
     }
 }
 
-/// The ledger under one process's faults; with `retried_inserts`, every insert is sent
-/// twice, as a client retries after a lost response whose first attempt landed.
-pub struct FaultyLedger<'a> {
-    pub inner: &'a SqliteLedger,
+/// One process's faults on its ledger calls; with `retried_inserts`, every insert is
+/// sent twice, as a client retries after a lost response whose first attempt landed.
+pub struct LedgerFaults {
     pub faults: Arc<Faults>,
     pub retried_inserts: bool,
+}
+
+/// The ledger under one process's faults.
+pub type FaultyLedger<'a> = Probed<'a, SqliteLedger, LedgerFaults>;
+
+/// `inner` under `faults`, each insert sent twice with `retried_inserts`.
+pub fn faulty_ledger(
+    inner: &SqliteLedger,
+    faults: Arc<Faults>,
+    retried_inserts: bool,
+) -> FaultyLedger<'_> {
+    Probed {
+        inner,
+        probe: LedgerFaults {
+            faults,
+            retried_inserts,
+        },
+    }
 }
 
 pub fn ledger_error(message: String) -> LedgerError {
@@ -288,58 +305,35 @@ pub fn ledger_error(message: String) -> LedgerError {
     }
 }
 
-impl Ledger for FaultyLedger<'_> {
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-
-    async fn get(&self, segment: &str) -> Result<Option<LedgerEntry>, LedgerError> {
-        self.inner.get(segment).await
-    }
-    async fn insert(&self, entry: &LedgerEntry) -> Result<InsertOutcome, LedgerError> {
+impl Probe<SqliteLedger> for LedgerFaults {
+    async fn insert(
+        &self,
+        inner: &SqliteLedger,
+        entry: &LedgerEntry,
+    ) -> Result<InsertOutcome, LedgerError> {
         let first = faulty(
             &self.faults,
             Step::LedgerInsert,
             ledger_error,
-            self.inner.insert(entry),
+            inner.insert(entry),
         )
         .await?;
         if self.retried_inserts {
-            return self.inner.insert(entry).await;
+            return inner.insert(entry).await;
         }
         Ok(first)
     }
-    async fn scan(
-        &self,
-        state: Option<&str>,
-        table: Option<&str>,
-    ) -> Result<kfs_core::Listing, LedgerError> {
-        self.inner.scan(state, table).await
-    }
-    async fn work_keys(
-        &self,
-        state: &str,
-        table: &str,
-    ) -> Result<Vec<kfs_core::WorkKey>, LedgerError> {
-        self.inner.work_keys(state, table).await
-    }
-    async fn begin_attempt(
-        &self,
-        segment: &str,
-        now_ms: i64,
-    ) -> Result<kfs_core::Attempts, LedgerError> {
-        self.inner.begin_attempt(segment, now_ms).await
-    }
-    async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
+    async fn end_attempt(&self, inner: &SqliteLedger, segment: &str) -> Result<(), LedgerError> {
         // A process that crashed never ends what it began: its attempt stays open,
         // as it does when a function dies out of memory or at its timeout.
         if self.faults.crashed() {
             return Err(ledger_error("injected: the process has crashed".into()));
         }
-        self.inner.end_attempt(segment).await
+        inner.end_attempt(segment).await
     }
     async fn mark_committed(
         &self,
+        inner: &SqliteLedger,
         entries: &[&LedgerEntry],
         snapshot_id: i64,
         now_ms: i64,
@@ -348,15 +342,9 @@ impl Ledger for FaultyLedger<'_> {
             &self.faults,
             Step::MarkCommitted,
             ledger_error,
-            self.inner.mark_committed(entries, snapshot_id, now_ms),
+            inner.mark_committed(entries, snapshot_id, now_ms),
         )
         .await
-    }
-    async fn remove_in_state(&self, segment: &str, state: &str) -> Result<bool, LedgerError> {
-        self.inner.remove_in_state(segment, state).await
-    }
-    async fn skip_quarantined(&self, segment: &str, now_ms: i64) -> Result<bool, LedgerError> {
-        self.inner.skip_quarantined(segment, now_ms).await
     }
 }
 
@@ -552,11 +540,7 @@ impl<'a> Process<'a> {
                 inner: swap,
                 faults: faults.clone(),
             },
-            ledger: FaultyLedger {
-                inner: ledger,
-                faults: faults.clone(),
-                retried_inserts: false,
-            },
+            ledger: faulty_ledger(ledger, faults.clone(), false),
             faults,
         })
     }
@@ -654,11 +638,7 @@ impl<'a> Process<'a> {
                     faults: self.faults.clone(),
                 }),
             },
-            FaultyLedger {
-                inner: self.ledger.inner,
-                faults: self.faults.clone(),
-                retried_inserts: false,
-            },
+            faulty_ledger(self.ledger.inner, self.faults.clone(), false),
             ConverterSettings {
                 bucket: BUCKET.into(),
                 prefix: String::new(),
