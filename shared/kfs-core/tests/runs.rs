@@ -475,3 +475,50 @@ async fn a_key_rewritten_after_its_run_committed_is_quarantined_and_its_partitio
     assert!(local.ledger.list(Some("pending"), None).await?.is_empty());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_configured_start_inside_a_segment_holds_its_partition_and_quarantines_nothing()
+-> TestResult {
+    // The table holds nothing of the partition; the operator's start offset (2) lies
+    // inside the first segment (0-4). That overlap is not a rewrite: the partition
+    // waits for the start to be corrected, and nothing is quarantined or dropped.
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    let table = naming.table_for("started");
+    pending_run(&local, &naming, "started", &[0]).await?;
+    let settings = kfs_core::CommitSettings {
+        start_offsets: BTreeMap::from([(0, 2)]),
+        ..kfs_core::CommitSettings::default()
+    };
+    let outcome = kfs_core::testing::commit_table(
+        &local.catalog,
+        &local.ledger,
+        &table,
+        "started",
+        &listing(&[0]),
+        &settings,
+        kfs_core::now_ms(),
+    )
+    .await?;
+    assert_eq!(
+        (outcome.snapshot_id, outcome.runs_dropped),
+        (None, 0),
+        "{outcome:?}"
+    );
+    assert!(
+        matches!(
+            outcome.holds.first().map(|h| &h.reason),
+            Some(kfs_plan::commit::HoldReason::Overlap { .. })
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(local.ledger.list(Some("pending"), None).await?.len(), 1);
+    assert!(
+        local
+            .ledger
+            .list(Some("quarantined"), None)
+            .await?
+            .is_empty()
+    );
+    Ok(())
+}

@@ -396,7 +396,7 @@ pub async fn commit_table(
         })?;
         outcome.recovered += recovered;
         outcome.late_dropped += dropped_late;
-        let dropped = drop_overlapping_runs(ledger, &plan, &entries, now_ms)
+        let dropped = drop_overlapping_runs(ledger, &plan, &entries, watermarks, now_ms)
             .await
             .map_err(ledger_error)?;
         outcome.runs_dropped += dropped.len();
@@ -579,12 +579,15 @@ enum Recover {
 /// a run before its event reached a converter) or from another segment. It is
 /// quarantined beside its key, naming the offsets of it the table lacks (which the
 /// partition's next commit records as a gap), and its pending entry dropped: the
-/// partition moves on, and an operator sees what was not ingested.
+/// partition moves on, and an operator sees what was not ingested. (Where the table
+/// holds nothing of the partition yet, the overlap is with a configured start inside
+/// the segment: that holds the partition, as before, until the start is corrected.)
 /// Returns the entries dropped.
 async fn drop_overlapping_runs(
     ledger: &impl Ledger,
     plan: &CommitPlan,
     entries: &HashMap<&str, &LedgerEntry>,
+    watermarks: &OffsetMap,
     now_ms: i64,
 ) -> Result<Vec<String>, crate::ledger::LedgerError> {
     let mut dropped = Vec::new();
@@ -598,7 +601,8 @@ async fn drop_overlapping_runs(
             continue;
         };
         if entry.members.is_empty() {
-            let Some(next) = hold.next_offset else {
+            let (Some(next), true) = (hold.next_offset, watermarks.contains_key(&hold.partition))
+            else {
                 continue;
             };
             quarantine_overlap(ledger, entry, next, now_ms).await?;
