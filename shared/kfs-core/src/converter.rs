@@ -550,25 +550,12 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                 segment: entry.segment,
             });
         };
-        let now = now_ms();
-        let rewrite = LedgerEntry {
-            segment: format!("{}#rewritten-{current}", entry.segment),
-            etag: current.to_owned(),
-            data_files: Vec::new(),
-            dead_letters: Default::default(),
-            records: 0,
-            bytes: 0,
-            state: EntryState::Quarantined {
-                error: format!(
-                    "{} was rewritten with different content (ETag {} → {current}) after it was converted; the new content is not ingested",
-                    self.source.describe(&entry.segment),
-                    entry.etag
-                ),
-            },
-            created_ms: now,
-            updated_ms: now,
-            ..entry.clone()
-        };
+        let error = format!(
+            "{} was rewritten with different content (ETag {} → {current}) after it was converted; the new content is not ingested",
+            self.source.describe(&entry.segment),
+            entry.etag
+        );
+        let rewrite = entry.quarantined_beside("rewritten", current, error, now_ms());
         match self.ledger.insert(&rewrite).await? {
             InsertOutcome::Inserted | InsertOutcome::Exists(_) => Ok(ObjectOutcome::Rewritten {
                 segment: entry.segment,

@@ -298,9 +298,27 @@ impl Probe<SqliteLedger> for StaleReads {
     }
 }
 
-/// Base offsets of partition 0, as a sweep lists them.
-fn listing(bases: &[i64]) -> BTreeMap<i32, BTreeSet<i64>> {
-    BTreeMap::from([(0, bases.iter().copied().collect())])
+/// One commit cycle of `table` (fed by `topic`) through `ledger`, on a listing of
+/// partition 0 at `bases`.
+async fn commit_listed(
+    local: &Local,
+    ledger: &impl Ledger,
+    table: &kfs_plan::naming::TableName,
+    topic: &str,
+    bases: &[i64],
+    settings: &kfs_core::CommitSettings,
+) -> Result<kfs_core::CommitOutcome, BoxError> {
+    let listing = BTreeMap::from([(0, bases.iter().copied().collect::<BTreeSet<_>>())]);
+    Ok(kfs_core::testing::commit_table(
+        &local.catalog,
+        ledger,
+        table,
+        topic,
+        &listing,
+        settings,
+        kfs_core::now_ms(),
+    )
+    .await?)
 }
 
 /// Runs passes until one quarantines something (at most three), returning what it
@@ -340,30 +358,20 @@ async fn a_run_landed_on_an_older_listing_never_marks_the_run_converted_again_af
     };
     let middle = local.put("raced", 5, &VALUES, 1)?;
     let settings = kfs_core::CommitSettings::default();
-    let outcome = kfs_core::testing::commit_table(
-        &local.catalog,
+    let outcome = commit_listed(
+        &local,
         &local.ledger,
         &table,
         "raced",
-        &listing(&[0, 5, 10]),
+        &[0, 5, 10],
         &settings,
-        kfs_core::now_ms(),
     )
     .await?;
     assert_eq!(outcome.runs_dropped, 1, "{outcome:?}");
     let segments = listed(&local, &[first.clone(), middle.clone(), last]).await?;
     let again = convert_in_runs(&local, &target, &segments).await?;
     assert_eq!(again.recorded.len(), 1, "{again:?}");
-    let outcome = kfs_core::testing::commit_table(
-        &local.catalog,
-        &process_a,
-        &table,
-        "raced",
-        &listing(&[0, 10]),
-        &settings,
-        kfs_core::now_ms(),
-    )
-    .await?;
+    let outcome = commit_listed(&local, &process_a, &table, "raced", &[0, 10], &settings).await?;
     assert_eq!(
         outcome
             .gaps
@@ -490,16 +498,7 @@ async fn a_configured_start_inside_a_segment_holds_its_partition_and_quarantines
         start_offsets: BTreeMap::from([(0, 2)]),
         ..kfs_core::CommitSettings::default()
     };
-    let outcome = kfs_core::testing::commit_table(
-        &local.catalog,
-        &local.ledger,
-        &table,
-        "started",
-        &listing(&[0]),
-        &settings,
-        kfs_core::now_ms(),
-    )
-    .await?;
+    let outcome = commit_listed(&local, &local.ledger, &table, "started", &[0], &settings).await?;
     assert_eq!(
         (outcome.snapshot_id, outcome.runs_dropped),
         (None, 0),

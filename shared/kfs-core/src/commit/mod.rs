@@ -636,17 +636,7 @@ async fn quarantine_overlap(
         next.saturating_sub(1),
         entry.last_offset,
     );
-    let quarantined = LedgerEntry {
-        segment: format!("{}#overlap-{}", entry.segment, entry.etag),
-        data_files: Vec::new(),
-        dead_letters: Default::default(),
-        records: 0,
-        bytes: 0,
-        state: EntryState::Quarantined { error },
-        created_ms: now_ms,
-        updated_ms: now_ms,
-        ..entry.clone()
-    };
+    let quarantined = entry.quarantined_beside("overlap", &entry.etag, error, now_ms);
     ledger.insert(&quarantined).await.map(|_| ())
 }
 

@@ -118,6 +118,30 @@ impl LedgerEntry {
         })
     }
 
+    /// A quarantined entry for version `version` of this entry's key, kept beside it
+    /// (`{segment}#{tag}-{version}`, so this entry stays as it is): content an operator
+    /// must see that is not ingested (a rewrite, a segment overlapping the table).
+    pub fn quarantined_beside(
+        &self,
+        tag: &str,
+        version: &str,
+        error: String,
+        now_ms: i64,
+    ) -> LedgerEntry {
+        LedgerEntry {
+            segment: format!("{}#{tag}-{version}", self.segment),
+            etag: version.to_owned(),
+            data_files: Vec::new(),
+            dead_letters: DeadLetters::default(),
+            records: 0,
+            bytes: 0,
+            state: EntryState::Quarantined { error },
+            created_ms: now_ms,
+            updated_ms: now_ms,
+            ..self.clone()
+        }
+    }
+
     /// Segments the entry holds: its own and its run's.
     pub fn segments(&self) -> usize {
         1 + self.members.len()
