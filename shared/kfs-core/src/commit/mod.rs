@@ -370,38 +370,46 @@ pub async fn commit_table(
         outcome.attempts = attempt;
         let progress = table_progress(&table).map_err(summary_error)?;
         let watermarks = &progress.watermarks;
-        let plan = plan_commit(&PlanInput {
-            topic,
-            watermarks,
-            starts: &progress.starts,
-            pending: &pending,
-            listing,
-            start_offsets: &settings.start_offsets,
-            max_segments: settings.max_segments,
-            skipped: &skipped,
-        });
-        let (recovered, dropped_late) = recover_covered(
-            &table,
-            &progress,
-            ledger,
-            &plan,
-            &entries,
-            &settings.start_offsets,
-            now_ms,
-        )
-        .await
-        .map_err(|e| match e {
-            Recover::Ledger(e) => ledger_error(e),
-            Recover::Summary(e) => summary_error(e),
-        })?;
-        outcome.recovered += recovered;
-        outcome.late_dropped += dropped_late;
-        let dropped = drop_overlapping_runs(ledger, &plan, &entries, watermarks, now_ms)
+        // Planned again without what it dropped, so that a partition held by an
+        // entry that can never commit moves on in this pass (each round drops at
+        // least one pending entry, so this ends).
+        let plan = loop {
+            let plan = plan_commit(&PlanInput {
+                topic,
+                watermarks,
+                starts: &progress.starts,
+                pending: &pending,
+                listing,
+                start_offsets: &settings.start_offsets,
+                max_segments: settings.max_segments,
+                skipped: &skipped,
+            });
+            let (recovered, dropped_late) = recover_covered(
+                &table,
+                &progress,
+                ledger,
+                &plan,
+                &entries,
+                &settings.start_offsets,
+                now_ms,
+            )
             .await
-            .map_err(ledger_error)?;
-        outcome.runs_dropped += dropped.len();
-        let covered: BTreeSet<&str> = plan.covered.iter().map(|s| s.id.as_str()).collect();
-        pending.retain(|s| !covered.contains(s.id.as_str()) && !dropped.contains(&s.id));
+            .map_err(|e| match e {
+                Recover::Ledger(e) => ledger_error(e),
+                Recover::Summary(e) => summary_error(e),
+            })?;
+            outcome.recovered += recovered;
+            outcome.late_dropped += dropped_late;
+            let dropped = drop_overlapping_runs(ledger, &plan, &entries, watermarks, now_ms)
+                .await
+                .map_err(ledger_error)?;
+            outcome.runs_dropped += dropped.len();
+            let covered: BTreeSet<&str> = plan.covered.iter().map(|s| s.id.as_str()).collect();
+            pending.retain(|s| !covered.contains(s.id.as_str()) && !dropped.contains(&s.id));
+            if dropped.is_empty() {
+                break plan;
+            }
+        };
         outcome.holds = plan.holds.clone();
         outcome.watermarks = plan.offsets.clone();
         let previous_newest = newest_record_ms(&table);

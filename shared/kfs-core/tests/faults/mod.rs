@@ -576,6 +576,19 @@ impl<'a> Process<'a> {
             )
             .await
             .map_err(|e| TickError::of(e.kind(), &e))?;
+            // With KFS_SIM_TRACE, what each pass left each table waiting for.
+            if std::env::var_os("KFS_SIM_TRACE").is_some() {
+                for (table, outcome) in &report.tables {
+                    eprintln!(
+                        "  pass: {table} at {:?}, holds {:?}, {} dropped, {} late dropped, {} recovered",
+                        outcome.watermarks,
+                        outcome.holds,
+                        outcome.runs_dropped,
+                        outcome.late_dropped,
+                        outcome.recovered
+                    );
+                }
+            }
             // A pass isolates what failed and goes on: a tick that left a segment
             // unconverted, a table uncommitted or an item unread is not a clean one
             // (a feed refused its table is, in the scenarios with colliding feeds).
