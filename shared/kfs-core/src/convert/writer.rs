@@ -4,7 +4,7 @@
 
 use super::ROWS_PER_BATCH;
 use crate::failpoint::Failpoint;
-use crate::parquet::writer_properties;
+use crate::parquet::{ParquetFileWriterBuilder, writer_properties};
 use crate::table::arrow_schema;
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;
@@ -12,7 +12,6 @@ use iceberg::spec::DataFile;
 use iceberg::spec::PartitionKey;
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
-use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
     DefaultLocationGenerator, FileNameGenerator, LocationGenerator,
 };
@@ -89,8 +88,9 @@ impl LocationGenerator for BoundedLocation {
     }
 }
 
-/// The builder of one data file, through iceberg-rust's writer stack.
-type FileBuilder = DataFileWriterBuilder<ParquetWriterBuilder, BoundedLocation, FixedFileName>;
+/// The builder of one data file, through iceberg-rust's writer stack with our Parquet
+/// file writer.
+type FileBuilder = DataFileWriterBuilder<ParquetFileWriterBuilder, BoundedLocation, FixedFileName>;
 
 /// Where a segment's batches go: one Parquet file named `{stem}.parquet` in the table's
 /// data directory, or, for a partitioned table, one such file per partition value in
@@ -111,10 +111,10 @@ impl SegmentWriter {
     pub(crate) async fn new(table: &Table, stem: String) -> iceberg::Result<Self> {
         let metadata = table.metadata();
         let location = BoundedLocation(DefaultLocationGenerator::new(metadata)?);
-        let parquet = ParquetWriterBuilder::new(
+        let parquet = ParquetFileWriterBuilder::new(
             writer_properties(metadata.properties())?,
             metadata.current_schema().clone(),
-        );
+        )?;
         let rolling = RollingFileWriterBuilder::new(
             parquet,
             usize::MAX,

@@ -20,7 +20,7 @@ use iceberg::writer::file_writer::location_generator::{
 };
 use iceberg::{Error, ErrorKind, Result};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::arrow_writer::{ArrowRowGroupWriterFactory, compute_leaves};
+use parquet::arrow::arrow_writer::ArrowRowGroupWriterFactory;
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
 use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
@@ -254,16 +254,10 @@ fn flush(
     let mut columns = factory
         .create_column_writers(*row_groups)
         .map_err(parquet_error("merged file"))?;
+    let threads = super::encode::encoding_threads(usize::MAX);
     for batch in pending.drain(..) {
-        let mut next = columns.iter_mut();
-        for (field, array) in batch.schema().fields().iter().zip(batch.columns()) {
-            for leaf in compute_leaves(field, array).map_err(parquet_error("merged file"))? {
-                next.next()
-                    .ok_or_else(|| Error::new(ErrorKind::Unexpected, "column writers ran out"))?
-                    .write(&leaf)
-                    .map_err(parquet_error("merged file"))?;
-            }
-        }
+        super::encode::encode_batch(&mut columns, &batch, threads)
+            .map_err(parquet_error("merged file"))?;
     }
     let mut row_group = writer
         .next_row_group()

@@ -1,11 +1,16 @@
-//! Parquet data files: the writer settings a table's properties ask for, and the
+//! Parquet data files: the writer settings a table's properties ask for, the file
+//! writer of conversion (columns encoded in parallel, metrics from the footer), and the
 //! row-group merge shared by coalescing (at commit) and compaction, reading files of
 //! older schemas with the table's current columns.
 
 mod conform;
+mod encode;
 mod merge;
+mod metrics;
 mod properties;
+mod writer;
 
 pub use conform::conform_batch;
 pub use merge::merge_data_files;
 pub use properties::writer_properties;
+pub(crate) use writer::ParquetFileWriterBuilder;

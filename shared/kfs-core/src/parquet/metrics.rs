@@ -1,0 +1,204 @@
+//! A written Parquet file's Iceberg metrics, read from its footer: per field id, the
+//! compressed column sizes, value and null counts and the exact lower and upper bounds
+//! of its column chunks' statistics (a bound Parquet truncated is left out, as
+//! iceberg-rust's writer does), and the row groups' offsets for splitting.
+
+use iceberg::spec::{
+    DataContentType, DataFileBuilder, DataFileFormat, Datum, PrimitiveType, Schema, Struct, Type,
+};
+use iceberg::{Error, ErrorKind, Result};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::statistics::Statistics;
+use std::collections::HashMap;
+
+/// The data file entry of `metadata` (a file of `size` bytes at `path`, written with
+/// `schema`'s field ids): content, format, counts, sizes, bounds and split offsets;
+/// the caller sets the partition.
+pub(crate) fn data_file_builder(
+    schema: &Schema,
+    metadata: &ParquetMetaData,
+    size: u64,
+    path: String,
+) -> Result<DataFileBuilder> {
+    let (mut sizes, mut values, mut nulls) = (HashMap::new(), HashMap::new(), HashMap::new());
+    let mut lower: HashMap<i32, Datum> = HashMap::new();
+    let mut upper: HashMap<i32, Datum> = HashMap::new();
+    for group in metadata.row_groups() {
+        for column in group.columns() {
+            let info = column.column_descr().self_type().get_basic_info();
+            if !info.has_id() {
+                continue;
+            }
+            let id = info.id();
+            let Some(Type::Primitive(primitive)) = schema.field_by_id(id).map(|f| &*f.field_type)
+            else {
+                continue;
+            };
+            *sizes.entry(id).or_insert(0u64) +=
+                u64::try_from(column.compressed_size()).unwrap_or(0);
+            *values.entry(id).or_insert(0u64) += u64::try_from(column.num_values()).unwrap_or(0);
+            let Some(statistics) = column.statistics() else {
+                continue;
+            };
+            if let Some(null_count) = statistics.null_count_opt() {
+                *nulls.entry(id).or_insert(0u64) += null_count;
+            }
+            if statistics.min_is_exact()
+                && let Some(min) = bound(primitive, statistics, Bound::Min)?
+            {
+                widen(&mut lower, id, min, std::cmp::Ordering::Less);
+            }
+            if statistics.max_is_exact()
+                && let Some(max) = bound(primitive, statistics, Bound::Max)?
+            {
+                widen(&mut upper, id, max, std::cmp::Ordering::Greater);
+            }
+        }
+    }
+    let mut builder = DataFileBuilder::default();
+    builder
+        .content(DataContentType::Data)
+        .file_path(path)
+        .file_format(DataFileFormat::Parquet)
+        .partition(Struct::empty())
+        .record_count(u64::try_from(metadata.file_metadata().num_rows()).unwrap_or(0))
+        .file_size_in_bytes(size)
+        .column_sizes(sizes)
+        .value_counts(values)
+        .null_value_counts(nulls)
+        .lower_bounds(lower)
+        .upper_bounds(upper)
+        .split_offsets(Some(
+            metadata
+                .row_groups()
+                .iter()
+                .filter_map(|group| group.file_offset())
+                .collect(),
+        ));
+    Ok(builder)
+}
+
+/// Keeps in `bounds` whichever of its bound for `id` and `datum` lies further towards
+/// `keep`.
+fn widen(bounds: &mut HashMap<i32, Datum>, id: i32, datum: Datum, keep: std::cmp::Ordering) {
+    match bounds.get(&id) {
+        Some(current) if datum.partial_cmp(current) != Some(keep) => {}
+        _ => {
+            bounds.insert(id, datum);
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Bound {
+    Min,
+    Max,
+}
+
+/// A column chunk's bound as a value of the field's Iceberg type; `None` for a type
+/// whose Parquet statistics do not order as Iceberg's do, or when there is none.
+fn bound(
+    primitive: &PrimitiveType,
+    statistics: &Statistics,
+    which: Bound,
+) -> Result<Option<Datum>> {
+    fn pick<T>(min: Option<T>, max: Option<T>, which: Bound) -> Option<T> {
+        match which {
+            Bound::Min => min,
+            Bound::Max => max,
+        }
+    }
+    let invalid = |what: &str| {
+        Error::new(
+            ErrorKind::DataInvalid,
+            format!("a {what} statistic for a {primitive} column"),
+        )
+    };
+    Ok(match (primitive, statistics) {
+        (PrimitiveType::Boolean, Statistics::Boolean(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::bool(*v))
+        }
+        (PrimitiveType::Int, Statistics::Int32(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::int(*v))
+        }
+        (PrimitiveType::Date, Statistics::Int32(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::date(*v))
+        }
+        (PrimitiveType::Long, Statistics::Int64(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::long(*v))
+        }
+        (PrimitiveType::Time, Statistics::Int64(s)) => pick(s.min_opt(), s.max_opt(), which)
+            .map(|v| Datum::time_micros(*v))
+            .transpose()?,
+        (PrimitiveType::Timestamp, Statistics::Int64(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::timestamp_micros(*v))
+        }
+        (PrimitiveType::Timestamptz, Statistics::Int64(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::timestamptz_micros(*v))
+        }
+        (PrimitiveType::TimestampNs, Statistics::Int64(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::timestamp_nanos(*v))
+        }
+        (PrimitiveType::TimestamptzNs, Statistics::Int64(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::timestamptz_nanos(*v))
+        }
+        (PrimitiveType::Float, Statistics::Float(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::float(*v))
+        }
+        (PrimitiveType::Double, Statistics::Double(s)) => {
+            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::double(*v))
+        }
+        (PrimitiveType::String, Statistics::ByteArray(s)) => {
+            match pick(s.min_bytes_opt(), s.max_bytes_opt(), which) {
+                Some(bytes) => Some(Datum::string(
+                    std::str::from_utf8(bytes).map_err(|_| invalid("non-UTF-8 string"))?,
+                )),
+                None => None,
+            }
+        }
+        (PrimitiveType::Binary, Statistics::ByteArray(s)) => {
+            pick(s.min_bytes_opt(), s.max_bytes_opt(), which).map(|b| Datum::binary(b.to_vec()))
+        }
+        (PrimitiveType::Fixed(len), Statistics::FixedLenByteArray(s)) => {
+            match pick(s.min_bytes_opt(), s.max_bytes_opt(), which) {
+                Some(bytes) if u64::try_from(bytes.len()).ok() == Some(*len) => {
+                    Some(Datum::fixed(bytes.to_vec()))
+                }
+                Some(_) => return Err(invalid("fixed of another length")),
+                None => None,
+            }
+        }
+        (PrimitiveType::Uuid, Statistics::FixedLenByteArray(s)) => {
+            match pick(s.min_bytes_opt(), s.max_bytes_opt(), which) {
+                Some(bytes) => Some(Datum::uuid(
+                    uuid::Uuid::from_slice(bytes).map_err(|_| invalid("uuid of another length"))?,
+                )),
+                None => None,
+            }
+        }
+        // Decimals are stored big-endian, two's complement, as Iceberg serializes them.
+        (
+            PrimitiveType::Decimal { .. },
+            Statistics::ByteArray(_) | Statistics::FixedLenByteArray(_),
+        ) => {
+            let bytes = match which {
+                Bound::Min => statistics.min_bytes_opt(),
+                Bound::Max => statistics.max_bytes_opt(),
+            };
+            bytes
+                .map(|b| Datum::try_from_bytes(b, primitive.clone()))
+                .transpose()?
+        }
+        (PrimitiveType::Decimal { .. }, Statistics::Int32(s)) => {
+            pick(s.min_opt(), s.max_opt(), which)
+                .map(|v| Datum::try_from_bytes(&i128::from(*v).to_be_bytes(), primitive.clone()))
+                .transpose()?
+        }
+        (PrimitiveType::Decimal { .. }, Statistics::Int64(s)) => {
+            pick(s.min_opt(), s.max_opt(), which)
+                .map(|v| Datum::try_from_bytes(&i128::from(*v).to_be_bytes(), primitive.clone()))
+                .transpose()?
+        }
+        _ => None,
+    })
+}
