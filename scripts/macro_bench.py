@@ -38,8 +38,9 @@ ROW_GROUP_ROWS = 1 << 20  # shared/kfs-core/src/convert.rs: writer_properties
 ZSTD_LEVEL = 3
 
 
-def run_measured(cmd: list[str], cpu: int | None) -> tuple[float, int]:
-    """Runs `cmd` (pinned to `cpu`), returning wall seconds and peak RSS in bytes."""
+def run_measured(cmd: list[str], cpu: int | None) -> tuple[float, int, float]:
+    """Runs `cmd` (pinned to `cpu`), returning wall seconds, peak RSS in bytes and CPU
+    seconds (user and system)."""
     def pin() -> None:
         if cpu is not None and cpu >= 0 and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {cpu})
@@ -53,7 +54,7 @@ def run_measured(cmd: list[str], cpu: int | None) -> tuple[float, int]:
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         sys.exit(f"{' '.join(cmd)} failed ({code}):\n{out}\n{err}")
-    return elapsed, usage.ru_maxrss * 1024
+    return elapsed, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
 def kfs_binary(build: bool) -> Path:
@@ -98,10 +99,10 @@ for name in ("key", "value"):
 for headers in table.column("headers").to_pylist():
     for h in headers or []:
         payload += len(h["key"].encode()) + len(h["value"] or b"")
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 pq.write_table(table, out, compression="zstd", compression_level=level, row_group_size=rows)
-elapsed = time.perf_counter() - started
-print(json.dumps({"seconds": elapsed, "payload": payload, "rows": table.num_rows,
+elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+print(json.dumps({"seconds": elapsed, "cpu": cpu, "payload": payload, "rows": table.num_rows,
                   "bytes": os.path.getsize(out)}))
 """
 
@@ -122,7 +123,7 @@ def main() -> None:
     try:
         source = generate(binary, base, args.segment_mib, args.codec)
         segment_bytes = sum(p.stat().st_size for p in source.rglob("*.kfs"))
-        ours: list[tuple[float, int]] = []
+        ours: list[tuple[float, int, float]] = []
         for i in range(args.runs):
             warehouse = base / f"wh{i}"
             ours.append(run_measured(
@@ -147,19 +148,23 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
     payload = reference[0]["payload"]
-    our_seconds = min(t for t, _ in ours)
-    our_peak = max(m for _, m in ours)
+    our_seconds = min(t for t, _, _ in ours)
+    our_peak = max(m for _, m, _ in ours)
+    our_cpu = min(c for _, _, c in ours)
     ref_seconds = min(r["seconds"] for r in reference)
+    ref_cpu = min(r["cpu"] for r in reference)
     mib = payload / MIB
     print(f"segment: {segment_bytes / MIB:.1f} MiB ({args.codec}), {reference[0]['rows']:,} records, "
           f"{mib:.1f} MiB of record payload; best of {args.runs}, "
           f"{'ours on every core, pyarrow on one' if args.cpu < 0 else 'one core each'}")
     print(f"kfs-iceberg run (whole converter + commit): {our_seconds:.2f} s, "
-          f"{mib / our_seconds:.1f} MiB/s, peak RSS {our_peak / MIB:.0f} MiB, "
-          f"Parquet {our_bytes / MIB:.1f} MiB")
+          f"{mib / our_seconds:.1f} MiB/s, CPU {our_cpu:.2f} s ({mib / our_cpu:.1f} MiB per CPU-second), "
+          f"peak RSS {our_peak / MIB:.0f} MiB, Parquet {our_bytes / MIB:.1f} MiB")
     print(f"pyarrow write_table (encode only, table in memory): {ref_seconds:.2f} s, "
-          f"{mib / ref_seconds:.1f} MiB/s, Parquet {reference[0]['bytes'] / MIB:.1f} MiB")
+          f"{mib / ref_seconds:.1f} MiB/s, CPU {ref_cpu:.2f} s ({mib / ref_cpu:.1f} MiB per CPU-second), "
+          f"Parquet {reference[0]['bytes'] / MIB:.1f} MiB")
     print(f"ratio (pyarrow encode time / our whole conversion time): {ref_seconds / our_seconds:.2f}x")
+    print(f"CPU efficiency ratio (pyarrow encode CPU / our whole conversion CPU): {ref_cpu / our_cpu:.2f}x")
     print(f"peak memory / segment size: {our_peak / max(segment_bytes, 1):.2f}")
 
 

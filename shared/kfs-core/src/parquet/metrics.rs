@@ -1,8 +1,14 @@
 //! A written Parquet file's Iceberg metrics, read from its footer: per field id, the
 //! compressed column sizes, value and null counts and the exact lower and upper bounds
 //! of its column chunks' statistics (a bound Parquet truncated is left out, as
-//! iceberg-rust's writer does), and the row groups' offsets for splitting.
+//! iceberg-rust's writer does), and the row groups' offsets for splitting. NaN counts,
+//! which Parquet statistics do not keep, are counted on the batches as they are
+//! written ([`count_nans`]).
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::{ArrowPrimitiveType, Float32Type, Float64Type};
+use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait, RecordBatch};
+use arrow_schema::{DataType, Field};
 use iceberg::spec::{
     DataContentType, DataFileBuilder, DataFileFormat, Datum, PrimitiveType, Schema, Struct, Type,
 };
@@ -10,6 +16,7 @@ use iceberg::{Error, ErrorKind, Result};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::Statistics;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The data file entry of `metadata` (a file of `size` bytes at `path`, written with
 /// `schema`'s field ids): content, format, counts, sizes, bounds and split offsets;
@@ -19,6 +26,7 @@ pub(crate) fn data_file_builder(
     metadata: &ParquetMetaData,
     size: u64,
     path: String,
+    nans: HashMap<i32, u64>,
 ) -> Result<DataFileBuilder> {
     let (mut sizes, mut values, mut nulls) = (HashMap::new(), HashMap::new(), HashMap::new());
     let mut lower: HashMap<i32, Datum> = HashMap::new();
@@ -66,6 +74,7 @@ pub(crate) fn data_file_builder(
         .column_sizes(sizes)
         .value_counts(values)
         .null_value_counts(nulls)
+        .nan_value_counts(nans)
         .lower_bounds(lower)
         .upper_bounds(upper)
         .split_offsets(Some(
@@ -76,6 +85,80 @@ pub(crate) fn data_file_builder(
                 .collect(),
         ));
     Ok(builder)
+}
+
+/// Adds the NaN values of `batch`'s float columns (nested ones included) to `counts`,
+/// by field id (the Arrow fields' `PARQUET:field_id`).
+pub(crate) fn count_nans(batch: &RecordBatch, counts: &mut HashMap<i32, u64>) {
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        count_field_nans(field, column.as_ref(), counts);
+    }
+}
+
+fn count_field_nans(field: &Field, array: &dyn Array, counts: &mut HashMap<i32, u64>) {
+    fn nans<T: ArrowPrimitiveType>(array: &dyn Array, is_nan: impl Fn(T::Native) -> bool) -> u64 {
+        array.as_primitive_opt::<T>().map_or(0, |a| {
+            a.iter().flatten().filter(|v| is_nan(*v)).count() as u64
+        })
+    }
+    let found = match field.data_type() {
+        DataType::Float32 => nans::<Float32Type>(array, f32::is_nan),
+        DataType::Float64 => nans::<Float64Type>(array, f64::is_nan),
+        DataType::Struct(children) => {
+            if let Some(array) = array.as_struct_opt() {
+                for (child, column) in children.iter().zip(array.columns()) {
+                    count_field_nans(child, column.as_ref(), counts);
+                }
+            }
+            return;
+        }
+        DataType::List(child) => {
+            if let Some(list) = array.as_list_opt::<i32>() {
+                count_field_nans(child, listed_values(list).as_ref(), counts);
+            }
+            return;
+        }
+        DataType::LargeList(child) => {
+            if let Some(list) = array.as_list_opt::<i64>() {
+                count_field_nans(child, listed_values(list).as_ref(), counts);
+            }
+            return;
+        }
+        DataType::Map(entries, _) => {
+            if let Some(map) = array.as_map_opt() {
+                let offsets = map.value_offsets();
+                let at = |o: Option<&i32>| o.and_then(|o| usize::try_from(*o).ok()).unwrap_or(0);
+                let (first, last) = (at(offsets.first()), at(offsets.last()));
+                let entries_array: ArrayRef = Arc::new(map.entries().clone());
+                count_field_nans(
+                    entries,
+                    entries_array
+                        .slice(first, last.saturating_sub(first))
+                        .as_ref(),
+                    counts,
+                );
+            }
+            return;
+        }
+        _ => return,
+    };
+    let Some(id) = field
+        .metadata()
+        .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+        .and_then(|id| id.parse::<i32>().ok())
+    else {
+        return;
+    };
+    *counts.entry(id).or_insert(0) += found;
+}
+
+/// The values a list array's rows hold (its child values between its first and last
+/// offsets).
+fn listed_values<O: OffsetSizeTrait>(list: &GenericListArray<O>) -> ArrayRef {
+    let offsets = list.value_offsets();
+    let first = offsets.first().map_or(0, |o| o.as_usize());
+    let last = offsets.last().map_or(0, |o| o.as_usize());
+    list.values().slice(first, last.saturating_sub(first))
 }
 
 /// Keeps in `bounds` whichever of its bound for `id` and `datum` lies further towards

@@ -5,7 +5,7 @@
 //! footer ([`data_file_builder`]) rather than from a second pass over the rows.
 
 use super::encode::{encode_batch, encoding_threads};
-use super::metrics::data_file_builder;
+use super::metrics::{count_nans, data_file_builder};
 use arrow_array::RecordBatch;
 use bytes::Bytes;
 use iceberg::io::{FileWrite, OutputFile};
@@ -17,6 +17,7 @@ use parquet::arrow::arrow_writer::{ArrowColumnWriter, ArrowRowGroupWriterFactory
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Most threads one file's encoding uses.
@@ -60,6 +61,7 @@ impl FileWriterBuilder for ParquetFileWriterBuilder {
             open: None,
             rows: 0,
             uploaded: 0,
+            nans: HashMap::new(),
         })
     }
 }
@@ -94,6 +96,7 @@ pub(crate) struct ParquetFileWriter {
     open: Option<OpenFile>,
     rows: usize,
     uploaded: u64,
+    nans: HashMap<i32, u64>,
 }
 
 impl ParquetFileWriter {
@@ -186,6 +189,7 @@ impl ParquetFileWriter {
 
 impl FileWriter for ParquetFileWriter {
     async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        count_nans(batch, &mut self.nans);
         let (max_rows, max_bytes) = self.limits();
         let mut rest = batch.clone();
         while rest.num_rows() > 0 {
@@ -238,6 +242,7 @@ impl FileWriter for ParquetFileWriter {
             &metadata,
             self.uploaded,
             path,
+            std::mem::take(&mut self.nans),
         )?])
     }
 }
@@ -361,6 +366,95 @@ mod tests {
             arrow_select::concat::concat_batches(&schema, &read)?,
             arrow_select::concat::concat_batches(&schema, &batches)?
         );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn nan_counts_match_iceberg_rusts_writer_in_nested_columns() -> Fallible<()> {
+        use arrow_array::{ArrayRef, Float32Array, Float64Array, ListArray, StructArray};
+        use iceberg::spec::{ListType, NestedField, PrimitiveType, Schema, StructType, Type};
+        let double = || Type::Primitive(PrimitiveType::Double);
+        let schema = Arc::new(
+            Schema::builder()
+                .with_fields(vec![
+                    NestedField::optional(1, "f", Type::Primitive(PrimitiveType::Float)).into(),
+                    NestedField::optional(
+                        2,
+                        "s",
+                        Type::Struct(StructType::new(vec![
+                            NestedField::optional(4, "d", double()).into(),
+                        ])),
+                    )
+                    .into(),
+                    NestedField::optional(
+                        3,
+                        "l",
+                        Type::List(ListType::new(
+                            NestedField::list_element(5, double(), false).into(),
+                        )),
+                    )
+                    .into(),
+                ])
+                .build()?,
+        );
+        let arrow = crate::table::arrow_schema(&schema)?;
+        let arrow_schema::DataType::Struct(s_fields) = arrow.field(1).data_type().clone() else {
+            return Err("not a struct".into());
+        };
+        let arrow_schema::DataType::List(element) = arrow.field(2).data_type().clone() else {
+            return Err("not a list".into());
+        };
+        let nan = f64::NAN;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Float32Array::from(vec![
+                Some(f32::NAN),
+                None,
+                Some(1.0),
+                Some(f32::NAN),
+            ])),
+            Arc::new(StructArray::new(
+                s_fields,
+                vec![Arc::new(Float64Array::from(vec![
+                    Some(nan),
+                    Some(2.0),
+                    None,
+                    Some(nan),
+                ]))],
+                None,
+            )),
+            {
+                let list = ListArray::from_iter_primitive::<arrow_array::types::Float64Type, _, _>(
+                    [vec![nan, 1.0], vec![], vec![nan], vec![3.0, nan, nan]]
+                        .into_iter()
+                        .map(|row| Some(row.into_iter().map(Some))),
+                );
+                Arc::new(ListArray::try_new(
+                    element,
+                    list.offsets().clone(),
+                    list.values().clone(),
+                    None,
+                )?)
+            },
+        ];
+        let batch = RecordBatch::try_new(arrow, columns)?;
+        let io = FileIO::new_with_memory();
+        let ours = ParquetFileWriterBuilder::new(WriterProperties::default(), schema.clone())?;
+        let ours = write(
+            &io,
+            ours,
+            "memory://t/nans.parquet",
+            std::slice::from_ref(&batch),
+        )
+        .await?;
+        let reference = ParquetWriterBuilder::new(WriterProperties::default(), schema);
+        let reference = write(&io, reference, "memory://t/nans-ref.parquet", &[batch]).await?;
+        assert_eq!(
+            ours.nan_value_counts(),
+            &std::collections::HashMap::from([(1, 2), (4, 2), (5, 4)])
+        );
+        assert_eq!(ours.nan_value_counts(), reference.nan_value_counts());
+        assert_eq!(ours.lower_bounds(), reference.lower_bounds());
+        assert_eq!(ours.upper_bounds(), reference.upper_bounds());
         Ok(())
     }
 
