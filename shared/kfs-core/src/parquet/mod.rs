@@ -14,3 +14,5 @@ pub use conform::conform_batch;
 pub use merge::merge_data_files;
 pub use properties::writer_properties;
 pub(crate) use writer::ParquetFileWriterBuilder;
+#[cfg(test)]
+pub(crate) use writer::tests;

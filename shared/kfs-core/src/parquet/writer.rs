@@ -51,6 +51,15 @@ impl ParquetFileWriterBuilder {
     }
 }
 
+#[cfg(test)]
+impl ParquetFileWriterBuilder {
+    /// The same, encoding on `threads` threads whatever the machine has.
+    pub(crate) fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+}
+
 impl FileWriterBuilder for ParquetFileWriterBuilder {
     type R = ParquetFileWriter;
 
@@ -264,44 +273,15 @@ impl CurrentFileStatus for ParquetFileWriter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::convert::RecordColumns;
     use iceberg::io::FileIO;
     use iceberg::writer::file_writer::ParquetWriterBuilder;
-    use kfs_segment::{Record, RecordHeader};
 
-    type Fallible<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+    pub(crate) type Fallible<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-    /// Records of every shape the raw layout holds: null and empty keys and values,
-    /// headers or none, values large enough that batches encode in parallel.
-    fn batch(first: i64, rows: i64) -> Fallible<RecordBatch> {
-        let schema = crate::table::arrow_schema(&crate::table::topic_schema()?)?;
-        let mut columns = RecordColumns::new(schema)?;
-        let values: Vec<Vec<u8>> = (first..first + rows)
-            .map(|i| format!("{i:08}-{}", "v".repeat((i % 700) as usize)).into_bytes())
-            .collect();
-        for (i, value) in (first..).zip(&values) {
-            let record = Record {
-                offset: i,
-                timestamp_ms: 1_700_000_000_000 + i,
-                key: (i % 3 != 0).then_some(if i % 5 == 0 { &b""[..] } else { &value[..8] }),
-                value: (i % 11 != 0).then_some(&value[..]),
-                headers: if i % 2 == 0 {
-                    vec![RecordHeader {
-                        key: b"h",
-                        value: (i % 4 == 0).then_some(&value[..3]),
-                    }]
-                } else {
-                    Vec::new()
-                },
-            };
-            columns.push("orders", 1, &record)?;
-        }
-        Ok(columns.finish()?)
-    }
-
-    async fn write<B: FileWriterBuilder>(
+    /// Writes `batches` through `builder` to `path`; the one data file written.
+    pub(crate) async fn write<B: FileWriterBuilder>(
         io: &FileIO,
         builder: B,
         path: &str,
@@ -314,59 +294,6 @@ mod tests {
         let mut built = writer.close().await?;
         assert_eq!(built.len(), 1);
         Ok(built.remove(0).partition_spec_id(0).build()?)
-    }
-
-    #[tokio::test]
-    async fn files_and_metrics_match_iceberg_rusts_writer_with_columns_encoded_in_parallel()
-    -> Fallible<()> {
-        let schema = Arc::new(crate::table::topic_schema()?);
-        // Small row groups: several per file, and a batch cut where one fills.
-        let properties = || {
-            WriterProperties::builder()
-                .set_max_row_group_row_count(Some(3_000))
-                .set_max_row_group_bytes(Some(1 << 20))
-                .build()
-        };
-        let batches = [batch(0, 5_000)?, batch(5_000, 1)?, batch(5_001, 4_000)?];
-        let mut ours = ParquetFileWriterBuilder::new(properties(), schema.clone())?;
-        ours.threads = 2;
-        let io = FileIO::new_with_memory();
-        let ours = write(&io, ours, "memory://t/ours.parquet", &batches).await?;
-        let reference = write(
-            &io,
-            ParquetWriterBuilder::new(properties(), schema),
-            "memory://t/reference.parquet",
-            &batches,
-        )
-        .await?;
-        assert_eq!(ours.record_count(), 9_001);
-        assert_eq!(ours.record_count(), reference.record_count());
-        assert_eq!(ours.value_counts(), reference.value_counts());
-        assert_eq!(ours.null_value_counts(), reference.null_value_counts());
-        assert_eq!(ours.lower_bounds(), reference.lower_bounds());
-        assert_eq!(ours.upper_bounds(), reference.upper_bounds());
-        assert!(
-            ours.split_offsets().is_some_and(|s| s.len() > 2),
-            "{ours:?}"
-        );
-        assert_eq!(
-            ours.split_offsets().map(<[i64]>::len),
-            reference.split_offsets().map(<[i64]>::len)
-        );
-        assert!(!ours.lower_bounds().is_empty());
-        // The rows read back are the rows written.
-        let bytes = io.new_input(ours.file_path())?.read().await?;
-        assert_eq!(bytes.len() as u64, ours.file_size_in_bytes());
-        let read: Vec<RecordBatch> =
-            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)?
-                .build()?
-                .collect::<std::result::Result<_, _>>()?;
-        let schema = batches[0].schema();
-        assert_eq!(
-            arrow_select::concat::concat_batches(&schema, &read)?,
-            arrow_select::concat::concat_batches(&schema, &batches)?
-        );
-        Ok(())
     }
 
     #[tokio::test]
@@ -462,10 +389,11 @@ mod tests {
     async fn a_writer_given_no_row_writes_no_file() -> Fallible<()> {
         let schema = Arc::new(crate::table::topic_schema()?);
         let io = FileIO::new_with_memory();
+        let empty = RecordBatch::new_empty(crate::table::arrow_schema(&schema)?);
         let builder = ParquetFileWriterBuilder::new(WriterProperties::default(), schema)?;
         let output = io.new_output("memory://t/empty.parquet")?;
         let mut writer = builder.build(output).await?;
-        writer.write(&batch(0, 0)?).await?;
+        writer.write(&empty).await?;
         assert!(writer.close().await?.is_empty());
         assert!(!io.exists("memory://t/empty.parquet").await?);
         Ok(())
