@@ -1,10 +1,13 @@
 //! Arrow columns of the topic table's record columns (id, topic, partition, offset,
 //! timestamps, key, value, headers), built from decoded records.
 
-use super::ROWS_PER_BATCH;
+use super::{BYTES_PER_BATCH, ROWS_PER_BATCH};
+use arrow_array::GenericByteArray;
 use arrow_array::builder::{
-    Int32Builder, Int64Builder, LargeBinaryBuilder, OffsetBufferBuilder, StringBuilder,
+    ArrayBuilder, GenericByteBuilder, Int32Builder, Int64Builder, LargeBinaryBuilder,
+    OffsetBufferBuilder, StringBuilder,
 };
+use arrow_array::types::ByteArrayType;
 use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray};
 use arrow_schema::{DataType, SchemaRef};
 use kfs_segment::Record;
@@ -173,11 +176,17 @@ impl RecordColumns {
     /// `other`, in schema order; the builders start over.
     pub fn finish_with(&mut self, other: Vec<ArrayRef>) -> iceberg::Result<RecordBatch> {
         let mut entry_columns: HashMap<&str, ArrayRef> = HashMap::from([
-            ("key", Arc::new(self.header_keys.finish()) as ArrayRef),
-            ("value", Arc::new(self.header_values.finish())),
+            (
+                "key",
+                Arc::new(finish_sized(&mut self.header_keys)) as ArrayRef,
+            ),
+            ("value", Arc::new(finish_sized(&mut self.header_values))),
         ]);
         if let Some(key_bytes) = &mut self.header_key_bytes {
-            entry_columns.insert(crate::table::HEADER_KEY_BYTES, Arc::new(key_bytes.finish()));
+            entry_columns.insert(
+                crate::table::HEADER_KEY_BYTES,
+                Arc::new(finish_sized(key_bytes)),
+            );
         }
         let entry_columns = self
             .header_entry_fields
@@ -204,13 +213,16 @@ impl RecordColumns {
         self.rows = 0;
         self.bytes = 0;
         let mut record_columns: HashMap<&str, ArrayRef> = HashMap::from([
-            ("record_id", Arc::new(self.record_id.finish()) as ArrayRef),
+            (
+                "record_id",
+                Arc::new(finish_sized(&mut self.record_id)) as ArrayRef,
+            ),
             ("topic", Arc::new(self.topic.finish())),
             ("partition", Arc::new(self.partition.finish())),
             ("offset", Arc::new(self.offset.finish())),
             ("timestamp_ms", Arc::new(self.timestamp_ms.finish())),
-            ("key", Arc::new(self.key.finish())),
-            ("value", Arc::new(self.value.finish())),
+            ("key", Arc::new(finish_sized(&mut self.key))),
+            ("value", Arc::new(finish_sized(&mut self.value))),
             ("headers", Arc::new(headers)),
             ("timestamp", Arc::new(timestamps)),
         ]);
@@ -233,4 +245,16 @@ impl RecordColumns {
         }
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
+}
+
+/// The bytes `builder` holds as an array; it starts over with room for as many rows and
+/// bytes (at most a batch's), so the next batch's values are not copied again each time
+/// the buffer doubles.
+fn finish_sized<T: ByteArrayType>(builder: &mut GenericByteBuilder<T>) -> GenericByteArray<T> {
+    let (rows, bytes) = (builder.len(), builder.values_slice().len());
+    std::mem::replace(
+        builder,
+        GenericByteBuilder::with_capacity(rows, bytes.min(BYTES_PER_BATCH)),
+    )
+    .finish()
 }
