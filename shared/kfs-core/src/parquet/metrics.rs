@@ -14,7 +14,7 @@ use iceberg::spec::{
 };
 use iceberg::{Error, ErrorKind, Result};
 use parquet::file::metadata::ParquetMetaData;
-use parquet::file::statistics::Statistics;
+use parquet::file::statistics::{Statistics, ValueStatistics};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -185,103 +185,177 @@ fn bound(
     statistics: &Statistics,
     which: Bound,
 ) -> Result<Option<Datum>> {
-    fn pick<T>(min: Option<T>, max: Option<T>, which: Bound) -> Option<T> {
+    fn pick<T>(s: &ValueStatistics<T>, which: Bound) -> Option<&T> {
         match which {
-            Bound::Min => min,
-            Bound::Max => max,
+            Bound::Min => s.min_opt(),
+            Bound::Max => s.max_opt(),
         }
     }
+    let bytes = match which {
+        Bound::Min => statistics.min_bytes_opt(),
+        Bound::Max => statistics.max_bytes_opt(),
+    };
     let invalid = |what: &str| {
         Error::new(
             ErrorKind::DataInvalid,
             format!("a {what} statistic for a {primitive} column"),
         )
     };
+    // Decimals are stored big-endian, two's complement, as Iceberg serializes them.
+    let decimal =
+        |unscaled: i128| Datum::try_from_bytes(&unscaled.to_be_bytes(), primitive.clone());
+    use PrimitiveType as P;
     Ok(match (primitive, statistics) {
-        (PrimitiveType::Boolean, Statistics::Boolean(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::bool(*v))
+        (P::Boolean, Statistics::Boolean(s)) => pick(s, which).map(|v| Datum::bool(*v)),
+        (P::Int, Statistics::Int32(s)) => pick(s, which).map(|v| Datum::int(*v)),
+        (P::Date, Statistics::Int32(s)) => pick(s, which).map(|v| Datum::date(*v)),
+        (P::Long, Statistics::Int64(s)) => pick(s, which).map(|v| Datum::long(*v)),
+        (P::Time, Statistics::Int64(s)) => {
+            pick(s, which).map(|v| Datum::time_micros(*v)).transpose()?
         }
-        (PrimitiveType::Int, Statistics::Int32(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::int(*v))
+        (P::Timestamp, Statistics::Int64(s)) => pick(s, which).map(|v| Datum::timestamp_micros(*v)),
+        (P::Timestamptz, Statistics::Int64(s)) => {
+            pick(s, which).map(|v| Datum::timestamptz_micros(*v))
         }
-        (PrimitiveType::Date, Statistics::Int32(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::date(*v))
+        (P::TimestampNs, Statistics::Int64(s)) => {
+            pick(s, which).map(|v| Datum::timestamp_nanos(*v))
         }
-        (PrimitiveType::Long, Statistics::Int64(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::long(*v))
+        (P::TimestamptzNs, Statistics::Int64(s)) => {
+            pick(s, which).map(|v| Datum::timestamptz_nanos(*v))
         }
-        (PrimitiveType::Time, Statistics::Int64(s)) => pick(s.min_opt(), s.max_opt(), which)
-            .map(|v| Datum::time_micros(*v))
+        (P::Float, Statistics::Float(s)) => pick(s, which).map(|v| Datum::float(*v)),
+        (P::Double, Statistics::Double(s)) => pick(s, which).map(|v| Datum::double(*v)),
+        (P::Decimal { .. }, Statistics::Int32(s)) => pick(s, which)
+            .map(|v| decimal(i128::from(*v)))
             .transpose()?,
-        (PrimitiveType::Timestamp, Statistics::Int64(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::timestamp_micros(*v))
-        }
-        (PrimitiveType::Timestamptz, Statistics::Int64(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::timestamptz_micros(*v))
-        }
-        (PrimitiveType::TimestampNs, Statistics::Int64(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::timestamp_nanos(*v))
-        }
-        (PrimitiveType::TimestamptzNs, Statistics::Int64(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::timestamptz_nanos(*v))
-        }
-        (PrimitiveType::Float, Statistics::Float(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::float(*v))
-        }
-        (PrimitiveType::Double, Statistics::Double(s)) => {
-            pick(s.min_opt(), s.max_opt(), which).map(|v| Datum::double(*v))
-        }
-        (PrimitiveType::String, Statistics::ByteArray(s)) => {
-            match pick(s.min_bytes_opt(), s.max_bytes_opt(), which) {
-                Some(bytes) => Some(Datum::string(
-                    std::str::from_utf8(bytes).map_err(|_| invalid("non-UTF-8 string"))?,
-                )),
-                None => None,
-            }
-        }
-        (PrimitiveType::Binary, Statistics::ByteArray(s)) => {
-            pick(s.min_bytes_opt(), s.max_bytes_opt(), which).map(|b| Datum::binary(b.to_vec()))
-        }
-        (PrimitiveType::Fixed(len), Statistics::FixedLenByteArray(s)) => {
-            match pick(s.min_bytes_opt(), s.max_bytes_opt(), which) {
-                Some(bytes) if u64::try_from(bytes.len()).ok() == Some(*len) => {
-                    Some(Datum::fixed(bytes.to_vec()))
-                }
-                Some(_) => return Err(invalid("fixed of another length")),
-                None => None,
-            }
-        }
-        (PrimitiveType::Uuid, Statistics::FixedLenByteArray(s)) => {
-            match pick(s.min_bytes_opt(), s.max_bytes_opt(), which) {
-                Some(bytes) => Some(Datum::uuid(
-                    uuid::Uuid::from_slice(bytes).map_err(|_| invalid("uuid of another length"))?,
-                )),
-                None => None,
-            }
-        }
-        // Decimals are stored big-endian, two's complement, as Iceberg serializes them.
-        (
-            PrimitiveType::Decimal { .. },
-            Statistics::ByteArray(_) | Statistics::FixedLenByteArray(_),
-        ) => {
-            let bytes = match which {
-                Bound::Min => statistics.min_bytes_opt(),
-                Bound::Max => statistics.max_bytes_opt(),
-            };
-            bytes
-                .map(|b| Datum::try_from_bytes(b, primitive.clone()))
-                .transpose()?
-        }
-        (PrimitiveType::Decimal { .. }, Statistics::Int32(s)) => {
-            pick(s.min_opt(), s.max_opt(), which)
-                .map(|v| Datum::try_from_bytes(&i128::from(*v).to_be_bytes(), primitive.clone()))
-                .transpose()?
-        }
-        (PrimitiveType::Decimal { .. }, Statistics::Int64(s)) => {
-            pick(s.min_opt(), s.max_opt(), which)
-                .map(|v| Datum::try_from_bytes(&i128::from(*v).to_be_bytes(), primitive.clone()))
-                .transpose()?
-        }
+        (P::Decimal { .. }, Statistics::Int64(s)) => pick(s, which)
+            .map(|v| decimal(i128::from(*v)))
+            .transpose()?,
+        (P::Decimal { .. }, Statistics::ByteArray(_) | Statistics::FixedLenByteArray(_)) => bytes
+            .map(|b| Datum::try_from_bytes(b, primitive.clone()))
+            .transpose()?,
+        (P::String, Statistics::ByteArray(_)) => bytes
+            .map(|b| {
+                std::str::from_utf8(b)
+                    .map(Datum::string)
+                    .map_err(|_| invalid("non-UTF-8 string"))
+            })
+            .transpose()?,
+        (P::Binary, Statistics::ByteArray(_)) => bytes.map(|b| Datum::binary(b.to_vec())),
+        (P::Fixed(len), Statistics::FixedLenByteArray(_)) => bytes
+            .map(|b| match u64::try_from(b.len()).ok() == Some(*len) {
+                true => Ok(Datum::fixed(b.to_vec())),
+                false => Err(invalid("fixed of another length")),
+            })
+            .transpose()?,
+        (P::Uuid, Statistics::FixedLenByteArray(_)) => bytes
+            .map(|b| {
+                uuid::Uuid::from_slice(b)
+                    .map(Datum::uuid)
+                    .map_err(|_| invalid("uuid of another length"))
+            })
+            .transpose()?,
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parquet::data_type::{ByteArray, FixedLenByteArray};
+
+    fn both(primitive: &PrimitiveType, statistics: &Statistics) -> (Option<Datum>, Option<Datum>) {
+        let get = |which| bound(primitive, statistics, which).ok().flatten();
+        (get(Bound::Min), get(Bound::Max))
+    }
+
+    #[test]
+    fn bounds_of_every_type_read_as_iceberg_values() {
+        let decimal = PrimitiveType::Decimal {
+            precision: 9,
+            scale: 2,
+        };
+        // Compared by value: the parsed decimals have another precision.
+        let parse = |text: &str| {
+            Datum::decimal_from_str(text)
+                .ok()
+                .map(|d| d.literal().clone())
+        };
+        let values = |(min, max): (Option<Datum>, Option<Datum>)| {
+            (
+                min.map(|d| d.literal().clone()),
+                max.map(|d| d.literal().clone()),
+            )
+        };
+        assert_eq!(
+            values(both(
+                &decimal,
+                &Statistics::int32(Some(-150), Some(2500), None, None, false)
+            )),
+            (parse("-1.50"), parse("25.00"))
+        );
+        assert_eq!(
+            values(both(
+                &decimal,
+                &Statistics::int64(Some(1), Some(99), None, None, false)
+            )),
+            (parse("0.01"), parse("0.99"))
+        );
+        let big_endian = |v: i32| ByteArray::from(v.to_be_bytes().to_vec());
+        assert_eq!(
+            values(both(
+                &decimal,
+                &Statistics::byte_array(
+                    Some(big_endian(-7)),
+                    Some(big_endian(700)),
+                    None,
+                    None,
+                    false
+                )
+            )),
+            (parse("-0.07"), parse("7.00"))
+        );
+        let id = uuid::Uuid::from_u128(42);
+        let fixed = |b: &[u8]| FixedLenByteArray::from(ByteArray::from(b.to_vec()));
+        let uuids = Statistics::fixed_len_byte_array(
+            Some(fixed(id.as_bytes())),
+            Some(fixed(id.as_bytes())),
+            None,
+            None,
+            false,
+        );
+        assert_eq!(
+            both(&PrimitiveType::Uuid, &uuids),
+            (Some(Datum::uuid(id)), Some(Datum::uuid(id)))
+        );
+        // A statistic that cannot be the column's type is an error, never a panic.
+        let short = Statistics::fixed_len_byte_array(Some(fixed(b"ab")), None, None, None, false);
+        assert!(bound(&PrimitiveType::Uuid, &short, Bound::Min).is_err());
+        assert!(bound(&PrimitiveType::Fixed(3), &short, Bound::Min).is_err());
+        let not_utf8 =
+            Statistics::byte_array(Some(ByteArray::from(vec![0xff])), None, None, None, false);
+        assert!(bound(&PrimitiveType::String, &not_utf8, Bound::Min).is_err());
+        assert_eq!(
+            both(
+                &PrimitiveType::Date,
+                &Statistics::int32(Some(3), Some(9), None, None, false)
+            ),
+            (Some(Datum::date(3)), Some(Datum::date(9)))
+        );
+        assert_eq!(
+            both(
+                &PrimitiveType::Boolean,
+                &Statistics::boolean(Some(false), Some(true), None, None, false)
+            ),
+            (Some(Datum::bool(false)), Some(Datum::bool(true)))
+        );
+        // Statistics of another physical type give no bound.
+        assert_eq!(
+            both(
+                &PrimitiveType::Long,
+                &Statistics::int32(Some(1), Some(2), None, None, false)
+            ),
+            (None, None)
+        );
+    }
 }
