@@ -128,6 +128,7 @@ def main() -> None:
         ours: list[tuple[float, int, float]] = []
         reference: list[dict] = []
         our_bytes = 0
+        data_files: list[str] = []
         for i in range(args.runs):
             warehouse = base / f"wh{i}"
             ours.append(run_measured(
@@ -135,8 +136,9 @@ def main() -> None:
                  "--no-coalesce"],
                 args.cpu,
             ))
-            data_files = sorted(str(p) for p in (base / "wh0").rglob("*.parquet"))
-            our_bytes = sum(os.path.getsize(f) for f in data_files)
+            if i == 0:
+                data_files = sorted(str(p) for p in warehouse.rglob("*.parquet"))
+                our_bytes = sum(os.path.getsize(f) for f in data_files)
             out = base / f"reference{i}.parquet"
             result = subprocess.run(
                 [sys.executable, "-c", REFERENCE, ",".join(data_files), str(out),

@@ -14,10 +14,10 @@ use kfs_core::testing::{
     Probe, Probed, SqlCatalog, TopicTable, commit_table, ingest_segment, open_sql_catalog,
 };
 use kfs_core::{
-    CatalogOverrides, CommitSettings, EntryState, Feed, LEDGER_PROPERTY, Ledger, LedgerError,
-    MaintenanceError, MaintenancePolicy, OrphanRule, Overridden, S3Settings,
-    SOURCE_NAMESPACE_PROPERTY, SourceObject, SqliteLedger, Warehouse, maintain_table, now_ms,
-    remove_orphans, table_ident,
+    CatalogOverrides, CommitError, CommitOutcome, CommitSettings, EntryState, Feed,
+    LEDGER_PROPERTY, Ledger, LedgerError, MaintenanceError, MaintenancePolicy, OrphanRule,
+    Overridden, S3Settings, SOURCE_NAMESPACE_PROPERTY, SourceObject, SqliteLedger, Warehouse,
+    maintain_table, now_ms, remove_orphans, table_ident,
 };
 use kfs_plan::keys::SegmentFile;
 use kfs_plan::naming::{TableName, TableNaming, TablePattern};
@@ -269,6 +269,30 @@ fn listing(bases: &[i64]) -> BTreeMap<i32, BTreeSet<i64>> {
     BTreeMap::from([(0, bases.iter().copied().collect())])
 }
 
+/// Commits the two segments `convert(local, &[0, 5])` converted, merging their files
+/// into one or not.
+async fn commit_both(
+    catalog: &dyn Catalog,
+    ledger: &impl Ledger,
+    table: &TableName,
+    coalesce: bool,
+) -> Result<CommitOutcome, CommitError> {
+    let settings = CommitSettings {
+        coalesce,
+        ..CommitSettings::default()
+    };
+    commit_table(
+        catalog,
+        ledger,
+        table,
+        "orders",
+        &listing(&[0, 5]),
+        &settings,
+        now_ms(),
+    )
+    .await
+}
+
 /// Every data file the table's current snapshot references exists.
 async fn referenced_files_exist(table: &Table) -> TestResult {
     for entry in kfs_core::live_entries(table).await? {
@@ -373,20 +397,7 @@ async fn orphan_cleanup_never_deletes_files_a_commit_lands_meanwhile() -> TestRe
         inner: &local.ledger,
         probe: CommitWhileListing {
             commit: Mutex::new(Some(Box::pin(async {
-                let settings = CommitSettings {
-                    coalesce: false,
-                    ..CommitSettings::default()
-                };
-                let outcome = commit_table(
-                    &local.catalog,
-                    &committer,
-                    &table,
-                    "orders",
-                    &listing(&[0, 5]),
-                    &settings,
-                    now_ms(),
-                )
-                .await;
+                let outcome = commit_both(&local.catalog, &committer, &table, false).await;
                 assert!(outcome.is_ok_and(|o| o.segments == 2));
             }))),
         },
@@ -504,37 +515,11 @@ async fn an_attempt_that_lost_to_another_layout_deletes_nothing_the_winner_refer
     let racing = Overridden(CommitFirst {
         inner: &local.catalog,
         other: Mutex::new(Some(Box::pin(async {
-            let settings = CommitSettings {
-                coalesce: false,
-                ..CommitSettings::default()
-            };
-            let outcome = commit_table(
-                &winner_catalog,
-                &winner_ledger,
-                &table,
-                "orders",
-                &listing(&[0, 5]),
-                &settings,
-                now_ms(),
-            )
-            .await;
+            let outcome = commit_both(&winner_catalog, &winner_ledger, &table, false).await;
             assert!(outcome.is_ok_and(|o| o.segments == 2 && o.coalesced == 0));
         }))),
     });
-    let merging = CommitSettings {
-        coalesce: true,
-        ..CommitSettings::default()
-    };
-    let loser = commit_table(
-        &racing,
-        &local.ledger,
-        &table,
-        "orders",
-        &listing(&[0, 5]),
-        &merging,
-        now_ms(),
-    )
-    .await?;
+    let loser = commit_both(&racing, &local.ledger, &table, true).await?;
     assert!(loser.snapshot_id.is_some());
     let loaded = local.catalog.load_table(&table_ident(&table)).await?;
     assert_eq!(loaded.metadata().snapshots().count(), 1);

@@ -31,8 +31,13 @@ pub(crate) fn encode_batch(
     let mut leaves: Vec<(ArrowLeafColumn, usize)> = Vec::with_capacity(columns.len());
     for (field, array) in batch.schema().fields().iter().zip(batch.columns()) {
         let field_leaves = compute_leaves(field, array)?;
-        // A nested column's memory is shared by its leaves.
-        let size = array.get_array_memory_size() / field_leaves.len().max(1);
+        // A nested column's memory is shared by its leaves (not measured when there
+        // is one thread: nothing to balance).
+        let size = if threads > 1 {
+            array.get_array_memory_size() / field_leaves.len().max(1)
+        } else {
+            0
+        };
         leaves.extend(field_leaves.into_iter().map(|leaf| (leaf, size)));
     }
     if leaves.len() != columns.len() {

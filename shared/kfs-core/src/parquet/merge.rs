@@ -9,7 +9,7 @@
 //! range from the table's FileIO and streaming its output through a bounded channel to
 //! an upload task, so memory stays bounded by one row group, not by the file.
 
-use super::conform_batch;
+use super::{conform_batch, parquet_error};
 use arrow_array::RecordBatch;
 use bytes::Bytes;
 use iceberg::io::FileRead;
@@ -53,10 +53,6 @@ pub struct MergeStats {
     pub bytes_copied: u64,
     /// Compressed bytes decoded.
     pub bytes_reencoded: u64,
-}
-
-fn parquet_error(what: &str) -> impl Fn(parquet::errors::ParquetError) -> Error + '_ {
-    move |e| Error::new(ErrorKind::DataInvalid, format!("{what}: {e}"))
 }
 
 /// Merges `inputs` (data files of `table`, of one partition value) into one data file
@@ -152,9 +148,9 @@ fn merge_blocking(
     let schema = ArrowSchemaConverter::new()
         .with_coerce_types(properties.coerce_types())
         .convert(&arrow_schema)
-        .map_err(parquet_error("table schema"))?;
+        .map_err(parquet_error(ErrorKind::DataInvalid, "table schema"))?;
     let mut writer = SerializedFileWriter::new(out, schema.root_schema_ptr(), properties)
-        .map_err(parquet_error("merged file"))?;
+        .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
     let factory = ArrowRowGroupWriterFactory::new(&writer, arrow_schema.clone());
     let mut stats = MergeStats::default();
     let mut pending: Vec<RecordBatch> = Vec::new();
@@ -163,7 +159,7 @@ fn merge_blocking(
         let footer = ParquetMetaDataReader::new()
             .with_page_index_policy(PageIndexPolicy::Optional)
             .parse_and_finish(source)
-            .map_err(parquet_error(&source.path))?;
+            .map_err(parquet_error(ErrorKind::DataInvalid, &source.path))?;
         // Column chunks can be copied only into the same column layout.
         let input_schema = footer.file_metadata().schema_descr();
         let same_schema = input_schema.num_columns() == schema.num_columns()
@@ -178,7 +174,7 @@ fn merge_blocking(
                 flush(&mut writer, &factory, &mut pending, &mut row_groups)?;
                 let mut row_group = writer
                     .next_row_group()
-                    .map_err(parquet_error("merged file"))?;
+                    .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
                 for (c, column) in group.columns().iter().enumerate() {
                     let column_index = column_indexes
                         .and_then(|ci| ci.get(c))
@@ -196,19 +192,21 @@ fn merge_blocking(
                                 offset_index: offsets.and_then(|o| o.get(c)).cloned(),
                             },
                         )
-                        .map_err(parquet_error(&source.path))?;
+                        .map_err(parquet_error(ErrorKind::DataInvalid, &source.path))?;
                 }
-                row_group.close().map_err(parquet_error("merged file"))?;
+                row_group
+                    .close()
+                    .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
                 row_groups += 1;
                 stats.row_groups_copied += 1;
                 stats.bytes_copied += bytes;
                 continue;
             }
             let reader = ParquetRecordBatchReaderBuilder::try_new(source.clone())
-                .map_err(parquet_error(&source.path))?
+                .map_err(parquet_error(ErrorKind::DataInvalid, &source.path))?
                 .with_row_groups(vec![index])
                 .build()
-                .map_err(parquet_error(&source.path))?;
+                .map_err(parquet_error(ErrorKind::DataInvalid, &source.path))?;
             for batch in reader {
                 let batch = batch.map_err(|e| {
                     Error::new(ErrorKind::DataInvalid, format!("{}: {e}", source.path))
@@ -235,7 +233,9 @@ fn merge_blocking(
     flush(&mut writer, &factory, &mut pending, &mut row_groups)?;
     // Writes the footer and flushes the last piece to the upload; dropping the writer
     // then ends the upload.
-    let written = writer.finish().map_err(parquet_error("merged file"))?;
+    let written = writer
+        .finish()
+        .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
     let size = writer.inner().written;
     drop(writer);
     Ok((written, size, stats))
@@ -253,23 +253,25 @@ fn flush(
     }
     let mut columns = factory
         .create_column_writers(*row_groups)
-        .map_err(parquet_error("merged file"))?;
+        .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
     let threads = super::encode::encoding_threads(usize::MAX);
     for batch in pending.drain(..) {
         super::encode::encode_batch(&mut columns, &batch, threads)
-            .map_err(parquet_error("merged file"))?;
+            .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
     }
     let mut row_group = writer
         .next_row_group()
-        .map_err(parquet_error("merged file"))?;
+        .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
     for column in columns {
         column
             .close()
-            .map_err(parquet_error("merged file"))?
+            .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?
             .append_to_row_group(&mut row_group)
-            .map_err(parquet_error("merged file"))?;
+            .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
     }
-    row_group.close().map_err(parquet_error("merged file"))?;
+    row_group
+        .close()
+        .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
     *row_groups += 1;
     Ok(())
 }

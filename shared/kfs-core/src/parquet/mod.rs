@@ -16,3 +16,12 @@ pub use properties::writer_properties;
 pub(crate) use writer::ParquetFileWriterBuilder;
 #[cfg(test)]
 pub(crate) use writer::tests;
+
+/// Turns a Parquet error into an Iceberg one of `kind`, naming what failed (`what`: a
+/// file or a step).
+fn parquet_error(
+    kind: iceberg::ErrorKind,
+    what: &str,
+) -> impl Fn(parquet::errors::ParquetError) -> iceberg::Error + '_ {
+    move |e| iceberg::Error::new(kind, format!("{what}: {e}"))
+}

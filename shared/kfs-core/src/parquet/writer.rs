@@ -6,6 +6,7 @@
 
 use super::encode::{encode_batch, encoding_threads};
 use super::metrics::{count_nans, data_file_builder};
+use super::parquet_error;
 use arrow_array::RecordBatch;
 use bytes::Bytes;
 use iceberg::io::{FileWrite, OutputFile};
@@ -22,10 +23,6 @@ use std::sync::Arc;
 
 /// Most threads one file's encoding uses.
 const MAX_ENCODING_THREADS: usize = 4;
-
-fn parquet_error(path: &str) -> impl Fn(parquet::errors::ParquetError) -> Error + '_ {
-    move |e| Error::new(ErrorKind::Unexpected, format!("writing {path}: {e}"))
-}
 
 /// Builds a [`ParquetFileWriter`] per output file.
 #[derive(Clone)]
@@ -115,13 +112,13 @@ impl ParquetFileWriter {
             let parquet_schema = ArrowSchemaConverter::new()
                 .with_coerce_types(self.builder.properties.coerce_types())
                 .convert(&self.builder.arrow_schema)
-                .map_err(parquet_error(&path))?;
+                .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
             let file = SerializedFileWriter::new(
                 Vec::new(),
                 parquet_schema.root_schema_ptr(),
                 self.builder.properties.clone(),
             )
-            .map_err(parquet_error(&path))?;
+            .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
             let factory = ArrowRowGroupWriterFactory::new(&file, self.builder.arrow_schema.clone());
             let upload = self.output.writer().await?;
             self.open = Some(OpenFile {
@@ -147,11 +144,12 @@ impl ParquetFileWriter {
                 columns: open
                     .factory
                     .create_column_writers(open.file.flushed_row_groups().len())
-                    .map_err(parquet_error(&path))?,
+                    .map_err(parquet_error(ErrorKind::Unexpected, &path))?,
                 rows: 0,
             }),
         };
-        encode_batch(&mut row_group.columns, batch, threads).map_err(parquet_error(&path))?;
+        encode_batch(&mut row_group.columns, batch, threads)
+            .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
         row_group.rows += batch.num_rows();
         Ok(())
     }
@@ -163,15 +161,20 @@ impl ParquetFileWriter {
             return Ok(());
         };
         if let Some(row_group) = open.row_group.take() {
-            let mut writer = open.file.next_row_group().map_err(parquet_error(&path))?;
+            let mut writer = open
+                .file
+                .next_row_group()
+                .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
             for column in row_group.columns {
                 column
                     .close()
-                    .map_err(parquet_error(&path))?
+                    .map_err(parquet_error(ErrorKind::Unexpected, &path))?
                     .append_to_row_group(&mut writer)
-                    .map_err(parquet_error(&path))?;
+                    .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
             }
-            writer.close().map_err(parquet_error(&path))?;
+            writer
+                .close()
+                .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
         }
         let piece = std::mem::take(open.file.inner_mut());
         if !piece.is_empty() {
@@ -241,7 +244,10 @@ impl FileWriter for ParquetFileWriter {
         let Some(mut open) = self.open.take() else {
             return Ok(Vec::new());
         };
-        let metadata = open.file.finish().map_err(parquet_error(&path))?;
+        let metadata = open
+            .file
+            .finish()
+            .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
         let footer = std::mem::take(open.file.inner_mut());
         self.uploaded += footer.len() as u64;
         open.upload.write(Bytes::from(footer)).await?;
