@@ -9,6 +9,7 @@ use kfs_core::S3Settings;
 use kfs_core::Settings;
 use kfs_core::{PipelineConfig, Progress, RunReport, run_once};
 use kfs_plan::commit::HoldReason;
+use kfs_plan::lfs::{BlobOrigin, LfsMode};
 use kfs_plan::naming::ValueFormat;
 
 use crate::CliError;
@@ -38,6 +39,17 @@ pub struct RunArgs {
     /// file's `value_format`; existing tables keep theirs.
     #[arg(long, value_name = "FORMAT")]
     value_format: Option<String>,
+    /// What is done with large-file (LFS) claim-check records: `off` (values as they
+    /// came), `resolve` (each blob fetched into `value`), `reference` (the envelope
+    /// kept, described by `lfs_*` columns), `skip` (not written) or `hybrid` (resolved
+    /// up to `--lfs-max-inline-size`, referenced above). A blob that is missing, too
+    /// large or fails its checksum sends its record to `<table>__dlq`. Overrides the
+    /// configuration file's `[lfs] mode`; blobs are read under the source only.
+    #[arg(long, value_name = "MODE")]
+    lfs_mode: Option<String>,
+    /// Largest blob resolved into a row, in bytes (default 64 MiB).
+    #[arg(long, value_name = "BYTES")]
+    lfs_max_inline_size: Option<u64>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -112,6 +124,18 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
         config.naming.value_format = ValueFormat::parse(format)
             .map_err(|e| CliError::Usage(format!("--value-format: {e}")))?;
     }
+    if let Some(mode) = &args.lfs_mode {
+        config.naming.lfs.policy.mode =
+            LfsMode::parse(mode).map_err(|e| CliError::Usage(format!("--lfs-mode: {e}")))?;
+    }
+    if let Some(size) = args.lfs_max_inline_size {
+        config.naming.lfs.policy.max_inline_size = size;
+    }
+    config.naming.lfs.policy.origin = BlobOrigin::of_location(&args.source);
+    config
+        .naming
+        .validate()
+        .map_err(|e| CliError::Usage(format!("--lfs-mode: {e}")))?;
     let source = OpendalSource::from_location(&args.source, &S3Settings::from_env())
         .map_err(|e| CliError::Pipeline(format!("source {e}")))?;
     if let Some(stack) = crate::embedded::stack() {

@@ -16,6 +16,9 @@
 //! | `TABLE_MAPPING` | JSON array of `{"topic": "<regex>", "table": "namespace.name"}` rules (whole-name matches, `$1`/`${group}` in the table), tried in order; other topics go to `TABLE_NAMESPACE.<topic>` |
 //! | `TABLE_PROPERTIES` | JSON object of properties of the tables the functions create, e.g. `{"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9", "write.target-file-size-bytes": "268435456"}` |
 //! | `VALUE_FORMAT` | how the tables the functions create store record values: `raw` (default) or `json` (typed columns; values that cannot be written go to `<table>__dlq`) |
+//! | `LFS_MODE` | what is done with large-file (LFS) claim-check records: `off` (default), `resolve` (blobs fetched from the segment bucket into `value`), `reference` (envelopes kept, described by `lfs_*` columns), `skip` or `hybrid` (resolved up to `LFS_MAX_INLINE_SIZE`, referenced above); a blob that cannot be had sends its record to `<table>__dlq` |
+//! | `LFS_TOPICS` | JSON object `{"<topic>": "<mode>"}`: per-topic LFS modes |
+//! | `LFS_MAX_INLINE_SIZE`, `LFS_CONCURRENCY`, `LFS_VERIFY_CHECKSUMS` | largest blob resolved, in bytes (default 64 MiB); blobs fetched at once (default 4); `on` (default) or `off` |
 //! | `VALUE_COLUMNS` | declared columns of new JSON tables, a JSON object `{"<topic>": "name type, ..."}` (types boolean, int, long, float, double, string); other topics infer theirs |
 //! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
@@ -125,16 +128,23 @@ impl FunctionEnv {
             .kind("glue", None, RestCredentials::default(), lookup)
             .map_err(|e| ConfigError(format!("CATALOG_TYPE: {e}")))?;
         let warehouse = Warehouse::parse(&required("WAREHOUSE")?).map_err(ConfigError)?;
+        let bucket = required("SEGMENT_BUCKET")?;
+        let prefix = var("SEGMENT_PREFIX")
+            .unwrap_or_default()
+            .trim_matches('/')
+            .to_owned();
+        let mut naming = valid.naming;
+        naming.lfs.policy.origin = kfs_plan::lfs::BlobOrigin {
+            bucket: Some(bucket.clone()),
+            prefix: prefix.clone(),
+        };
         Ok(Self {
-            bucket: required("SEGMENT_BUCKET")?,
-            prefix: var("SEGMENT_PREFIX")
-                .unwrap_or_default()
-                .trim_matches('/')
-                .to_owned(),
+            bucket,
+            prefix,
             ledger_table: required("LEDGER_TABLE")?,
             warehouse,
             catalog,
-            naming: valid.naming,
+            naming,
             convert_concurrency: number("CONVERT_CONCURRENCY", 4)?,
             memory_budget_mib: var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
                 .and_then(|mb| mb.trim().parse::<u64>().ok())

@@ -17,6 +17,7 @@ use futures::{StreamExt, TryFutureExt};
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use kfs_plan::keys::SegmentKey;
+use kfs_plan::lfs::{LfsMode, LfsPolicy};
 use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
 use kfs_plan::sweep::{ListedSegment, TableProgress};
 use kfs_segment::DecodeLimits;
@@ -47,6 +48,8 @@ pub struct TopicTable {
     pub table: Table,
     /// Its watermarks and recorded gaps.
     pub progress: TableProgress,
+    /// What is done with its topic's large-file claim checks.
+    pub lfs: LfsPolicy,
 }
 
 impl TopicTable {
@@ -101,6 +104,29 @@ impl TopicTable {
                 Err(e) => return Err(catalog_error(e)),
             };
         }
+        let lfs = naming.lfs.for_topic(topic);
+        if lfs.mode != LfsMode::Off {
+            match crate::table::value_format_of(&table) {
+                Ok(ValueFormat::Raw) if lfs.mode.has_columns() => {
+                    table = crate::table::add_lfs_columns(catalog.catalog, catalog.swap, table)
+                        .await
+                        .map_err(catalog_error)?;
+                }
+                Ok(ValueFormat::Raw) => {}
+                Ok(format) => {
+                    return Err(PipelineError::Config(format!(
+                        "table {name} stores {} values, and LFS claim checks are handled in raw tables only: set topic {topic}'s lfs mode to off",
+                        format.name()
+                    )));
+                }
+                Err(reason) => {
+                    return Err(catalog_error(iceberg::Error::new(
+                        iceberg::ErrorKind::DataInvalid,
+                        reason,
+                    )));
+                }
+            }
+        }
         let progress = table_progress(&table).map_err(|source| PipelineError::Summary {
             table: name.to_string(),
             source,
@@ -109,6 +135,7 @@ impl TopicTable {
             name,
             table,
             progress,
+            lfs,
         })
     }
 }
@@ -135,13 +162,21 @@ fn late(progress: &TableProgress, key: &SegmentKey) -> Option<String> {
 impl TopicTable {
     /// Whether `object` is converted in runs of small segments ([`ingest_runs`]): a
     /// segment of at most 1 MiB of a raw table (a JSON table grows its schema segment
-    /// by segment).
+    /// by segment) without claim checks to handle (their blobs make any segment large).
     pub fn in_runs(&self, object: &SourceObject) -> bool {
         object.size <= crate::convert::RUN_SEGMENT_BYTES
+            && !self.handles_claim_checks()
             && matches!(
                 crate::table::value_format_of(&self.table),
                 Ok(ValueFormat::Raw)
             )
+    }
+
+    /// Whether its segments go through the large-file claim-check handling: its mode
+    /// is not `off`, or the table has `lfs_*` columns to fill.
+    fn handles_claim_checks(&self) -> bool {
+        self.lfs.mode != LfsMode::Off
+            || crate::table::has_lfs_columns(self.table.metadata().current_schema())
     }
 }
 
@@ -163,6 +198,7 @@ pub async fn ingest_segment(
         name: table_name,
         table,
         progress,
+        ..
     } = target;
     let mut entry = new_entry(source, target, key, object).await?;
     let etag = entry.etag.clone();
@@ -184,6 +220,9 @@ pub async fn ingest_segment(
     // the segment first.
     let mut written: Vec<String> = Vec::new();
     let converted = match format {
+        ValueFormat::Raw if target.handles_claim_checks() => {
+            convert_lfs_segment(catalog, target, input, (source, object), limits).await?
+        }
         ValueFormat::Raw => {
             let body = source.open(&object.key, object.etag.as_deref()).await?;
             convert_segment(table, input, body, limits, ValueColumns::Raw)
@@ -364,7 +403,7 @@ async fn convert_json_segment(
     input: SegmentInput<'_>,
     (source, object): (&impl SegmentSource, &SourceObject),
     limits: DecodeLimits,
-) -> Result<JsonConversion, PipelineError> {
+) -> Result<Conversion, PipelineError> {
     /// Schema changes raced by other converters before this one gives up (retryably).
     const SCHEMA_ATTEMPTS: usize = 5;
     let catalog_error = |table: &TableName, source: iceberg::Error| PipelineError::Catalog {
@@ -440,10 +479,8 @@ async fn convert_json_segment(
         }
         let dead_letter_table = if scan.rejected > 0 {
             Some(
-                crate::table::ensure_dead_letter_table(catalog, &target.name, &table)
-                    .and_then(|dlq| crate::table::upgrade_record_layout(catalog, swap, dlq))
-                    .await
-                    .map_err(|source| catalog_error(&target.name.dead_letters(), source))?,
+                open_dead_letter_table(CatalogAccess { catalog, swap }, &target.name, &table)
+                    .await?,
             )
         } else {
             None
@@ -470,10 +507,65 @@ async fn convert_json_segment(
     ))
 }
 
-/// A JSON conversion: the converted segment with the table it was written for (its
+/// A conversion: the converted segment with the table it was written for (its
 /// schema as the conversion left it) and the dead-letter table, if it had records
 /// for it; or the conversion's error.
-type JsonConversion = Result<(ConvertedSegment, Table, Option<Table>), ConvertError>;
+type Conversion = Result<(ConvertedSegment, Table, Option<Table>), ConvertError>;
+
+/// The dead-letter table of `name` (whose table is `table`), created on first need and
+/// brought to the current record layout.
+async fn open_dead_letter_table(
+    CatalogAccess { catalog, swap }: CatalogAccess<'_>,
+    name: &TableName,
+    table: &Table,
+) -> Result<Table, PipelineError> {
+    crate::table::ensure_dead_letter_table(catalog, name, table)
+        .and_then(|dlq| crate::table::upgrade_record_layout(catalog, swap, dlq))
+        .await
+        .map_err(|source| PipelineError::Catalog {
+            table: name.dead_letters().to_string(),
+            source: Box::new(source),
+        })
+}
+
+/// Converts a segment of a raw table whose topic's large-file claim checks are
+/// resolved, referenced or skipped (`convert::lfs`): blobs are fetched from `source`
+/// while the segment decodes, and where they are, the dead-letter table is opened
+/// first (a blob that cannot be had sends its record there).
+async fn convert_lfs_segment(
+    catalog: CatalogAccess<'_>,
+    target: &TopicTable,
+    input: SegmentInput<'_>,
+    (source, object): (&impl SegmentSource, &SourceObject),
+    limits: DecodeLimits,
+) -> Result<Conversion, PipelineError> {
+    let policy = target.lfs.clone();
+    let dead_letter_table = if policy.mode.fetches() {
+        Some(open_dead_letter_table(catalog, &target.name, &target.table).await?)
+    } else {
+        None
+    };
+    let body = source.open(&object.key, object.etag.as_deref()).await?;
+    let concurrency = policy.concurrency;
+    let (blobs, requests) = crate::convert::blob_channel(concurrency);
+    let values = crate::convert::LfsValues {
+        blobs: policy.mode.fetches().then_some(blobs),
+        policy,
+        namespace: input.key.namespace.clone(),
+        dead_letters: dead_letter_table.as_ref(),
+    };
+    let (converted, ()) = futures::join!(
+        convert_segment(
+            &target.table,
+            input,
+            body,
+            limits,
+            ValueColumns::Lfs(values)
+        ),
+        crate::convert::serve_blobs(source, requests, concurrency),
+    );
+    Ok(converted.map(|converted| (converted, target.table.clone(), dead_letter_table)))
+}
 
 /// Most segments one run takes: its entry (some 120 bytes a member) stays far inside
 /// a DynamoDB item.

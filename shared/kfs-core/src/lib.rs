@@ -66,8 +66,8 @@ pub use pass::{
     run_once,
 };
 pub use settings::{
-    CatalogSettings, EtcdSettings, MaintenanceSettings, Settings, SettingsError, TablePatternEntry,
-    ValidSettings,
+    CatalogSettings, EtcdSettings, LargeFileSettings, MaintenanceSettings, Settings, SettingsError,
+    TablePatternEntry, ValidSettings,
 };
 pub use source::{
     MemorySource, ObjectStream, OpendalSource, SegmentSource, SegmentStream, SourceError,

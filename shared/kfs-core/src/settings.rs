@@ -72,6 +72,9 @@ pub struct Settings {
     /// The etcd offset cross-check (`[etcd]`).
     #[serde(default)]
     pub etcd: EtcdSettings,
+    /// Large-file (LFS) claim-check records (`[lfs]`).
+    #[serde(default)]
+    pub lfs: LargeFileSettings,
     /// How errors name the settings: as the file spells them, or as variables.
     #[serde(skip)]
     spelling: Spelling,
@@ -99,7 +102,66 @@ const VARIABLES: &[(&str, &str)] = &[
     ("orphan_age", "ORPHAN_AGE"),
     ("etcd grace", "ETCD_GRACE"),
     ("etcd unreachable", "ETCD_UNREACHABLE"),
+    ("lfs mode", "LFS_MODE"),
+    ("lfs topics", "LFS_TOPICS"),
+    ("lfs", "LFS_MAX_INLINE_SIZE/LFS_CONCURRENCY"),
 ];
+
+/// What is done with KafScale's large-file (LFS) claim-check records (`[lfs]`): a
+/// record whose value is an LFS proxy's envelope stands for a blob in the segment
+/// bucket. See `kfs_plan::lfs` for the modes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LargeFileSettings {
+    /// `off` (default), `resolve`, `reference`, `skip` or `hybrid` (`LFS_MODE`).
+    pub mode: Option<String>,
+    /// `topic = "mode"` entries: that topic's mode (`LFS_TOPICS`, a JSON object).
+    #[serde(default)]
+    pub topics: BTreeMap<String, String>,
+    /// Largest blob resolved into a row, in bytes (default 64 MiB;
+    /// `LFS_MAX_INLINE_SIZE`).
+    pub max_inline_size: Option<u64>,
+    /// Whether blobs are checked against their envelope's checksum (default true;
+    /// `LFS_VERIFY_CHECKSUMS`, `on` or `off`).
+    pub verify_checksums: Option<bool>,
+    /// Blobs fetched at once (default 4; `LFS_CONCURRENCY`).
+    pub concurrency: Option<usize>,
+}
+
+impl LargeFileSettings {
+    /// The settings checked; their blobs come from `origin` (set by the host, which
+    /// knows the source).
+    fn validate(
+        &self,
+        fail: &dyn Fn(&str, &dyn std::fmt::Display) -> SettingsError,
+    ) -> Result<kfs_plan::lfs::LfsSettings, SettingsError> {
+        use kfs_plan::lfs::{LfsMode, LfsPolicy, LfsSettings};
+        let defaults = LfsPolicy::default();
+        let mode = |what: &str, text: &str| LfsMode::parse(text).map_err(|e| fail(what, &e));
+        let mut settings = LfsSettings {
+            policy: LfsPolicy {
+                mode: self
+                    .mode
+                    .as_deref()
+                    .map(|text| mode("lfs mode", text))
+                    .transpose()?
+                    .unwrap_or_default(),
+                max_inline_size: self.max_inline_size.unwrap_or(defaults.max_inline_size),
+                verify_checksums: self.verify_checksums.unwrap_or(defaults.verify_checksums),
+                concurrency: self.concurrency.unwrap_or(defaults.concurrency),
+                origin: defaults.origin,
+            },
+            topics: BTreeMap::new(),
+        };
+        for (topic, text) in &self.topics {
+            settings
+                .topics
+                .insert(topic.clone(), mode("lfs topics", text)?);
+        }
+        settings.validate().map_err(|e| fail("lfs", &e))?;
+        Ok(settings)
+    }
+}
 
 /// One `[[table_patterns]]` rule: topics matching `topic` go to `table`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -225,6 +287,17 @@ impl Settings {
                 })
                 .transpose()
         };
+        let verify_checksums = match var("LFS_VERIFY_CHECKSUMS").as_deref().map(str::trim) {
+            None => None,
+            Some("on" | "true") => Some(true),
+            Some("off" | "false") => Some(false),
+            Some(other) => {
+                return Err(invalid(
+                    "LFS_VERIFY_CHECKSUMS",
+                    format!("{other:?}: expected on or off"),
+                ));
+            }
+        };
         let enabled = match var("MAINTENANCE").as_deref().map(str::trim) {
             None | Some("on") => None,
             Some("off") => Some(false),
@@ -275,6 +348,17 @@ impl Settings {
                 max_manifests: number("MAX_MANIFESTS")?,
             },
             spelling: Spelling::Environment,
+            lfs: LargeFileSettings {
+                mode: var("LFS_MODE"),
+                topics: json(
+                    "LFS_TOPICS",
+                    var("LFS_TOPICS"),
+                    "a JSON object of topic to mode",
+                )?,
+                max_inline_size: number("LFS_MAX_INLINE_SIZE")?.map(|n| n as u64),
+                verify_checksums,
+                concurrency: number("LFS_CONCURRENCY")?,
+            },
             etcd: EtcdSettings {
                 endpoints: list("ETCD_ENDPOINTS"),
                 grace: var("ETCD_GRACE"),
@@ -335,6 +419,7 @@ impl Settings {
             topics: TopicSelection::new(&self.include_topics, &self.exclude_topics)
                 .map_err(|e| fail("topics", &e))?,
             table_prefix: self.table_prefix.clone().unwrap_or_default(),
+            lfs: self.lfs.validate(&fail)?,
             ..TableNaming::default()
         };
         for rule in &self.table_patterns {

@@ -11,6 +11,7 @@ mod dead_letter_matrix;
 mod isolation;
 mod json_values_props;
 mod json_widening;
+mod lfs_records;
 mod memory_catalog;
 mod parquet_merge;
 mod partition_evolution;

@@ -8,6 +8,7 @@
 //! - [`crosscheck`]: what etcd's offsets allow a commit to take.
 //! - [`sweep`]: which listed segments a sweep must look up, and which came too late.
 //! - [`compaction`]: which small files to rewrite together, which snapshots to expire.
+//! - [`lfs`]: large-file claim-check records: detected, checked, verified.
 //! - [`duration`]: durations as operators write them (`0s`, `5d`).
 //! - [`fault`]: the one error taxonomy (transient, conflict, invalid data, config).
 //! - [`shard`]: which committer schedule handles which topic.
@@ -27,6 +28,7 @@ pub mod fault;
 pub mod hash;
 pub mod keys;
 pub mod layout;
+pub mod lfs;
 pub mod naming;
 pub mod offsets;
 pub mod shard;

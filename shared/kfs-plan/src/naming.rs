@@ -93,6 +93,8 @@ pub struct TableNaming {
     /// Prefix of the names of tables named by default (`<prefix><topic>`), as the
     /// upstream processor's `tablePrefix`; explicit entries and rules are kept as given.
     pub table_prefix: String,
+    /// What is done with large-file (LFS) claim-check records, per topic.
+    pub lfs: crate::lfs::LfsSettings,
 }
 
 /// Which topics are ingested: those matching an `include` pattern (every topic when
@@ -240,6 +242,12 @@ impl TableNaming {
                     "topics {other:?} and {topic:?} both map to table {table}: a table is fed by one topic; give each its own table"
                 ));
             }
+        }
+        self.lfs.validate()?;
+        if self.value_format == ValueFormat::Json && self.lfs.any() {
+            return Err(
+                "lfs: claim-check records are handled in raw tables only; value_format json takes lfs mode off".into(),
+            );
         }
         Ok(())
     }

@@ -41,6 +41,7 @@ async fn glue_tables_take_commits_with_the_offset_map() {
             name: name.clone(),
             progress: table_progress(&table).unwrap_or_else(|e| panic!("progress: {e}")),
             table,
+            lfs: Default::default(),
         };
         let object = SourceObject {
             key: object_key,

@@ -100,6 +100,7 @@ impl BenchTable {
             name: self.name.clone(),
             table: self.table.clone(),
             progress: table_progress(&self.table)?,
+            lfs: Default::default(),
         };
         let entry = ingest_segment(
             kfs_core::CatalogAccess {

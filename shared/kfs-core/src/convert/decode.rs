@@ -2,7 +2,7 @@
 //! records routed into Arrow batches for the writers; and the JSON pre-scan that finds
 //! the columns a segment's values need.
 
-use super::route::{DecodedBatch, RecordRouter, Routed};
+use super::route::{DecodedBatch, PushError, RecordRouter, Routed};
 use super::{BYTES_PER_BATCH, ConvertError, JsonScan, ROWS_PER_BATCH};
 use crate::source::SegmentStream;
 use kfs_plan::keys::SegmentKey;
@@ -12,6 +12,7 @@ use kfs_segment::{DecodeError, DecodeLimits, Record, SegmentDecoder};
 pub(crate) struct Decoded {
     pub(crate) records: u64,
     pub(crate) dead_letters: u64,
+    pub(crate) skipped: u64,
     pub(crate) last_offset: i64,
 }
 
@@ -156,17 +157,29 @@ pub(crate) fn decode_into(
         source: Box::new(source),
     };
     let mut hung_up = false;
-    let scan = decode_records(reader, key, limits, |record| {
-        router
-            .push(&key.topic, key.partition, record)
-            .map_err(|reason| ConvertError::Unrepresentable {
+    let pushed = |offset: i64, result: Result<(), PushError>| {
+        result.map_err(|e| match e {
+            PushError::Unrepresentable(reason) => ConvertError::Unrepresentable {
                 segment: segment.clone(),
-                offset: record.offset,
+                offset,
                 reason,
-            })?;
+            },
+            PushError::Source(source) => ConvertError::Refers {
+                segment: segment.clone(),
+                offset,
+                source,
+            },
+        })
+    };
+    let scan = decode_records(reader, key, limits, |record| {
+        pushed(
+            record.offset,
+            router.push(&key.topic, key.partition, record),
+        )?;
         // Checked per record: one Kafka batch may hold millions of records, or a few
         // of a megabyte each.
         if router.rows() >= ROWS_PER_BATCH || router.bytes() >= BYTES_PER_BATCH {
+            pushed(record.offset, router.settle())?;
             for routed in router.flush().map_err(write_error)? {
                 if !sink(routed) {
                     hung_up = true;
@@ -177,6 +190,7 @@ pub(crate) fn decode_into(
         Ok(true)
     })?;
     if !hung_up {
+        pushed(scan.last_offset, router.settle())?;
         for routed in router.flush().map_err(write_error)? {
             // A hung-up writer has its own error to report.
             if !sink(routed) {
@@ -187,6 +201,7 @@ pub(crate) fn decode_into(
     Ok(Decoded {
         records: scan.records,
         dead_letters: router.dead_letters(),
+        skipped: router.skipped(),
         last_offset: scan.last_offset,
     })
 }

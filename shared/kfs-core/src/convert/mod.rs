@@ -16,12 +16,15 @@
 mod columns;
 mod decode;
 pub(crate) mod json;
+mod lfs;
 mod route;
 mod run;
 mod writer;
 
 pub use columns::RecordColumns;
 pub use decode::scan_json_segment;
+pub use lfs::LfsValues;
+pub(crate) use lfs::{blob_channel, serve_blobs};
 pub use run::{RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
 pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
 
@@ -63,7 +66,8 @@ pub struct ConvertedSegment {
     pub data_files: Vec<DataFile>,
     /// Files written for the dead-letter table (JSON values that could not be written).
     pub dead_letter_files: Vec<DataFile>,
-    /// Data records written to the table.
+    /// Data records written to the table (not those left out by configuration:
+    /// claim checks in LFS mode `skip`).
     pub records: u64,
     /// Data records written to the dead-letter table.
     pub dead_letters: u64,
@@ -94,6 +98,17 @@ pub enum ConvertError {
         /// Why.
         reason: String,
     },
+    /// Reading what a record refers to (a large-file blob) failed: what the store's
+    /// error says (a transient failure is retried, never quarantined).
+    #[error("segment {segment}: record at offset {offset}: {source}")]
+    Refers {
+        /// The segment key.
+        segment: String,
+        /// The record's offset.
+        offset: i64,
+        /// The store's error.
+        source: crate::source::SourceError,
+    },
     /// Writing the data file failed.
     #[error("segment {segment}: writing its data file failed: {source}")]
     Write {
@@ -113,15 +128,18 @@ impl ConvertError {
             Self::Malformed { source, .. } if source.is_retryable() => ErrorKind::Transient,
             Self::Malformed { .. } | Self::Unrepresentable { .. } => ErrorKind::InvalidData,
             Self::Write { source, .. } => crate::fault::iceberg_error_kind(source),
+            Self::Refers { source, .. } => source.kind,
         }
     }
 }
 
 /// How a segment's record values are written.
-#[derive(Clone, Copy)]
 pub enum ValueColumns<'a> {
     /// As bytes, in the `value` column.
     Raw,
+    /// As bytes, large-file claim checks handled by the topic's LFS mode (see
+    /// `convert::lfs`); records whose blob cannot be had go to the dead-letter table.
+    Lfs(LfsValues<'a>),
     /// As the table's payload columns (its schema already holds every field the
     /// segment's values need, see `scan_json_segment`); values that do not fit go to
     /// `dead_letters`.
@@ -168,6 +186,13 @@ pub async fn convert_segment(
             Box::new(JsonRouter::new(table, dead_letters, segment.clone()).map_err(write_error)?),
             dead_letters,
         ),
+        ValueColumns::Lfs(values) => {
+            let dead_letters = values.dead_letters;
+            (
+                Box::new(lfs::LfsRouter::new(table, values, segment.clone()).map_err(write_error)?),
+                dead_letters,
+            )
+        }
     };
     let mut writer = SegmentWriter::new(table, stem.clone())
         .await
@@ -237,7 +262,7 @@ pub async fn convert_segment(
             .sum(),
         data_files,
         dead_letter_files,
-        records: decoded.records - decoded.dead_letters,
+        records: decoded.records - decoded.dead_letters - decoded.skipped,
         dead_letters: decoded.dead_letters,
         last_offset: decoded.last_offset,
     })

@@ -25,10 +25,34 @@ pub(crate) enum Routed {
 /// What the decoding thread sends the writers.
 pub(crate) type DecodedBatch = Result<Routed, ConvertError>;
 
+/// Why a record could not be routed.
+#[derive(Debug)]
+pub(crate) enum PushError {
+    /// It can go nowhere (the reason).
+    Unrepresentable(String),
+    /// Reading what it refers to (a large-file blob) failed: the store's error.
+    Source(crate::source::SourceError),
+}
+
+impl From<String> for PushError {
+    fn from(reason: String) -> Self {
+        Self::Unrepresentable(reason)
+    }
+}
+
 /// How records become rows, on the decoding thread.
 pub(crate) trait RecordRouter: Send {
-    /// Takes one record; fails (with the reason) when it can go nowhere.
-    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String>;
+    /// Takes one record; fails when it can go nowhere, or what it refers to cannot be
+    /// read.
+    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError>;
+    /// Routes the records it holds back (blobs being fetched), before a flush.
+    fn settle(&mut self) -> Result<(), PushError> {
+        Ok(())
+    }
+    /// Records left out by configuration (claim checks in LFS mode `skip`) so far.
+    fn skipped(&self) -> u64 {
+        0
+    }
     /// Rows buffered.
     fn rows(&self) -> usize;
     /// Bytes buffered (an estimate).
@@ -43,8 +67,8 @@ pub(crate) trait RecordRouter: Send {
 pub(crate) struct RawRouter(pub(crate) RecordColumns);
 
 impl RecordRouter for RawRouter {
-    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
-        self.0.push(topic, partition, record)
+    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError> {
+        Ok(self.0.push(topic, partition, record)?)
     }
     fn rows(&self) -> usize {
         self.0.rows()
@@ -77,15 +101,71 @@ pub(crate) struct JsonRouter {
     /// times its text).
     value_bytes: usize,
     dead: Option<DeadLetterColumns>,
-    segment: String,
-    dead_count: u64,
 }
 
-/// The rows of a dead-letter batch being built.
-struct DeadLetterColumns {
+/// The rows of a dead-letter batch being built: each record as it came, with the
+/// reason and the segment it was read from.
+pub(crate) struct DeadLetterColumns {
     record: RecordColumns,
     errors: StringBuilder,
     segments: StringBuilder,
+    segment: String,
+    count: u64,
+}
+
+impl DeadLetterColumns {
+    /// Builders for `dlq`'s rows of records read from `segment`.
+    pub(crate) fn new(dlq: &Table, segment: String) -> iceberg::Result<Self> {
+        Ok(Self {
+            record: RecordColumns::new(arrow_schema(dlq.metadata().current_schema())?)?,
+            errors: StringBuilder::new(),
+            segments: StringBuilder::new(),
+            segment,
+            count: 0,
+        })
+    }
+
+    /// Appends `record`, refused for `reason`.
+    pub(crate) fn push(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        record: &Record<'_>,
+        reason: &str,
+    ) -> Result<(), String> {
+        self.record.push(topic, partition, record)?;
+        self.errors.append_value(reason);
+        self.segments.append_value(&self.segment);
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Rows buffered.
+    pub(crate) fn rows(&self) -> usize {
+        self.record.rows()
+    }
+
+    /// Bytes buffered (an estimate).
+    pub(crate) fn bytes(&self) -> usize {
+        self.record.bytes()
+    }
+
+    /// Records refused so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The buffered rows as a batch, if any; the builders start over.
+    pub(crate) fn finish(&mut self) -> iceberg::Result<Option<Routed>> {
+        if self.record.rows() == 0 {
+            return Ok(None);
+        }
+        let reasons: Vec<ArrayRef> = vec![
+            Arc::new(self.errors.finish()),
+            Arc::new(self.segments.finish()),
+        ];
+        Ok(Some(Routed::DeadLetters(self.record.finish_with(reasons)?)))
+    }
 }
 
 impl JsonRouter {
@@ -105,13 +185,7 @@ impl JsonRouter {
                 .collect::<Vec<_>>(),
         ));
         let dead = dead_letters
-            .map(|dlq| -> iceberg::Result<_> {
-                Ok(DeadLetterColumns {
-                    record: RecordColumns::new(arrow_schema(dlq.metadata().current_schema())?)?,
-                    errors: StringBuilder::new(),
-                    segments: StringBuilder::new(),
-                })
-            })
+            .map(|dlq| DeadLetterColumns::new(dlq, segment))
             .transpose()?;
         Ok(Self {
             declared: crate::table::declared_columns(table),
@@ -121,14 +195,12 @@ impl JsonRouter {
             values: Vec::with_capacity(ROWS_PER_BATCH),
             value_bytes: 0,
             dead,
-            segment,
-            dead_count: 0,
         })
     }
 }
 
 impl RecordRouter for JsonRouter {
-    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
+    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError> {
         let parsed = crate::convert::json::parse_value(record.value).and_then(|value| {
             let value = if self.declared {
                 crate::convert::json::project(&value, self.schema.as_struct().fields())
@@ -149,23 +221,22 @@ impl RecordRouter for JsonRouter {
             }
             Err(rejection) => {
                 let Some(dead) = &mut self.dead else {
-                    return Err(format!("{rejection}, and no dead-letter table was opened"));
+                    return Err(format!("{rejection}, and no dead-letter table was opened").into());
                 };
-                dead.record.push(topic, partition, record)?;
-                dead.errors.append_value(&rejection.0);
-                dead.segments.append_value(&self.segment);
-                self.dead_count += 1;
+                dead.push(topic, partition, record, &rejection.0)?;
             }
         }
         Ok(())
     }
 
     fn rows(&self) -> usize {
-        self.table.rows() + self.dead.as_ref().map_or(0, |d| d.record.rows())
+        self.table.rows() + self.dead.as_ref().map_or(0, DeadLetterColumns::rows)
     }
 
     fn bytes(&self) -> usize {
-        self.table.bytes() + self.value_bytes + self.dead.as_ref().map_or(0, |d| d.record.bytes())
+        self.table.bytes()
+            + self.value_bytes
+            + self.dead.as_ref().map_or(0, DeadLetterColumns::bytes)
     }
 
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
@@ -176,19 +247,13 @@ impl RecordRouter for JsonRouter {
             let payload = crate::convert::json::payload_columns(&self.payload, &values)?;
             routed.push(Routed::Table(self.table.finish_with(payload)?));
         }
-        if let Some(dead) = &mut self.dead
-            && dead.record.rows() > 0
-        {
-            let reasons: Vec<ArrayRef> = vec![
-                Arc::new(dead.errors.finish()),
-                Arc::new(dead.segments.finish()),
-            ];
-            routed.push(Routed::DeadLetters(dead.record.finish_with(reasons)?));
+        if let Some(dead) = &mut self.dead {
+            routed.extend(dead.finish()?);
         }
         Ok(routed)
     }
 
     fn dead_letters(&self) -> u64 {
-        self.dead_count
+        self.dead.as_ref().map_or(0, DeadLetterColumns::count)
     }
 }

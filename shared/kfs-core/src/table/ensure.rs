@@ -118,16 +118,50 @@ pub async fn ensure_dead_letter_table(
 pub async fn upgrade_record_layout(
     catalog: &dyn Catalog,
     swap: &dyn TableSwap,
+    table: Table,
+) -> iceberg::Result<Table> {
+    upgrade_schema(
+        catalog,
+        swap,
+        table,
+        crate::table::record_layout_upgrade,
+        "upgrade its record layout",
+    )
+    .await
+}
+
+/// Adds the `lfs_*` columns to `table` ([`crate::table::lfs_columns_upgrade`]) unless
+/// it has them, as [`upgrade_record_layout`] does.
+pub async fn add_lfs_columns(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    table: Table,
+) -> iceberg::Result<Table> {
+    upgrade_schema(
+        catalog,
+        swap,
+        table,
+        crate::table::lfs_columns_upgrade,
+        "add its LFS columns",
+    )
+    .await
+}
+
+/// Makes `upgrade` of the table's current schema (given its last column id) the
+/// table's schema, unless it answers `None` (nothing to change); a concurrent schema
+/// change makes it look again at the table as that change left it.
+async fn upgrade_schema(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
     mut table: Table,
+    upgrade: fn(&iceberg::spec::Schema, i32) -> Option<iceberg::spec::Schema>,
+    what: &str,
 ) -> iceberg::Result<Table> {
     /// Concurrent schema changes raced before giving up (retryably).
     const ATTEMPTS: usize = 5;
     for _ in 0..ATTEMPTS {
         let metadata = table.metadata();
-        let Some(upgraded) = crate::table::record_layout_upgrade(
-            metadata.current_schema(),
-            metadata.last_column_id(),
-        ) else {
+        let Some(upgraded) = upgrade(metadata.current_schema(), metadata.last_column_id()) else {
             return Ok(table);
         };
         match evolve_schema(swap, &table, upgraded).await {
@@ -141,7 +175,7 @@ pub async fn upgrade_record_layout(
     Err(iceberg::Error::new(
         iceberg::ErrorKind::CatalogCommitConflicts,
         format!(
-            "the schema of {} changed under {ATTEMPTS} attempts to upgrade its record layout",
+            "the schema of {} changed under {ATTEMPTS} attempts to {what}",
             table.identifier()
         ),
     )

@@ -28,6 +28,13 @@
 //! (`headers` 7, `timestamp` 8, the header fields 9-12), plus one column per field of
 //! its values, added as they appear (`convert::json`). Its dead-letter table
 //! `<table>__dlq` has the raw table's columns plus `error` and `segment`.
+//!
+//! A raw table whose topic resolves or references large-file (LFS) claim checks
+//! (`lfs` mode `resolve`, `reference` or `hybrid`) gets optional columns describing
+//! each claim check's blob, added when the table is opened so ([`LFS_COLUMNS`]):
+//! `lfs_resolved` (boolean: `value` holds the blob, not the envelope), `lfs_bucket`,
+//! `lfs_key`, `lfs_blob_size` (long), `lfs_checksum`, `lfs_checksum_alg` and
+//! `lfs_content_type`; null for a record that is no claim check.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -196,6 +203,50 @@ fn record_schema(with_value: bool, extra: &[ExtraColumn]) -> iceberg::Result<Sch
         "timestamp_ms"
     );
     Schema::builder().with_fields(fields).build()
+}
+
+/// The columns describing a claim check's blob, in order, as [`lfs_columns_upgrade`]
+/// adds them.
+pub const LFS_COLUMNS: [(&str, PrimitiveType); 7] = [
+    ("lfs_resolved", PrimitiveType::Boolean),
+    ("lfs_bucket", PrimitiveType::String),
+    ("lfs_key", PrimitiveType::String),
+    ("lfs_blob_size", PrimitiveType::Long),
+    ("lfs_checksum", PrimitiveType::String),
+    ("lfs_checksum_alg", PrimitiveType::String),
+    ("lfs_content_type", PrimitiveType::String),
+];
+
+/// Whether `schema` has the [`LFS_COLUMNS`].
+pub fn has_lfs_columns(schema: &Schema) -> bool {
+    schema.field_by_name(LFS_COLUMNS[0].0).is_some()
+}
+
+/// `schema` with the [`LFS_COLUMNS`] it lacks added (optional, ids above
+/// `last_column_id`); `None` when it has them all.
+pub fn lfs_columns_upgrade(schema: &Schema, last_column_id: i32) -> Option<Schema> {
+    let mut next_id = last_column_id.max(schema.highest_field_id()) + 1;
+    let mut fields = schema.as_struct().fields().to_vec();
+    let before = fields.len();
+    for (name, primitive) in LFS_COLUMNS {
+        if schema.field_by_name(name).is_none() {
+            fields.push(Arc::new(NestedField::optional(
+                next_id,
+                name,
+                Type::Primitive(primitive),
+            )));
+            next_id += 1;
+        }
+    }
+    if fields.len() == before {
+        return None;
+    }
+    Schema::builder()
+        .with_schema_id(schema.schema_id() + 1)
+        .with_identifier_field_ids(schema.identifier_field_ids())
+        .with_fields(fields)
+        .build()
+        .ok()
 }
 
 /// Field of a header entry holding the key's bytes when they are not valid UTF-8.
