@@ -7,6 +7,7 @@ mod catalogs_cli;
 mod dump_cli;
 mod gen_cli;
 mod json_values_cli;
+mod lfs_cli;
 mod maintenance_cli;
 mod partitioning_cli;
 mod quarantine_cli;

@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// Largest blob resolved into a row, in bytes (default 64 MiB).
     #[arg(long, value_name = "BYTES")]
     lfs_max_inline_size: Option<u64>,
+    /// With a local source directory, the bucket it stands for: claim checks naming
+    /// another bucket are dead letters (an S3 source's own bucket is the only one read).
+    #[arg(long, value_name = "BUCKET")]
+    lfs_bucket: Option<String>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -131,7 +135,12 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     if let Some(size) = args.lfs_max_inline_size {
         config.naming.lfs.policy.max_inline_size = size;
     }
-    config.naming.lfs.policy.origin = BlobOrigin::of_location(&args.source);
+    let bucket = args
+        .lfs_bucket
+        .clone()
+        .or_else(|| config.naming.lfs.policy.origin.bucket.take());
+    config.naming.lfs.policy.origin = BlobOrigin::for_source(&args.source, bucket.as_deref())
+        .map_err(|e| CliError::Usage(format!("--lfs-bucket: {e}")))?;
     config
         .naming
         .validate()

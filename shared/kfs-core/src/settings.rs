@@ -126,11 +126,15 @@ pub struct LargeFileSettings {
     pub verify_checksums: Option<bool>,
     /// Blobs fetched at once (default 4; `LFS_CONCURRENCY`).
     pub concurrency: Option<usize>,
+    /// The bucket blobs are read from: the segment bucket (the default), or, for a
+    /// local source directory, the bucket that directory stands for (envelopes naming
+    /// another are dead letters).
+    pub bucket: Option<String>,
 }
 
 impl LargeFileSettings {
-    /// The settings checked; their blobs come from `origin` (set by the host, which
-    /// knows the source).
+    /// The settings checked; the origin of the blobs holds the configured bucket only
+    /// (the host, which knows the source, completes it: `BlobOrigin::for_source`).
     fn validate(
         &self,
         fail: &dyn Fn(&str, &dyn std::fmt::Display) -> SettingsError,
@@ -149,7 +153,10 @@ impl LargeFileSettings {
                 max_inline_size: self.max_inline_size.unwrap_or(defaults.max_inline_size),
                 verify_checksums: self.verify_checksums.unwrap_or(defaults.verify_checksums),
                 concurrency: self.concurrency.unwrap_or(defaults.concurrency),
-                origin: defaults.origin,
+                origin: kfs_plan::lfs::BlobOrigin {
+                    bucket: self.bucket.clone(),
+                    ..defaults.origin
+                },
             },
             topics: BTreeMap::new(),
         };
@@ -358,6 +365,7 @@ impl Settings {
                 max_inline_size: number("LFS_MAX_INLINE_SIZE")?.map(|n| n as u64),
                 verify_checksums,
                 concurrency: number("LFS_CONCURRENCY")?,
+                bucket: None,
             },
             etcd: EtcdSettings {
                 endpoints: list("ETCD_ENDPOINTS"),
@@ -625,6 +633,10 @@ mod tests {
             ("ORPHAN_AGE", "off"),
             ("ETCD_GRACE", "30s"),
             ("ETCD_UNREACHABLE", "proceed"),
+            ("LFS_MODE", "hybrid"),
+            ("LFS_TOPICS", r#"{"audit-x": "skip"}"#),
+            ("LFS_MAX_INLINE_SIZE", "1024"),
+            ("LFS_VERIFY_CHECKSUMS", "off"),
         ]);
         let toml_text = r#"
             namespace = "lake"
@@ -640,6 +652,12 @@ mod tests {
             [etcd]
             grace = "30s"
             unreachable = "proceed"
+            [lfs]
+            mode = "hybrid"
+            max_inline_size = 1024
+            verify_checksums = false
+            [lfs.topics]
+            audit-x = "skip"
         "#;
         let from_file = toml::from_str::<Settings>(toml_text)
             .map_err(|e| SettingsError(e.to_string()))
@@ -653,6 +671,15 @@ mod tests {
             assert_eq!(valid.naming.table_for("audit-x").to_string(), "audit.x");
             assert!(!valid.naming.topics.selects("orders-test"));
             assert!(!valid.naming.topics.selects("clicks"));
+            let lfs = valid.naming.lfs.for_topic("orders-eu");
+            assert_eq!(
+                (lfs.mode, lfs.max_inline_size, lfs.verify_checksums),
+                (kfs_plan::lfs::LfsMode::Hybrid, 1024, false)
+            );
+            assert_eq!(
+                valid.naming.lfs.for_topic("audit-x").mode,
+                kfs_plan::lfs::LfsMode::Skip
+            );
             let maintenance = valid.maintenance.unwrap_or_default();
             assert_eq!(
                 (maintenance.max_snapshots, maintenance.orphan_age),
@@ -683,6 +710,12 @@ mod tests {
             ("MAX_SNAPSHOTS", "many"),
             ("ETCD_UNREACHABLE", "skip"),
             ("ETCD_GRACE", "soon"),
+            ("LFS_MODE", "sometimes"),
+            ("LFS_TOPICS", r#"{"orders": "fetch"}"#),
+            ("LFS_TOPICS", "orders=resolve"),
+            ("LFS_MAX_INLINE_SIZE", "0"),
+            ("LFS_CONCURRENCY", "1000"),
+            ("LFS_VERIFY_CHECKSUMS", "maybe"),
         ] {
             let error = env(&[(name, value)]).err().map(|e| e.to_string());
             assert!(
@@ -691,6 +724,14 @@ mod tests {
             );
         }
         assert!(toml::from_str::<Settings>("unknown = 1").is_err());
+        // Claim checks are handled in raw tables only.
+        let error = env(&[("VALUE_FORMAT", "json"), ("LFS_MODE", "resolve")]).err();
+        assert!(
+            error
+                .as_ref()
+                .is_some_and(|e| e.0.contains("raw tables only")),
+            "{error:?}"
+        );
     }
 
     #[test]

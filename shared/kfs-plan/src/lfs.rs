@@ -105,6 +105,23 @@ impl BlobOrigin {
             None => Self::default(),
         }
     }
+
+    /// The origin of the source at `location`, with the bucket `configured` for the
+    /// blobs (`[lfs] bucket`): a local directory stands for that bucket; an S3 source
+    /// must be in it.
+    pub fn for_source(location: &str, configured: Option<&str>) -> Result<Self, String> {
+        let mut origin = Self::of_location(location);
+        match (&origin.bucket, configured) {
+            (Some(bucket), Some(named)) if bucket != named => Err(format!(
+                "lfs bucket {named:?}: the segments are in bucket {bucket:?}, and blobs are read from the segment bucket only"
+            )),
+            (None, Some(named)) => {
+                origin.bucket = Some(named.to_owned());
+                Ok(origin)
+            }
+            _ => Ok(origin),
+        }
+    }
 }
 
 /// How one topic's claim-check records are handled.
