@@ -266,7 +266,7 @@ fn an_unknown_value_format_is_refused() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(
-        stderr.contains("--value-format") && stderr.contains("expected raw or json"),
+        stderr.contains("--value-format") && stderr.contains("expected raw, json or registry"),
         "{stderr}"
     );
 }

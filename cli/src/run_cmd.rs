@@ -10,7 +10,6 @@ use kfs_core::Settings;
 use kfs_core::{PipelineConfig, Progress, RunReport, run_once};
 use kfs_plan::commit::HoldReason;
 use kfs_plan::lfs::{BlobOrigin, LfsMode};
-use kfs_plan::naming::ValueFormat;
 
 use crate::CliError;
 use crate::embedded::WarehouseArgs;
@@ -34,11 +33,22 @@ pub struct RunArgs {
     #[arg(long, value_name = "SPEC")]
     partition_by: Option<String>,
     /// How tables created by this run store record values: `raw` (key and value as
-    /// bytes) or `json` (the fields of JSON object values as typed columns; values
-    /// that cannot be written go to `<table>__dlq`). Overrides the configuration
-    /// file's `value_format`; existing tables keep theirs.
+    /// bytes), `json` (the fields of JSON object values as typed columns) or
+    /// `registry` (Avro values framed for a schema registry, decoded with the writer
+    /// schema each names, as typed columns; needs --schema-registry-url); values that
+    /// cannot be written go to `<table>__dlq`. Overrides the configuration file's
+    /// `value_format`; existing tables keep theirs.
     #[arg(long, value_name = "FORMAT")]
     value_format: Option<String>,
+    /// The schema registry (Confluent REST API: Confluent Schema Registry, Karapace,
+    /// Apicurio, Redpanda) of `--value-format registry`; overrides the configuration
+    /// file's `[schema_registry] url`.
+    #[arg(long, value_name = "URL")]
+    schema_registry_url: Option<String>,
+    /// A JSON file of the registry's credentials: `{"username", "password"}` or
+    /// `{"token"}` (never printed).
+    #[arg(long, value_name = "FILE")]
+    schema_registry_credentials: Option<PathBuf>,
     /// What is done with large-file (LFS) claim-check records: `off` (values as they
     /// came), `resolve` (each blob fetched into `value`), `reference` (the envelope
     /// kept, described by `lfs_*` columns), `skip` (not written) or `hybrid` (resolved
@@ -74,11 +84,26 @@ fn partition_spec(
 
 /// The pipeline's settings from the configuration file ([`kfs_core::Settings`] in
 /// TOML), checked once.
-fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
-    let Some(path) = path else {
-        return Ok(PipelineConfig::default());
+fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
+    let (mut settings, origin) = match &args.config {
+        Some(path) => (
+            Settings::from_toml_file(path).map_err(|e| CliError::Usage(e.0))?,
+            path.display().to_string(),
+        ),
+        None => (Settings::default(), "the command line".to_owned()),
     };
-    let settings = Settings::from_toml_file(path).map_err(|e| CliError::Usage(e.0))?;
+    // The flags that name what the file names too win.
+    if let Some(format) = &args.value_format {
+        kfs_plan::naming::ValueFormat::parse(format)
+            .map_err(|e| CliError::Usage(format!("--value-format: {e}")))?;
+        settings.value_format = Some(format.clone());
+    }
+    if let Some(url) = &args.schema_registry_url {
+        settings.schema_registry.url = Some(url.clone());
+    }
+    if let Some(file) = &args.schema_registry_credentials {
+        settings.schema_registry.credentials_file = Some(file.clone());
+    }
     // Sections the deployed functions read, which `run` takes from its flags: refused
     // rather than silently ignored.
     for (section, given) in [
@@ -97,15 +122,15 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
     ] {
         if given {
             return Err(CliError::Usage(format!(
-                "{}: run does not read {section}",
-                path.display()
+                "{origin}: run does not read {section}"
             )));
         }
     }
     let valid = settings
-        .validate(&path.display().to_string())
+        .validate(&origin)
         .map_err(|e| CliError::Usage(e.0))?;
     Ok(PipelineConfig {
+        schemas: valid.schemas,
         naming: valid.naming,
         start_offsets: valid.start_offsets,
         crosscheck: valid.crosscheck,
@@ -115,7 +140,7 @@ fn load_config(path: Option<&PathBuf>) -> Result<PipelineConfig, CliError> {
 
 /// Runs `run`.
 pub async fn run(args: &RunArgs) -> Result<(), CliError> {
-    let mut config = load_config(args.config.as_ref())?;
+    let mut config = load_config(args)?;
     config.commit.coalesce = !args.no_coalesce;
     if args.no_coalesce {
         config.max_run_segments = Some(1);
@@ -123,10 +148,6 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     if let Some(spec) = &args.partition_by {
         config.naming.partition_by = partition_spec(spec, "--partition-by")?;
         config.naming.partition_by_given = true;
-    }
-    if let Some(format) = &args.value_format {
-        config.naming.value_format = ValueFormat::parse(format)
-            .map_err(|e| CliError::Usage(format!("--value-format: {e}")))?;
     }
     if let Some(mode) = &args.lfs_mode {
         config.naming.lfs.policy.mode =

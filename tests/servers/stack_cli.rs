@@ -125,6 +125,7 @@ fn the_command_line_operates_a_deployed_stack() {
             concurrency: 2,
             memory_budget_mib: None,
             retry: kfs_core::RetryPolicy::default(),
+            schemas: None,
         },
     );
     let convert = |objects: &[ObjectCreated]| {

@@ -25,6 +25,7 @@ async fn main() -> Result<(), Error> {
             concurrency: env.convert_concurrency,
             memory_budget_mib: env.memory_budget_mib,
             retry: kfs_core::RetryPolicy::default(),
+            schemas: env.schemas.clone(),
         },
     ));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {

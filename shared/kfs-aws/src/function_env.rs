@@ -15,10 +15,11 @@
 //! | `TABLE_NAMESPACE` | namespace of the topic tables (default `kafscale`) |
 //! | `TABLE_MAPPING` | JSON array of `{"topic": "<regex>", "table": "namespace.name"}` rules (whole-name matches, `$1`/`${group}` in the table), tried in order; other topics go to `TABLE_NAMESPACE.<topic>` |
 //! | `TABLE_PROPERTIES` | JSON object of properties of the tables the functions create, e.g. `{"write.parquet.compression-codec": "zstd", "write.parquet.compression-level": "9", "write.target-file-size-bytes": "268435456"}` |
-//! | `VALUE_FORMAT` | how the tables the functions create store record values: `raw` (default) or `json` (typed columns; values that cannot be written go to `<table>__dlq`) |
+//! | `VALUE_FORMAT` | how the tables the functions create store record values: `raw` (default) `json` (typed columns; values that cannot be written go to `<table>__dlq`) or `registry` (Avro values framed for a schema registry, as typed columns) |
 //! | `LFS_MODE` | what is done with large-file (LFS) claim-check records: `off` (default), `resolve` (blobs fetched from the segment bucket into `value`), `reference` (envelopes kept, described by `lfs_*` columns), `skip` or `hybrid` (resolved up to `LFS_MAX_INLINE_SIZE`, referenced above); a blob that cannot be had sends its record to `<table>__dlq` |
 //! | `LFS_TOPICS` | JSON object `{"<topic>": "<mode>"}`: per-topic LFS modes |
 //! | `LFS_MAX_INLINE_SIZE`, `LFS_CONCURRENCY`, `LFS_VERIFY_CHECKSUMS` | largest blob resolved, in bytes (default 64 MiB); blobs fetched at once (default 4); `on` (default) or `off` |
+//! | `SCHEMA_REGISTRY_URL` | with `VALUE_FORMAT=registry`: the schema registry (Confluent REST API) the values' schema ids are looked up in |
 //! | `VALUE_COLUMNS` | declared columns of new JSON tables, a JSON object `{"<topic>": "name type, ..."}` (types boolean, int, long, float, double, string); other topics infer theirs |
 //! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
@@ -96,6 +97,9 @@ pub struct FunctionEnv {
     pub catalog_secret_arn: Option<String>,
     /// The committer's maintenance policy (`None`: off).
     pub maintenance: Option<MaintenancePolicy>,
+    /// The writer schemas of registry-encoded values (`SCHEMA_REGISTRY_URL`; `None`:
+    /// no registry).
+    pub schemas: Option<std::sync::Arc<kfs_core::RegistrySchemas>>,
 }
 
 impl FunctionEnv {
@@ -155,6 +159,7 @@ impl FunctionEnv {
             catalog_secret_arn: var("CATALOG_SECRET_ARN"),
             maintenance: valid.maintenance,
             crosscheck: valid.crosscheck,
+            schemas: valid.schemas,
         })
     }
 

@@ -41,6 +41,8 @@ pub struct ConverterSettings {
     pub memory_budget_mib: Option<u64>,
     /// Tries of one segment after transient failures, before its event fails.
     pub retry: RetryPolicy,
+    /// The writer schemas of registry tables' values (`None`: no registry).
+    pub schemas: Option<std::sync::Arc<crate::convert::RegistrySchemas>>,
 }
 
 /// What became of one announced object.
@@ -326,7 +328,9 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                     topic: &first.topic,
                 };
                 let ledger = self.ledger.identity();
-                TopicTable::open(self.catalog.access(), &self.settings.naming, feed, &ledger).await
+                TopicTable::open(self.catalog.access(), &self.settings.naming, feed, &ledger)
+                    .await
+                    .map(|table| table.with_schemas(self.settings.schemas.clone()))
             })
             .await;
         let target = match target {

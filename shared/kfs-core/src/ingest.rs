@@ -50,6 +50,9 @@ pub struct TopicTable {
     pub progress: TableProgress,
     /// What is done with its topic's large-file claim checks.
     pub lfs: LfsPolicy,
+    /// The writer schemas of a registry table's values (`None`: no registry is
+    /// configured).
+    pub schemas: Option<std::sync::Arc<crate::convert::RegistrySchemas>>,
 }
 
 impl TopicTable {
@@ -136,6 +139,7 @@ impl TopicTable {
             table,
             progress,
             lfs,
+            schemas: None,
         })
     }
 }
@@ -160,6 +164,14 @@ fn late(progress: &TableProgress, key: &SegmentKey) -> Option<String> {
 }
 
 impl TopicTable {
+    /// The table, reading registry-encoded values with `schemas`.
+    pub fn with_schemas(
+        self,
+        schemas: Option<std::sync::Arc<crate::convert::RegistrySchemas>>,
+    ) -> Self {
+        Self { schemas, ..self }
+    }
+
     /// Whether `object` is converted in runs of small segments ([`ingest_runs`]): a
     /// segment of at most 1 MiB of a raw table (a JSON table grows its schema segment
     /// by segment) without claim checks to handle (their blobs make any segment large).
@@ -231,6 +243,9 @@ pub async fn ingest_segment(
         }
         ValueFormat::Json => {
             convert_json_segment(catalog, target, input, (source, object), limits).await?
+        }
+        ValueFormat::Registry => {
+            convert_registry_segment(catalog, target, input, (source, object), limits).await?
         }
     };
     match converted {
@@ -496,6 +511,137 @@ async fn convert_json_segment(
         )
         .await;
         return Ok(converted.map(|converted| (converted, table, dead_letter_table)));
+    }
+    Err(catalog_error(
+        &target.name,
+        iceberg::Error::new(
+            iceberg::ErrorKind::CatalogCommitConflicts,
+            format!("the schema changed under {SCHEMA_ATTEMPTS} attempts to add columns"),
+        )
+        .with_retryable(true),
+    ))
+}
+
+/// Converts a segment of a registry table: the schema ids its values name are read
+/// first (streamed from the source), their writer schemas fetched (once per process)
+/// and absorbed by the table's schema through `swap` (new fields as new optional
+/// columns, promotions Iceberg allows; a concurrent change makes it look again); a
+/// schema the table cannot absorb, or an id the registry does not know, sends its
+/// records to the dead-letter table with the reason. Then the segment is read again
+/// and converted. A registry that cannot answer fails the conversion (transient: it is
+/// retried).
+async fn convert_registry_segment(
+    CatalogAccess { catalog, swap }: CatalogAccess<'_>,
+    target: &TopicTable,
+    input: SegmentInput<'_>,
+    (source, object): (&impl SegmentSource, &SourceObject),
+    limits: DecodeLimits,
+) -> Result<Conversion, PipelineError> {
+    /// Schema changes raced by other converters before this one gives up (retryably).
+    const SCHEMA_ATTEMPTS: usize = 5;
+    let catalog_error = |table: &TableName, source: iceberg::Error| PipelineError::Catalog {
+        table: table.to_string(),
+        source: Box::new(source),
+    };
+    let Some(schemas) = &target.schemas else {
+        return Err(PipelineError::Config(format!(
+            "table {} stores registry-encoded values, and no schema registry is configured (--schema-registry-url, [schema_registry] url, SCHEMA_REGISTRY_URL)",
+            target.name
+        )));
+    };
+    let open = || source.open(&object.key, object.etag.as_deref());
+    let ids = {
+        let reader = crate::convert::StreamReader::new(open().await?);
+        let key = input.key.clone();
+        let scanned = tokio::task::spawn_blocking(move || {
+            crate::convert::scan_schema_ids(reader, &key, limits)
+        })
+        .await
+        .map_err(|join| {
+            catalog_error(
+                &target.name,
+                iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    format!("the scanning thread failed: {join}"),
+                ),
+            )
+        })?;
+        match scanned {
+            Ok(ids) => ids,
+            Err(e) => return Ok(Err(e)),
+        }
+    };
+    let mut parsed = Vec::with_capacity(ids.len());
+    for id in ids {
+        let resolved = schemas
+            .get(id, crate::convert::WriterSchema::parse)
+            .await
+            .map_err(|e| PipelineError::Unconverted {
+                segment: input.key.to_string(),
+                message: e.to_string(),
+                kind: e.kind,
+            })?;
+        parsed.push((id, resolved));
+    }
+    let mut table = target.table.clone();
+    for _ in 0..SCHEMA_ATTEMPTS {
+        let current = table.metadata().current_schema().clone();
+        let mut fields = current.as_struct().fields().to_vec();
+        let mut next_id = table
+            .metadata()
+            .last_column_id()
+            .max(current.highest_field_id())
+            + 1;
+        let mut writers = crate::convert::WriterSchemas::new();
+        for (id, resolved) in &parsed {
+            let writer = resolved.clone().and_then(|writer| {
+                let grown = crate::convert::absorb(&fields, writer.shape(), true, &mut next_id)
+                    .map_err(|why| {
+                        format!(
+                            "schema id {id} cannot be written to table {}: {why}",
+                            target.name
+                        )
+                    })?;
+                if let Some(grown) = grown {
+                    fields = grown;
+                }
+                Ok(writer)
+            });
+            writers.insert(*id, writer);
+        }
+        if fields.as_slice() != current.as_struct().fields() {
+            let evolved = iceberg::spec::Schema::builder()
+                .with_schema_id(current.schema_id() + 1)
+                .with_identifier_field_ids(current.identifier_field_ids())
+                .with_fields(fields)
+                .build()
+                .map_err(|e| catalog_error(&target.name, e))?;
+            match crate::table::evolve_schema(swap, &table, evolved).await {
+                Ok(updated) => table = updated,
+                Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
+                    table = catalog
+                        .load_table(table.identifier())
+                        .await
+                        .map_err(|source| catalog_error(&target.name, source))?;
+                    continue;
+                }
+                Err(e) => return Err(catalog_error(&target.name, e)),
+            }
+        }
+        let dead_letter_table =
+            open_dead_letter_table(CatalogAccess { catalog, swap }, &target.name, &table).await?;
+        let converted = convert_segment(
+            &table,
+            input,
+            open().await?,
+            limits,
+            ValueColumns::Registry {
+                writers,
+                dead_letters: Some(&dead_letter_table),
+            },
+        )
+        .await;
+        return Ok(converted.map(|converted| (converted, table, Some(dead_letter_table))));
     }
     Err(catalog_error(
         &target.name,

@@ -9,7 +9,7 @@
 //! `clock`, `fault` (error kinds given where foreign errors enter), `storage` (where
 //! bytes live), `failpoint` (fault injection), `source`
 //! (segments in), `ledger`, `catalog` (and pointer swaps), `parquet` (writer settings
-//! and merges), `table` (layout, history, opening), `convert` (one segment to data
+//! and merges), `registry` (the schemas of registry-encoded values), `table` (layout, history, opening), `convert` (one segment to data
 //! files), `commit` (exactly-once appends), `maintenance`, `error`, `ingest` (one
 //! segment into the ledger), `pass` (one pipeline pass), `tick` (the committer's
 //! tick), `converter` (the converter function's core).
@@ -27,6 +27,7 @@ mod ledger;
 mod maintenance;
 mod parquet;
 mod pass;
+mod registry;
 mod settings;
 mod source;
 mod storage;
@@ -43,6 +44,7 @@ pub use catalog::{
 };
 pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};
+pub use convert::{RegistrySchemas, WriterSchema};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome, conversion_mib};
 pub use error::PipelineError;
 pub use fault::{
@@ -65,9 +67,13 @@ pub use pass::{
     CONVERSION_TIMEOUT, PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_attempt,
     run_once,
 };
+pub use registry::{
+    HttpRegistry, MemoryRegistry, RegisteredSchema, RegistryCredentials, RegistryError,
+    SchemaCache, SchemaKind, SchemaRegistry, confluent_frame,
+};
 pub use settings::{
-    CatalogSettings, EtcdSettings, LargeFileSettings, MaintenanceSettings, Settings, SettingsError,
-    TablePatternEntry, ValidSettings,
+    CatalogSettings, EtcdSettings, LargeFileSettings, MaintenanceSettings, SchemaRegistrySettings,
+    Settings, SettingsError, TablePatternEntry, ValidSettings,
 };
 pub use source::{
     MemorySource, ObjectStream, OpendalSource, SegmentSource, SegmentStream, SourceError,

@@ -65,6 +65,9 @@ pub struct PipelineConfig {
     pub shard: Shard,
     /// Tries of one segment after transient failures, before the pass fails.
     pub retry: RetryPolicy,
+    /// The writer schemas of registry tables' values (`None`: no registry is
+    /// configured, and a registry table's segments wait for one).
+    pub schemas: Option<std::sync::Arc<crate::convert::RegistrySchemas>>,
     /// Longest a conversion may run (the function's timeout; [`CONVERSION_TIMEOUT`]
     /// when `None`): unfinished attempts that began longer ago are dead, and after
     /// [`UNFINISHED_ATTEMPTS`] of them the segment is quarantined.
@@ -188,17 +191,24 @@ enum NoTable {
 struct Tables<'a> {
     catalog: CatalogAccess<'a>,
     naming: &'a TableNaming,
+    schemas: Option<std::sync::Arc<crate::convert::RegistrySchemas>>,
     /// The ledger's identity, recorded in the tables it protects.
     ledger: String,
     by_feed: HashMap<(String, String), Result<TopicTable, NoTable>>,
 }
 
 impl<'a> Tables<'a> {
-    fn new(catalog: CatalogAccess<'a>, naming: &'a TableNaming, ledger: String) -> Self {
+    fn new(
+        catalog: CatalogAccess<'a>,
+        naming: &'a TableNaming,
+        ledger: String,
+        schemas: Option<std::sync::Arc<crate::convert::RegistrySchemas>>,
+    ) -> Self {
         Self {
             catalog,
             naming,
             ledger,
+            schemas,
             by_feed: HashMap::new(),
         }
     }
@@ -210,7 +220,7 @@ impl<'a> Tables<'a> {
         if !self.by_feed.contains_key(&id) {
             let opened = match TopicTable::open(self.catalog, self.naming, feed, &self.ledger).await
             {
-                Ok(opened) => Ok(opened),
+                Ok(opened) => Ok(opened.with_schemas(self.schemas.clone())),
                 Err(PipelineError::Ownership(refused)) => Err(NoTable::Refused(refused)),
                 Err(e) => Err(NoTable::Failed(
                     self.naming.table_for(feed.topic).to_string(),
@@ -260,6 +270,7 @@ pub async fn run_once(
         CatalogAccess { catalog, swap },
         &config.naming,
         ledger.identity(),
+        config.schemas.clone(),
     );
     let sweep_deadline = config
         .deadline

@@ -75,6 +75,9 @@ pub struct Settings {
     /// Large-file (LFS) claim-check records (`[lfs]`).
     #[serde(default)]
     pub lfs: LargeFileSettings,
+    /// The schema registry of `value_format = "registry"` (`[schema_registry]`).
+    #[serde(default)]
+    pub schema_registry: SchemaRegistrySettings,
     /// How errors name the settings: as the file spells them, or as variables.
     #[serde(skip)]
     spelling: Spelling,
@@ -102,10 +105,23 @@ const VARIABLES: &[(&str, &str)] = &[
     ("orphan_age", "ORPHAN_AGE"),
     ("etcd grace", "ETCD_GRACE"),
     ("etcd unreachable", "ETCD_UNREACHABLE"),
+    ("schema_registry", "SCHEMA_REGISTRY_URL"),
     ("lfs mode", "LFS_MODE"),
     ("lfs topics", "LFS_TOPICS"),
     ("lfs", "LFS_MAX_INLINE_SIZE/LFS_CONCURRENCY"),
 ];
+
+/// The schema registry registry-encoded values name their schemas in
+/// (`[schema_registry]`): the Confluent REST API of Confluent Schema Registry,
+/// Karapace, Apicurio or Redpanda.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaRegistrySettings {
+    /// Its base URL, `https://…` (`SCHEMA_REGISTRY_URL`).
+    pub url: Option<String>,
+    /// A JSON file holding `{"username", "password"}` or `{"token"}` (never printed).
+    pub credentials_file: Option<PathBuf>,
+}
 
 /// What is done with KafScale's large-file (LFS) claim-check records (`[lfs]`): a
 /// record whose value is an LFS proxy's envelope stands for a blob in the segment
@@ -250,6 +266,8 @@ pub struct ValidSettings {
     pub maintenance: Option<MaintenancePolicy>,
     /// The cross-check's grace and unreachable policy.
     pub crosscheck: CrossCheckPolicy,
+    /// The writer schemas of registry-encoded values (`None`: no registry).
+    pub schemas: Option<std::sync::Arc<crate::convert::RegistrySchemas>>,
 }
 
 fn invalid(origin: &str, message: impl std::fmt::Display) -> SettingsError {
@@ -355,6 +373,10 @@ impl Settings {
                 max_manifests: number("MAX_MANIFESTS")?,
             },
             spelling: Spelling::Environment,
+            schema_registry: SchemaRegistrySettings {
+                url: var("SCHEMA_REGISTRY_URL"),
+                credentials_file: None,
+            },
             lfs: LargeFileSettings {
                 mode: var("LFS_MODE"),
                 topics: json(
@@ -469,12 +491,43 @@ impl Settings {
             }
             start_offsets.insert(topic.clone(), map);
         }
+        let schemas = self.schema_registry(&naming, &fail)?;
         Ok(ValidSettings {
+            schemas,
             naming,
             start_offsets,
             maintenance: self.maintenance_policy(origin)?,
             crosscheck: self.crosscheck_policy(origin)?,
         })
+    }
+
+    /// The registry's client, when one is configured; a registry table without one is
+    /// refused.
+    fn schema_registry(
+        &self,
+        naming: &TableNaming,
+        fail: &dyn Fn(&str, &dyn std::fmt::Display) -> SettingsError,
+    ) -> Result<Option<std::sync::Arc<crate::convert::RegistrySchemas>>, SettingsError> {
+        let settings = &self.schema_registry;
+        let Some(url) = settings.url.as_deref() else {
+            if naming.value_format == ValueFormat::Registry {
+                return Err(fail(
+                    "schema_registry",
+                    &"value_format registry needs the schema registry's URL",
+                ));
+            }
+            return Ok(None);
+        };
+        let credentials = match &settings.credentials_file {
+            Some(path) => crate::registry::RegistryCredentials::from_file(path)
+                .map_err(|e| fail("schema_registry", &e))?,
+            None => crate::registry::RegistryCredentials::default(),
+        };
+        let registry = crate::registry::HttpRegistry::new(url, credentials)
+            .map_err(|e| fail("schema_registry", &e))?;
+        Ok(Some(std::sync::Arc::new(
+            crate::registry::SchemaCache::new(std::sync::Arc::new(registry)),
+        )))
     }
 
     fn maintenance_policy(&self, origin: &str) -> Result<Option<MaintenancePolicy>, SettingsError> {

@@ -155,6 +155,10 @@ pub enum ValueFormat {
     /// The fields of JSON object values as typed columns; a value that cannot be
     /// written goes to the dead-letter table ([`TableName::dead_letters`]).
     Json,
+    /// Values framed for a schema registry (Confluent's framing: magic byte 0, a
+    /// 4-byte schema id), decoded with the writer schema their id names into typed
+    /// columns; a value that cannot be goes to the dead-letter table.
+    Registry,
 }
 
 impl ValueFormat {
@@ -163,16 +167,18 @@ impl ValueFormat {
         match self {
             Self::Raw => "raw",
             Self::Json => "json",
+            Self::Registry => "registry",
         }
     }
 
-    /// Parses `raw` or `json`.
+    /// Parses `raw`, `json` or `registry`.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text.trim().to_ascii_lowercase().as_str() {
             "raw" => Ok(Self::Raw),
             "json" => Ok(Self::Json),
+            "registry" => Ok(Self::Registry),
             other => Err(format!(
-                "value format {other:?}: expected raw or json (Schema Registry formats are not supported yet)"
+                "value format {other:?}: expected raw, json or registry"
             )),
         }
     }
@@ -244,10 +250,11 @@ impl TableNaming {
             }
         }
         self.lfs.validate()?;
-        if self.value_format == ValueFormat::Json && self.lfs.any() {
-            return Err(
-                "lfs: claim-check records are handled in raw tables only; value_format json takes lfs mode off".into(),
-            );
+        if self.value_format != ValueFormat::Raw && self.lfs.any() {
+            return Err(format!(
+                "lfs: claim-check records are handled in raw tables only; value_format {} takes lfs mode off",
+                self.value_format.name()
+            ));
         }
         Ok(())
     }

@@ -351,6 +351,7 @@ impl LocalStack {
                 // A 1,024 MB function's budget, as Lambda would give it.
                 memory_budget_mib: Some(896),
                 retry: kfs_core::RetryPolicy::default(),
+                schemas: None,
             },
         )
     }

@@ -13,18 +13,23 @@
 //! async side hands them to the Parquet writer. Memory is bounded by a frame, a few
 //! Arrow batches and the Parquet row group being built, never by the segment's size.
 
+mod avro;
+mod cells;
 mod columns;
 mod decode;
 pub(crate) mod json;
 mod lfs;
+mod registry;
 mod route;
 mod run;
 mod writer;
 
+pub(crate) use cells::absorb;
 pub use columns::RecordColumns;
-pub use decode::scan_json_segment;
+pub use decode::{scan_json_segment, scan_schema_ids};
 pub use lfs::LfsValues;
 pub(crate) use lfs::{blob_channel, serve_blobs};
+pub use registry::{RegistrySchemas, WriterSchema, WriterSchemas};
 pub use run::{RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
 pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
 
@@ -140,6 +145,15 @@ pub enum ValueColumns<'a> {
     /// As bytes, large-file claim checks handled by the topic's LFS mode (see
     /// `convert::lfs`); records whose blob cannot be had go to the dead-letter table.
     Lfs(LfsValues<'a>),
+    /// As the table's payload columns, decoded with the writer schema each value's
+    /// framing names (`writers`, resolved and absorbed by the table's schema before
+    /// the conversion); any other record goes to `dead_letters`.
+    Registry {
+        /// The writer schemas of the segment's values.
+        writers: WriterSchemas,
+        /// The dead-letter table.
+        dead_letters: Option<&'a Table>,
+    },
     /// As the table's payload columns (its schema already holds every field the
     /// segment's values need, see `scan_json_segment`); values that do not fit go to
     /// `dead_letters`.
@@ -184,6 +198,16 @@ pub async fn convert_segment(
         }
         ValueColumns::Json { dead_letters } => (
             Box::new(JsonRouter::new(table, dead_letters, segment.clone()).map_err(write_error)?),
+            dead_letters,
+        ),
+        ValueColumns::Registry {
+            writers,
+            dead_letters,
+        } => (
+            Box::new(
+                registry::RegistryRouter::new(table, writers, dead_letters, segment.clone())
+                    .map_err(write_error)?,
+            ),
             dead_letters,
         ),
         ValueColumns::Lfs(values) => {

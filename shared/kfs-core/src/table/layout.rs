@@ -98,6 +98,11 @@ pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Res
             iceberg::ErrorKind::DataInvalid,
             "value columns are declared for a table whose value format is raw, not json",
         )),
+        ValueFormat::Registry if declared.is_empty() => record_schema(false, &[]),
+        ValueFormat::Registry => Err(iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            "value columns are declared for a table whose value format is registry: its columns come from the writer schemas",
+        )),
         ValueFormat::Json => {
             use kfs_plan::value_columns::ColumnType;
             let columns: Vec<ExtraColumn> = declared

@@ -661,6 +661,7 @@ impl<'a> Process<'a> {
                 // Room for one conversion at a time: admission waits, never fails.
                 memory_budget_mib: Some(100),
                 retry: FAST_RETRY,
+                schemas: None,
             },
         );
         let hook: Arc<dyn FailpointHook> = self.faults.clone();

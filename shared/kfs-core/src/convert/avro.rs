@@ -1,0 +1,309 @@
+//! Avro values of a schema registry, as pure logic: the table form of an Avro writer
+//! schema ([`Shape`]), and each decoded value as [`Cell`]s of the table's columns.
+//!
+//! | Avro | Iceberg |
+//! |---|---|
+//! | `boolean`, `int`, `long`, `float`, `double`, `string`, `bytes` | same |
+//! | `enum` | string (the symbol) |
+//! | `fixed(n)` | fixed(n) |
+//! | `record` | struct (fields by name) |
+//! | `array`, `map` | list, map with string keys |
+//! | union of `null` and one type | that type (every column is optional) |
+//! | `date`, `time-millis`, `time-micros` | date, time (µs) |
+//! | `timestamp-millis`, `timestamp-micros` | timestamptz (µs) |
+//! | `local-timestamp-millis`, `local-timestamp-micros` | timestamp (µs) |
+//! | `decimal(p, s)` (p ≤ 38) | decimal(p, s) |
+//! | `uuid` | uuid |
+//!
+//! Not mapped (the writer schema's records go to the dead-letter table with the
+//! reason): unions of several non-null types, nanosecond timestamps, `duration`,
+//! decimals beyond 38 digits or without a scale, recursive records.
+
+use super::cells::{Cell, Shape};
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use arrow_schema::{DataType, TimeUnit};
+use iceberg::spec::PrimitiveType;
+
+/// Deepest nesting of a writer schema (a recursive record never ends).
+const MAX_DEPTH: usize = 32;
+
+/// An Avro writer schema, with its table form.
+#[derive(Debug)]
+pub struct AvroWriter {
+    /// The schema values are decoded with.
+    pub schema: Schema,
+    /// Its top-level fields as columns.
+    pub shape: Vec<(String, Shape)>,
+}
+
+impl AvroWriter {
+    /// Parses `text`, an Avro schema whose top level is a record.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let schema =
+            Schema::parse_str(text).map_err(|e| format!("Avro schema does not parse: {e}"))?;
+        let names = apache_avro::schema::ResolvedSchema::try_from(&schema)
+            .map_err(|e| format!("Avro schema does not resolve: {e}"))?;
+        let shape = match shape_of(&schema, names.get_names(), 0)? {
+            Some(Shape::Struct(fields)) => fields,
+            _ => {
+                return Err(
+                    "the Avro schema is not a record: its values have no fields to be columns"
+                        .into(),
+                );
+            }
+        };
+        Ok(Self { schema, shape })
+    }
+
+    /// Decodes one payload (the value after its framing) into the row of `columns`
+    /// (the table's payload columns).
+    pub fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
+        let mut reader = payload;
+        let value = apache_avro::from_avro_datum(&self.schema, &mut reader, None)
+            .map_err(|e| format!("Avro payload does not decode: {e}"))?;
+        if !reader.is_empty() {
+            return Err(format!(
+                "Avro payload has {} bytes left after its value (at byte {})",
+                reader.len(),
+                payload.len() - reader.len()
+            ));
+        }
+        cell(&value, columns, true)
+    }
+}
+
+type Names<'a> = std::collections::HashMap<apache_avro::schema::Name, &'a Schema>;
+
+/// The table form of `schema`; `None` for `null` (no column).
+fn shape_of(schema: &Schema, names: &Names<'_>, depth: usize) -> Result<Option<Shape>, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "Avro schema nests deeper than {MAX_DEPTH} levels (a recursive record has no table form)"
+        ));
+    }
+    let primitive = |p| Ok(Some(Shape::Primitive(p)));
+    match schema {
+        Schema::Null => Ok(None),
+        Schema::Boolean => primitive(PrimitiveType::Boolean),
+        Schema::Int => primitive(PrimitiveType::Int),
+        Schema::Long => primitive(PrimitiveType::Long),
+        Schema::Float => primitive(PrimitiveType::Float),
+        Schema::Double => primitive(PrimitiveType::Double),
+        Schema::Bytes => primitive(PrimitiveType::Binary),
+        Schema::String | Schema::Enum(_) => primitive(PrimitiveType::String),
+        Schema::Fixed(fixed) => primitive(PrimitiveType::Fixed(fixed.size as u64)),
+        Schema::Uuid => primitive(PrimitiveType::Uuid),
+        Schema::Date => primitive(PrimitiveType::Date),
+        Schema::TimeMillis | Schema::TimeMicros => primitive(PrimitiveType::Time),
+        Schema::TimestampMillis | Schema::TimestampMicros => primitive(PrimitiveType::Timestamptz),
+        Schema::LocalTimestampMillis | Schema::LocalTimestampMicros => {
+            primitive(PrimitiveType::Timestamp)
+        }
+        Schema::Decimal(decimal)
+            if decimal.precision <= 38 && decimal.scale <= decimal.precision =>
+        {
+            primitive(PrimitiveType::Decimal {
+                precision: decimal.precision as u32,
+                scale: decimal.scale as u32,
+            })
+        }
+        Schema::Decimal(decimal) => Err(format!(
+            "Avro decimal({}, {}) is beyond Iceberg's 38 digits",
+            decimal.precision, decimal.scale
+        )),
+        Schema::Union(union) => {
+            let types: Vec<&Schema> = union
+                .variants()
+                .iter()
+                .filter(|s| !matches!(s, Schema::Null))
+                .collect();
+            match types.as_slice() {
+                [] => Ok(None),
+                [only] => shape_of(only, names, depth + 1),
+                _ => Err(format!(
+                    "Avro union of {} non-null types has no table form (only a union of null and one type)",
+                    types.len()
+                )),
+            }
+        }
+        Schema::Record(record) => {
+            let mut fields = Vec::with_capacity(record.fields.len());
+            for field in &record.fields {
+                if let Some(shape) = shape_of(&field.schema, names, depth + 1)
+                    .map_err(|e| format!("field {}: {e}", field.name))?
+                {
+                    fields.push((field.name.clone(), shape));
+                }
+            }
+            Ok(Some(Shape::Struct(fields)))
+        }
+        Schema::Array(array) => {
+            Ok(shape_of(&array.items, names, depth + 1)?.map(|items| Shape::List(Box::new(items))))
+        }
+        Schema::Map(map) => {
+            Ok(shape_of(&map.types, names, depth + 1)?.map(|values| Shape::Map(Box::new(values))))
+        }
+        Schema::Ref { name } => match names.get(name) {
+            Some(named) => shape_of(named, names, depth + 1),
+            None => Err(format!("Avro schema refers to unknown type {name}")),
+        },
+        Schema::BigDecimal
+        | Schema::TimestampNanos
+        | Schema::LocalTimestampNanos
+        | Schema::Duration => Err(format!(
+            "Avro type {:?} has no Iceberg form here",
+            apache_avro::schema::SchemaKind::from(schema)
+        )),
+    }
+}
+
+/// What a value is, for messages.
+fn kind(value: &Value) -> String {
+    format!("{:?}", apache_avro::schema::SchemaKind::from(value)).to_lowercase()
+}
+
+/// `value` as a cell of a column of type `data_type` (`top`: a top-level column, whose
+/// name may have been changed from its field's).
+fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> {
+    let value = match value {
+        Value::Union(_, inner) => inner.as_ref(),
+        other => other,
+    };
+    let refused = || {
+        Err(format!(
+            "an Avro {} cannot be written to a {data_type} column",
+            kind(value)
+        ))
+    };
+    Ok(match (data_type, value) {
+        (_, Value::Null) => Cell::Null,
+        (DataType::Boolean, Value::Boolean(b)) => Cell::Bool(*b),
+        (DataType::Int32, Value::Int(i)) => Cell::Int(i64::from(*i)),
+        (DataType::Int64, Value::Int(i)) => Cell::Int(i64::from(*i)),
+        (DataType::Int64, Value::Long(l)) => Cell::Int(*l),
+        (DataType::Float32, Value::Float(f)) => Cell::Float(f64::from(*f)),
+        (DataType::Float64, Value::Float(f)) => Cell::Float(f64::from(*f)),
+        (DataType::Float64, Value::Double(d)) => Cell::Float(*d),
+        (DataType::Utf8 | DataType::LargeUtf8, Value::String(s) | Value::Enum(_, s)) => {
+            Cell::Text(s.clone())
+        }
+        (DataType::Binary | DataType::LargeBinary, Value::Bytes(b) | Value::Fixed(_, b)) => {
+            Cell::Bytes(b.clone())
+        }
+        (DataType::FixedSizeBinary(n), Value::Fixed(size, b)) if *size as i32 == *n => {
+            Cell::Bytes(b.clone())
+        }
+        (DataType::FixedSizeBinary(16), Value::Uuid(uuid)) => Cell::Bytes(uuid.as_bytes().to_vec()),
+        (DataType::Date32, Value::Date(d)) => Cell::Int(i64::from(*d)),
+        (DataType::Time64(TimeUnit::Microsecond), Value::TimeMillis(ms)) => {
+            Cell::Int(i64::from(*ms) * 1000)
+        }
+        (DataType::Time64(TimeUnit::Microsecond), Value::TimeMicros(us)) => Cell::Int(*us),
+        (
+            DataType::Timestamp(TimeUnit::Microsecond, _),
+            Value::TimestampMillis(ms) | Value::LocalTimestampMillis(ms),
+        ) => match ms.checked_mul(1000) {
+            Some(us) => Cell::Int(us),
+            None => return Err(format!("timestamp {ms} ms is beyond microseconds")),
+        },
+        (
+            DataType::Timestamp(TimeUnit::Microsecond, _),
+            Value::TimestampMicros(us) | Value::LocalTimestampMicros(us),
+        ) => Cell::Int(*us),
+        (DataType::Decimal128(_, _), Value::Decimal(decimal)) => {
+            let bytes = Vec::<u8>::try_from(decimal).map_err(|e| format!("decimal: {e}"))?;
+            if bytes.len() > 16 {
+                return Err(format!(
+                    "decimal of {} bytes is beyond 38 digits",
+                    bytes.len()
+                ));
+            }
+            let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+            let mut wide = [if negative { 0xFF } else { 0 }; 16];
+            wide[16 - bytes.len()..].copy_from_slice(&bytes);
+            Cell::Decimal(i128::from_be_bytes(wide))
+        }
+        (DataType::Struct(fields), Value::Record(pairs)) => {
+            let mut children = Vec::with_capacity(fields.len());
+            for field in fields {
+                let found = pairs
+                    .iter()
+                    .find(|(name, _)| crate::table::column_for(name, top) == field.name().as_str());
+                children.push(match found {
+                    Some((name, value)) => cell(value, field.data_type(), false)
+                        .map_err(|e| format!("field {name}: {e}"))?,
+                    None => Cell::Null,
+                });
+            }
+            Cell::Struct(children)
+        }
+        (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => Cell::List(
+            items
+                .iter()
+                .map(|v| cell(v, item.data_type(), false))
+                .collect::<Result<_, _>>()?,
+        ),
+        (DataType::Map(entries, _), Value::Map(map)) => {
+            let DataType::Struct(kv) = entries.data_type() else {
+                return refused();
+            };
+            let Some(value_field) = kv.get(1) else {
+                return refused();
+            };
+            let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
+            pairs.sort_by(|a, b| a.0.cmp(b.0));
+            Cell::Map(
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| {
+                        Ok((
+                            Cell::Text(k.clone()),
+                            cell(v, value_field.data_type(), false)?,
+                        ))
+                    })
+                    .collect::<Result<_, String>>()?,
+            )
+        }
+        _ => return refused(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_map_to_shapes_or_say_why_not() -> Result<(), String> {
+        let writer = AvroWriter::parse(
+            r#"{"type": "record", "name": "Order", "fields": [
+                {"name": "id", "type": "long"},
+                {"name": "note", "type": ["null", "string"], "default": null},
+                {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+                {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+                {"name": "tags", "type": {"type": "array", "items": "string"}},
+                {"name": "attrs", "type": {"type": "map", "values": "int"}},
+                {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+                {"name": "ship", "type": {"type": "record", "name": "Ship", "fields": [{"name": "city", "type": "string"}]}},
+                {"name": "back", "type": ["null", "Ship"]}
+            ]}"#,
+        )?;
+        let names: Vec<&str> = writer.shape.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "id", "note", "at", "price", "tags", "attrs", "kind", "ship", "back"
+            ]
+        );
+        assert_eq!(writer.shape[7].1, writer.shape[8].1);
+        for refused in [
+            r#""long""#,
+            r#"{"type": "record", "name": "R", "fields": [{"name": "u", "type": ["int", "string"]}]}"#,
+            r#"{"type": "record", "name": "L", "fields": [{"name": "next", "type": ["null", "L"]}]}"#,
+            r#"{"type": "record""#,
+        ] {
+            assert!(AvroWriter::parse(refused).is_err(), "{refused}");
+        }
+        Ok(())
+    }
+}

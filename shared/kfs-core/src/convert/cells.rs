@@ -1,0 +1,466 @@
+//! Typed values between a registry's decoder and Arrow, as pure logic: the table form
+//! of a writer schema ([`Shape`]), how it grows a table's schema with stable field
+//! ids ([`absorb`]), and rows of [`Cell`]s as Arrow columns ([`column`]).
+//!
+//! Field ids stay stable across schema versions: a field is matched to its column by
+//! name (the name every catalog accepts, `crate::table::column_for`), a new field is a
+//! new optional column with a new id, a field a version leaves out keeps its column
+//! (null in that version's rows), and a type changes only as Iceberg allows (int to
+//! long, float to double, a decimal's precision up at the same scale). Any other
+//! change is refused with the reason: that version's records are dead letters.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder,
+    Int64Builder, LargeBinaryBuilder, LargeStringBuilder, StringBuilder, Time64MicrosecondBuilder,
+    TimestampMicrosecondBuilder,
+};
+use arrow_array::{
+    ArrayRef, BinaryArray, FixedSizeBinaryArray, ListArray, MapArray, StructArray, new_null_array,
+};
+use arrow_buffer::{NullBuffer, OffsetBuffer};
+use arrow_schema::{ArrowError, DataType, TimeUnit};
+use iceberg::spec::{
+    ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, StructType, Type,
+};
+
+/// The table form of a schema's field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shape {
+    /// A primitive column.
+    Primitive(PrimitiveType),
+    /// A struct of named fields.
+    Struct(Vec<(String, Shape)>),
+    /// A list of one element type.
+    List(Box<Shape>),
+    /// A map from strings to one value type.
+    Map(Box<Shape>),
+}
+
+/// One decoded value, as a column of the table's type holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// Null.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer, date (days), time or timestamp (µs).
+    Int(i64),
+    /// A float or double.
+    Float(f64),
+    /// A string.
+    Text(String),
+    /// Bytes, fixed or a UUID's 16 bytes.
+    Bytes(Vec<u8>),
+    /// A decimal's unscaled value.
+    Decimal(i128),
+    /// A struct's fields, in its columns' order.
+    Struct(Vec<Cell>),
+    /// A list's elements.
+    List(Vec<Cell>),
+    /// A map's entries.
+    Map(Vec<(Cell, Cell)>),
+}
+
+/// `fields` (a table's columns, `top` for the top level) grown by `shape` (a writer
+/// schema's fields); new ids from `next_id`. `None` when nothing changes.
+pub fn absorb(
+    fields: &[NestedFieldRef],
+    shape: &[(String, Shape)],
+    top: bool,
+    next_id: &mut i32,
+) -> Result<Option<Vec<NestedFieldRef>>, String> {
+    let mut grown: Vec<NestedFieldRef> = fields.to_vec();
+    let mut changed = false;
+    for (name, field_shape) in shape {
+        let column = crate::table::column_for(name, top);
+        match grown.iter().position(|f| f.name == column.as_ref()) {
+            Some(at) => {
+                let existing = &grown[at];
+                if let Some(field_type) = grow(&existing.field_type, field_shape, next_id)
+                    .map_err(|e| format!("field {name}: {e}"))?
+                {
+                    let mut widened = existing.as_ref().clone();
+                    widened.field_type = Box::new(field_type);
+                    grown[at] = Arc::new(widened);
+                    changed = true;
+                }
+            }
+            None => {
+                if grown
+                    .iter()
+                    .any(|f| f.name.eq_ignore_ascii_case(column.as_ref()))
+                {
+                    return Err(format!(
+                        "field {name} differs only in case from a column the table has"
+                    ));
+                }
+                let id = take(next_id);
+                let mut field =
+                    NestedField::optional(id, column.as_ref(), type_of(field_shape, next_id));
+                if column != name.as_str() {
+                    field = field.with_doc(crate::table::field_doc(name));
+                }
+                grown.push(Arc::new(field));
+                changed = true;
+            }
+        }
+    }
+    Ok(changed.then_some(grown))
+}
+
+fn take(next_id: &mut i32) -> i32 {
+    let id = *next_id;
+    *next_id += 1;
+    id
+}
+
+/// The Iceberg type of a new column of `shape`, its nested fields numbered from
+/// `next_id`.
+fn type_of(shape: &Shape, next_id: &mut i32) -> Type {
+    match shape {
+        Shape::Primitive(p) => Type::Primitive(p.clone()),
+        Shape::Struct(fields) => {
+            let ids: Vec<i32> = fields.iter().map(|_| take(next_id)).collect();
+            Type::Struct(StructType::new(
+                fields
+                    .iter()
+                    .zip(ids)
+                    .map(|((name, s), id)| {
+                        let column = crate::table::column_for(name, false);
+                        let mut field =
+                            NestedField::optional(id, column.as_ref(), type_of(s, next_id));
+                        if column != name.as_str() {
+                            field = field.with_doc(crate::table::field_doc(name));
+                        }
+                        Arc::new(field)
+                    })
+                    .collect(),
+            ))
+        }
+        Shape::List(item) => {
+            let id = take(next_id);
+            Type::List(ListType::new(Arc::new(NestedField::list_element(
+                id,
+                type_of(item, next_id),
+                false,
+            ))))
+        }
+        Shape::Map(value) => {
+            let (key_id, value_id) = (take(next_id), take(next_id));
+            Type::Map(MapType::new(
+                Arc::new(NestedField::map_key_element(
+                    key_id,
+                    Type::Primitive(PrimitiveType::String),
+                )),
+                Arc::new(NestedField::map_value_element(
+                    value_id,
+                    type_of(value, next_id),
+                    false,
+                )),
+            ))
+        }
+    }
+}
+
+/// The type `existing` becomes to hold `shape` too (`None`: it holds it as it is).
+fn grow(existing: &Type, shape: &Shape, next_id: &mut i32) -> Result<Option<Type>, String> {
+    use PrimitiveType as P;
+    let refused = || {
+        Err(format!(
+            "the table's column is {existing}, the schema's field is {}",
+            type_of(shape, &mut 0)
+        ))
+    };
+    match (existing, shape) {
+        (Type::Primitive(a), Shape::Primitive(b)) => match (a, b) {
+            _ if a == b => Ok(None),
+            (P::Int, P::Long) => Ok(Some(Type::Primitive(P::Long))),
+            (P::Float, P::Double) => Ok(Some(Type::Primitive(P::Double))),
+            // Written as the wider column's type.
+            (P::Long, P::Int) | (P::Double, P::Float) => Ok(None),
+            (
+                P::Decimal {
+                    precision: p1,
+                    scale: s1,
+                },
+                P::Decimal {
+                    precision: p2,
+                    scale: s2,
+                },
+            ) if s1 == s2 => Ok((p2 > p1).then(|| {
+                Type::Primitive(P::Decimal {
+                    precision: *p2,
+                    scale: *s2,
+                })
+            })),
+            _ => refused(),
+        },
+        (Type::Struct(st), Shape::Struct(fields)) => {
+            Ok(absorb(st.fields(), fields, false, next_id)?
+                .map(|f| Type::Struct(StructType::new(f))))
+        }
+        (Type::List(list), Shape::List(item)) => {
+            Ok(
+                grow(&list.element_field.field_type, item, next_id)?.map(|element| {
+                    let mut field = list.element_field.as_ref().clone();
+                    field.field_type = Box::new(element);
+                    Type::List(ListType::new(Arc::new(field)))
+                }),
+            )
+        }
+        (Type::Map(map), Shape::Map(value)) => {
+            Ok(
+                grow(&map.value_field.field_type, value, next_id)?.map(|grown| {
+                    let mut field = map.value_field.as_ref().clone();
+                    field.field_type = Box::new(grown);
+                    Type::Map(MapType::new(map.key_field.clone(), Arc::new(field)))
+                }),
+            )
+        }
+        _ => refused(),
+    }
+}
+
+/// A null cell, to borrow.
+pub(crate) const NULL: Cell = Cell::Null;
+
+/// The Arrow column of type `data_type` holding `cells` (one a row). A cell whose kind
+/// does not match the type is null (the decoder built the cells for these types).
+pub fn column(data_type: &DataType, cells: &[&Cell]) -> Result<ArrayRef, ArrowError> {
+    macro_rules! primitive {
+        ($builder:ty, $pick:expr) => {{
+            let mut builder = <$builder>::new();
+            for cell in cells {
+                builder.append_option($pick(*cell));
+            }
+            Arc::new(builder.finish()) as ArrayRef
+        }};
+    }
+    let int = |c: &Cell| match c {
+        Cell::Int(i) => Some(*i),
+        _ => None,
+    };
+    let float = |c: &Cell| match c {
+        Cell::Float(f) => Some(*f),
+        _ => None,
+    };
+    let text = |c: &Cell| match c {
+        Cell::Text(s) => Some(s.clone()),
+        _ => None,
+    };
+    let bytes = |c: &Cell| match c {
+        Cell::Bytes(b) => Some(b.clone()),
+        _ => None,
+    };
+    let nulls = |present: &dyn Fn(&Cell) -> bool| {
+        let valid: Vec<bool> = cells.iter().map(|c| present(c)).collect();
+        (!valid.iter().all(|v| *v)).then(|| NullBuffer::from(valid))
+    };
+    Ok(match data_type {
+        DataType::Boolean => primitive!(BooleanBuilder, |c: &Cell| match c {
+            Cell::Bool(b) => Some(*b),
+            _ => None,
+        }),
+        DataType::Int32 => {
+            primitive!(Int32Builder, |c: &Cell| int(c)
+                .and_then(|i| i32::try_from(i).ok()))
+        }
+        DataType::Int64 => primitive!(Int64Builder, int),
+        DataType::Float32 => primitive!(Float32Builder, |c: &Cell| float(c).map(|f| f as f32)),
+        DataType::Float64 => primitive!(Float64Builder, float),
+        DataType::Date32 => {
+            primitive!(Date32Builder, |c: &Cell| int(c)
+                .and_then(|i| i32::try_from(i).ok()))
+        }
+        DataType::Time64(TimeUnit::Microsecond) => primitive!(Time64MicrosecondBuilder, int),
+        DataType::Timestamp(TimeUnit::Microsecond, tz) => {
+            let mut builder = TimestampMicrosecondBuilder::with_capacity(cells.len())
+                .with_timezone_opt(tz.clone());
+            for cell in cells {
+                builder.append_option(int(cell));
+            }
+            Arc::new(builder.finish())
+        }
+        DataType::Decimal128(precision, scale) => {
+            let mut builder = Decimal128Builder::with_capacity(cells.len())
+                .with_precision_and_scale(*precision, *scale)?;
+            for cell in cells {
+                builder.append_option(match cell {
+                    Cell::Decimal(d) => Some(*d),
+                    _ => None,
+                });
+            }
+            Arc::new(builder.finish())
+        }
+        DataType::Utf8 => primitive!(StringBuilder, text),
+        DataType::LargeUtf8 => primitive!(LargeStringBuilder, text),
+        DataType::LargeBinary => primitive!(LargeBinaryBuilder, bytes),
+        DataType::Binary => Arc::new(BinaryArray::from_iter(cells.iter().map(|c| bytes(c)))),
+        DataType::FixedSizeBinary(size) => {
+            let values: Vec<Option<Vec<u8>>> = cells.iter().map(|c| bytes(c)).collect();
+            if values.iter().all(Option::is_none) {
+                new_null_array(data_type, cells.len())
+            } else {
+                Arc::new(FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                    values.into_iter(),
+                    *size,
+                )?)
+            }
+        }
+        DataType::Struct(fields) => {
+            let mut children = Vec::with_capacity(fields.len());
+            for (i, field) in fields.iter().enumerate() {
+                let child: Vec<&Cell> = cells
+                    .iter()
+                    .map(|c| match c {
+                        Cell::Struct(values) => values.get(i).unwrap_or(&NULL),
+                        _ => &NULL,
+                    })
+                    .collect();
+                children.push(column(field.data_type(), &child)?);
+            }
+            let nulls = nulls(&|c| matches!(c, Cell::Struct(_)));
+            if fields.is_empty() {
+                Arc::new(StructArray::new_empty_fields(cells.len(), nulls))
+            } else {
+                Arc::new(StructArray::try_new(fields.clone(), children, nulls)?)
+            }
+        }
+        DataType::List(item) => {
+            let mut lengths = Vec::with_capacity(cells.len());
+            let mut flat: Vec<&Cell> = Vec::new();
+            for cell in cells {
+                match cell {
+                    Cell::List(items) => {
+                        lengths.push(items.len());
+                        flat.extend(items.iter());
+                    }
+                    _ => lengths.push(0),
+                }
+            }
+            let values = column(item.data_type(), &flat)?;
+            let nulls = nulls(&|c| matches!(c, Cell::List(_)));
+            Arc::new(ListArray::try_new(
+                item.clone(),
+                OffsetBuffer::from_lengths(lengths),
+                values,
+                nulls,
+            )?)
+        }
+        DataType::Map(entries, sorted) => {
+            let DataType::Struct(kv) = entries.data_type() else {
+                return Err(ArrowError::SchemaError(format!(
+                    "map entries of type {}",
+                    entries.data_type()
+                )));
+            };
+            let mut lengths = Vec::with_capacity(cells.len());
+            let (mut keys, mut values): (Vec<&Cell>, Vec<&Cell>) = (Vec::new(), Vec::new());
+            for cell in cells {
+                match cell {
+                    Cell::Map(pairs) => {
+                        lengths.push(pairs.len());
+                        for (k, v) in pairs {
+                            keys.push(k);
+                            values.push(v);
+                        }
+                    }
+                    _ => lengths.push(0),
+                }
+            }
+            let (Some(key_field), Some(value_field)) = (kv.first(), kv.get(1)) else {
+                return Err(ArrowError::SchemaError(
+                    "map entries without key and value".into(),
+                ));
+            };
+            let entries_array = StructArray::try_new(
+                kv.clone(),
+                vec![
+                    column(key_field.data_type(), &keys)?,
+                    column(value_field.data_type(), &values)?,
+                ],
+                None,
+            )?;
+            let nulls = nulls(&|c| matches!(c, Cell::Map(_)));
+            Arc::new(MapArray::try_new(
+                entries.clone(),
+                OffsetBuffer::from_lengths(lengths),
+                entries_array,
+                nulls,
+                *sorted,
+            )?)
+        }
+        other => {
+            return Err(ArrowError::NotYetImplemented(format!(
+                "registry values in a {other} column"
+            )));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_grow_a_schema_with_stable_ids() -> Result<(), String> {
+        let mut next = 1;
+        let v1 = vec![
+            ("id".to_owned(), Shape::Primitive(PrimitiveType::Int)),
+            ("name".to_owned(), Shape::Primitive(PrimitiveType::String)),
+        ];
+        let fields = absorb(&[], &v1, true, &mut next)?.ok_or("v1 added nothing")?;
+        assert_eq!(next, 3);
+        // v2: id promoted to long, name gone, amount added.
+        let v2 = vec![
+            ("id".to_owned(), Shape::Primitive(PrimitiveType::Long)),
+            ("amount".to_owned(), Shape::Primitive(PrimitiveType::Double)),
+        ];
+        let grown = absorb(&fields, &v2, true, &mut next)?.ok_or("v2 changed nothing")?;
+        let ids: Vec<(i32, &str, String)> = grown
+            .iter()
+            .map(|f| (f.id, f.name.as_str(), f.field_type.to_string()))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                (1, "id", "long".to_owned()),
+                (2, "name", "string".to_owned()),
+                (3, "amount", "double".to_owned())
+            ]
+        );
+        // v1 again changes nothing (int is written as long); a string id is refused.
+        assert_eq!(absorb(&grown, &v1, true, &mut next)?, None);
+        let v3 = vec![("id".to_owned(), Shape::Primitive(PrimitiveType::String))];
+        assert!(absorb(&grown, &v3, true, &mut next).is_err_and(|e| e.contains("field id")));
+        // A metadata column's name is a value column's.
+        let v4 = vec![("offset".to_owned(), Shape::Primitive(PrimitiveType::Long))];
+        let grown = absorb(&grown, &v4, true, &mut next)?.ok_or("v4 added nothing")?;
+        assert!(grown.iter().any(|f| f.name == "value_offset"));
+        Ok(())
+    }
+
+    #[test]
+    fn cells_become_columns_of_every_type() -> Result<(), ArrowError> {
+        let item = Arc::new(arrow_schema::Field::new("element", DataType::Int64, true));
+        let list = DataType::List(item);
+        let rows = [
+            Cell::List(vec![Cell::Int(1), Cell::Int(2)]),
+            Cell::Null,
+            Cell::List(vec![]),
+        ];
+        let refs: Vec<&Cell> = rows.iter().collect();
+        let array = column(&list, &refs)?;
+        assert_eq!((array.len(), array.null_count()), (3, 1));
+        let decimal = column(&DataType::Decimal128(10, 2), &[&Cell::Decimal(-12345)])?;
+        assert_eq!(decimal.len(), 1);
+        let uuid = column(
+            &DataType::FixedSizeBinary(16),
+            &[&Cell::Bytes(vec![7; 16]), &Cell::Null],
+        )?;
+        assert_eq!(uuid.null_count(), 1);
+        Ok(())
+    }
+}

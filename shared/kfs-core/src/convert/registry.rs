@@ -1,0 +1,171 @@
+//! Values encoded against a schema registry (`--value-format registry`): each value's
+//! framing names its writer schema, resolved before the segment is converted
+//! ([`WriterSchemas`]); a value that decodes becomes a row of the table's payload
+//! columns, any other record a dead letter with the reason (no framing, an unknown
+//! schema id, a schema the table cannot absorb, a payload that does not decode).
+
+use super::avro::AvroWriter;
+use super::cells::{Cell, NULL, column};
+use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed};
+use super::{ROWS_PER_BATCH, RecordColumns};
+use crate::table::arrow_schema;
+use arrow_array::ArrayRef;
+use arrow_schema::{DataType, Fields};
+use iceberg::table::Table;
+use kfs_segment::Record;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A writer schema the registry holds, parsed.
+#[derive(Debug)]
+pub enum WriterSchema {
+    /// An Avro schema.
+    Avro(AvroWriter),
+}
+
+impl WriterSchema {
+    /// Parses a registered schema; `Err` says why its records cannot be read.
+    pub fn parse(schema: crate::registry::RegisteredSchema) -> Result<Self, String> {
+        use crate::registry::SchemaKind;
+        match schema.kind {
+            SchemaKind::Avro => AvroWriter::parse(&schema.text).map(Self::Avro),
+            other => Err(format!(
+                "{other:?} schemas are not read yet (Avro is); its records are kept as dead letters"
+            )),
+        }
+    }
+
+    /// Its top-level fields as columns.
+    pub fn shape(&self) -> &[(String, super::cells::Shape)] {
+        match self {
+            Self::Avro(avro) => &avro.shape,
+        }
+    }
+
+    fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
+        match self {
+            Self::Avro(avro) => avro.decode(payload, columns),
+        }
+    }
+}
+
+/// Writer schemas by id, fetched from the registry once and parsed once for the
+/// process.
+pub type RegistrySchemas = crate::registry::SchemaCache<WriterSchema>;
+
+/// The writer schemas of a segment's values by id: parsed and absorbed by the table,
+/// or why their records are dead letters.
+pub type WriterSchemas = HashMap<u32, Result<Arc<WriterSchema>, String>>;
+
+/// Registry-encoded values: rows of the payload columns, or dead letters.
+pub(crate) struct RegistryRouter {
+    table: RecordColumns,
+    payload: Fields,
+    payload_type: DataType,
+    rows: Vec<Cell>,
+    value_bytes: usize,
+    writers: WriterSchemas,
+    dead: Option<DeadLetterColumns>,
+}
+
+impl RegistryRouter {
+    pub(crate) fn new(
+        table: &Table,
+        writers: WriterSchemas,
+        dead_letters: Option<&Table>,
+        segment: String,
+    ) -> iceberg::Result<Self> {
+        let arrow = arrow_schema(table.metadata().current_schema())?;
+        let payload: Fields = arrow
+            .fields()
+            .iter()
+            .filter(|f| !crate::table::METADATA_COLUMNS.contains(&f.name().as_str()))
+            .cloned()
+            .collect();
+        Ok(Self {
+            payload_type: DataType::Struct(payload.clone()),
+            payload,
+            table: RecordColumns::new(arrow)?,
+            rows: Vec::with_capacity(ROWS_PER_BATCH),
+            value_bytes: 0,
+            writers,
+            dead: dead_letters
+                .map(|dlq| DeadLetterColumns::new(dlq, segment))
+                .transpose()?,
+        })
+    }
+
+    /// The row of `value`, or why it has none.
+    fn row(&self, value: Option<&[u8]>) -> Result<Cell, String> {
+        let Some(value) = value else {
+            // A tombstone: its payload columns are null.
+            return Ok(Cell::Struct(vec![Cell::Null; self.payload.len()]));
+        };
+        let (id, payload) = crate::registry::confluent_frame(value)?;
+        match self.writers.get(&id) {
+            Some(Ok(writer)) => writer
+                .decode(payload, &self.payload_type)
+                .map_err(|e| format!("schema id {id}: {e}")),
+            Some(Err(why)) => Err(why.clone()),
+            None => Err(format!("schema id {id} was not resolved before conversion")),
+        }
+    }
+}
+
+impl RecordRouter for RegistryRouter {
+    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError> {
+        match self.row(record.value) {
+            Ok(row) => {
+                self.table.push(topic, partition, record)?;
+                self.rows.push(row);
+                // Decoded values take a few times their encoded bytes.
+                self.value_bytes += 4 * record.value.map_or(0, <[u8]>::len);
+                Ok(())
+            }
+            Err(reason) => {
+                let Some(dead) = &mut self.dead else {
+                    return Err(format!("{reason}, and no dead-letter table was opened").into());
+                };
+                Ok(dead.push(topic, partition, record, &reason)?)
+            }
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.table.rows() + self.dead.as_ref().map_or(0, DeadLetterColumns::rows)
+    }
+
+    fn bytes(&self) -> usize {
+        self.table.bytes()
+            + self.value_bytes
+            + self.dead.as_ref().map_or(0, DeadLetterColumns::bytes)
+    }
+
+    fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
+        let mut routed = Vec::new();
+        if self.table.rows() > 0 {
+            let rows = std::mem::take(&mut self.rows);
+            self.value_bytes = 0;
+            let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.payload.len());
+            for (i, field) in self.payload.iter().enumerate() {
+                let cells: Vec<&Cell> = rows
+                    .iter()
+                    .map(|row| match row {
+                        Cell::Struct(values) => values.get(i).unwrap_or(&NULL),
+                        _ => &NULL,
+                    })
+                    .collect();
+                columns.push(column(field.data_type(), &cells)?);
+            }
+            routed.push(Routed::Table(self.table.finish_with(columns)?));
+        }
+        if let Some(dead) = &mut self.dead {
+            routed.extend(dead.finish()?);
+        }
+        Ok(routed)
+    }
+
+    fn dead_letters(&self) -> u64 {
+        self.dead.as_ref().map_or(0, DeadLetterColumns::count)
+    }
+}
