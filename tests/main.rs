@@ -11,6 +11,7 @@ mod lfs_cli;
 mod maintenance_cli;
 mod partitioning_cli;
 mod quarantine_cli;
+mod registry_cli;
 mod run_local;
 
 /// Tests that need servers started per test (moto, etcd, PostgreSQL, `cargo lambda`);

@@ -1,0 +1,182 @@
+//! `--value-format registry` end to end: Avro values encoded by fastavro with
+//! Confluent's framing across three schema versions (fields added, removed, promoted),
+//! their schemas served by a registry that follows the Confluent REST API and wants
+//! basic authentication (`tests/python/check_registry.py serve`), converted by
+//! `kfs-iceberg run` in two passes (the table's schema grows between them), read back
+//! by pyiceberg and DuckDB: the encoded values, field ids stable, an incompatible
+//! version, an unknown id, an unframed value and a payload cut short in the
+//! dead-letter table with their reasons, every record once.
+
+use crate::support;
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use support::{kfs, output_of, repo, succeed, tempdir};
+
+/// The registry server, stopped when dropped.
+struct Registry {
+    child: Child,
+    url: String,
+}
+
+impl Registry {
+    fn start(dir: &Path) -> Self {
+        let port_file = dir.join("registry.port");
+        let child = Command::new("python3")
+            .arg(repo().join("tests/python/check_registry.py"))
+            .args([
+                "serve",
+                "--user",
+                "kfs",
+                "--password",
+                "s3cret-registry",
+                "--port-file",
+            ])
+            .arg(&port_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("check_registry.py serve: {e}"));
+        let started = Instant::now();
+        let port = loop {
+            if let Ok(port) = std::fs::read_to_string(&port_file) {
+                break port;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the registry did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{}", port.trim()),
+        }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn make(dir: &Path, part: &str) {
+    succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/python/check_registry.py"))
+            .arg("make")
+            .arg(dir)
+            .args(["--part", part]),
+        "check_registry.py make",
+    );
+}
+
+#[test]
+fn avro_values_of_three_schema_versions_become_typed_columns() {
+    let dir = tempdir();
+    let registry = Registry::start(dir.path());
+    let credentials = dir.path().join("registry.json");
+    std::fs::write(
+        &credentials,
+        r#"{"username": "kfs", "password": "s3cret-registry"}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let source = dir.path().join("segments");
+    let warehouse = dir.path().join("warehouse");
+    let run = || {
+        let out = succeed(
+            kfs()
+                .args(["run", "--quiet", "--value-format", "registry"])
+                .args([
+                    "--schema-registry-url",
+                    &registry.url,
+                    "--schema-registry-credentials",
+                ])
+                .arg(&credentials)
+                .arg("--source")
+                .arg(&source)
+                .arg("--warehouse")
+                .arg(&warehouse),
+            "kfs-iceberg run --value-format registry",
+        );
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !text.contains("s3cret-registry"),
+            "credentials printed: {text}"
+        );
+        text
+    };
+    make(&source, "1");
+    run();
+    make(&source, "2");
+    let summary = run();
+    assert!(summary.contains("0 quarantined"), "{summary}");
+    let out = succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/python/check_registry.py"))
+            .arg("check")
+            .arg("--warehouse")
+            .arg(&warehouse),
+        "check_registry.py check",
+    );
+    let facts = String::from_utf8_lossy(&out.stdout);
+    println!("{facts}");
+    assert!(
+        facts.contains(r#""rows": 6"#) && facts.contains(r#""duckdb_rows": 6"#),
+        "{facts}"
+    );
+
+    // Refused credentials are for the operator: the run fails and says so, and the
+    // segment waits (nothing is dead-lettered or quarantined for it).
+    let wrong = dir.path().join("wrong.json");
+    std::fs::write(&wrong, r#"{"username": "kfs", "password": "nope"}"#)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let other = dir.path().join("other-warehouse");
+    let refused = output_of(
+        kfs()
+            .args(["run", "--quiet", "--value-format", "registry"])
+            .args([
+                "--schema-registry-url",
+                &registry.url,
+                "--schema-registry-credentials",
+            ])
+            .arg(&wrong)
+            .arg("--source")
+            .arg(&source)
+            .arg("--warehouse")
+            .arg(&other),
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(text.contains("401") && !text.contains("nope"), "{text}");
+    assert!(
+        !text.contains(" 1 quarantined") && !text.contains("dead letter"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_registry_table_without_a_registry_is_refused_at_the_start() {
+    let dir = tempdir();
+    let out = output_of(
+        kfs()
+            .args(["run", "--quiet", "--value-format", "registry", "--source"])
+            .arg(dir.path())
+            .arg("--warehouse")
+            .arg(dir.path().join("wh")),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("schema registry"),
+        "{stderr}"
+    );
+}
