@@ -59,6 +59,8 @@ pub enum Step {
     MarkCommitted,
     CompactionCommit,
     FileDelete,
+    /// A schema fetched from the registry (registry tables only; not in [`STEPS`]).
+    RegistryRead,
 }
 
 /// Every side-effecting step.
@@ -210,6 +212,34 @@ pub fn read_etcd(faults: &Faults, written: &EtcdState) -> EtcdState {
     match faults.plan(Step::EtcdRead) {
         Injection::Pass => written.clone(),
         Injection::FailBefore(what) | Injection::FailAfter(what) => EtcdState::Unreachable(what),
+    }
+}
+
+/// A schema registry under one process's faults: a failed read is a registry that
+/// cannot answer (transient), as the HTTP client reports one.
+#[derive(Debug)]
+pub struct FaultyRegistry {
+    pub inner: Arc<kfs_core::MemoryRegistry>,
+    pub faults: Arc<Faults>,
+}
+
+#[async_trait]
+impl kfs_core::SchemaRegistry for FaultyRegistry {
+    async fn schema(
+        &self,
+        id: u32,
+    ) -> Result<Option<kfs_core::RegisteredSchema>, kfs_core::RegistryError> {
+        faulty(
+            &self.faults,
+            Step::RegistryRead,
+            |message| kfs_core::RegistryError {
+                location: "memory".into(),
+                message,
+                kind: kfs_core::ErrorKind::Transient,
+            },
+            self.inner.schema(id),
+        )
+        .await
     }
 }
 
@@ -501,6 +531,9 @@ pub struct Process<'a> {
     pub swap: FaultySwap,
     pub ledger: FaultyLedger<'a>,
     pub faults: Arc<Faults>,
+    /// The schema registry of registry tables, under this process's fault (each
+    /// process caches its own schemas, as each function instance does).
+    pub schemas: Option<Arc<kfs_core::RegistrySchemas>>,
 }
 
 /// The catalog of the deployment in `dir`.
@@ -542,7 +575,18 @@ impl<'a> Process<'a> {
             },
             ledger: faulty_ledger(ledger, faults.clone(), false),
             faults,
+            schemas: None,
         })
+    }
+
+    /// The process reading registry tables' schemas from `registry`, under its fault.
+    pub fn with_registry(mut self, registry: Arc<kfs_core::MemoryRegistry>) -> Self {
+        let faulty = FaultyRegistry {
+            inner: registry,
+            faults: self.faults.clone(),
+        };
+        self.schemas = Some(Arc::new(kfs_core::SchemaCache::new(Arc::new(faulty))));
+        self
     }
 
     /// One committer tick: read etcd, run a pass (convert what is new, commit the
@@ -560,6 +604,7 @@ impl<'a> Process<'a> {
                 etcd: read_etcd(&self.faults, etcd),
                 crosscheck,
                 retry: FAST_RETRY,
+                schemas: self.schemas.clone(),
                 commit: kfs_core::CommitSettings {
                     coalesce: self.coalesce,
                     ..Default::default()
@@ -661,7 +706,7 @@ impl<'a> Process<'a> {
                 // Room for one conversion at a time: admission waits, never fails.
                 memory_budget_mib: Some(100),
                 retry: FAST_RETRY,
-                schemas: None,
+                schemas: self.schemas.clone(),
             },
         );
         let hook: Arc<dyn FailpointHook> = self.faults.clone();
@@ -776,6 +821,75 @@ pub fn put_feed_segment(
     );
     source.put(&key.object_key(SegmentFile::Index), Vec::new());
     Ok(())
+}
+
+/// The Avro schema of the registry workload's values (schema id [`REGISTRY_SCHEMA_ID`]).
+pub const REGISTRY_SCHEMA: &str = r#"{"type": "record", "name": "V", "fields": [
+    {"name": "n", "type": "long"}, {"name": "even", "type": "boolean"}]}"#;
+
+/// The id the registry holds [`REGISTRY_SCHEMA`] under.
+pub const REGISTRY_SCHEMA_ID: u32 = 1;
+
+/// The registry of the registry workload.
+pub fn registry() -> Arc<kfs_core::MemoryRegistry> {
+    let registry = kfs_core::MemoryRegistry::default();
+    registry.register(
+        REGISTRY_SCHEMA_ID,
+        kfs_core::RegisteredSchema {
+            kind: kfs_core::SchemaKind::Avro,
+            text: REGISTRY_SCHEMA.into(),
+        },
+    );
+    Arc::new(registry)
+}
+
+/// The registry-framed value of the record at `offset`: an Avro record of schema
+/// [`REGISTRY_SCHEMA_ID`], except at every third offset, which names a schema id the
+/// registry does not hold (a dead letter).
+pub fn registry_value(offset: i64) -> Result<Vec<u8>, String> {
+    use apache_avro::types::Value;
+    let schema = apache_avro::Schema::parse_str(REGISTRY_SCHEMA).map_err(|e| e.to_string())?;
+    let id = if offset % 3 == 0 {
+        77
+    } else {
+        REGISTRY_SCHEMA_ID
+    };
+    let mut bytes = vec![0];
+    bytes.extend_from_slice(&id.to_be_bytes());
+    let record = Value::Record(vec![
+        ("n".into(), Value::Long(offset)),
+        ("even".into(), Value::Boolean(offset % 2 == 0)),
+    ]);
+    bytes.extend(apache_avro::to_avro_datum(&schema, record).map_err(|e| e.to_string())?);
+    Ok(bytes)
+}
+
+/// Every segment of the registry workload (the layout of [`source`]).
+pub fn registry_source() -> Result<MemorySource, String> {
+    let source = MemorySource::default();
+    for partition in 0..PARTITIONS {
+        for index in 0..SEGMENTS {
+            let key = SegmentKey {
+                namespace: "ns".into(),
+                topic: "orders".into(),
+                partition,
+                base_offset: index * RECORDS,
+            };
+            let values = (index * RECORDS..(index + 1) * RECORDS)
+                .map(registry_value)
+                .collect::<Result<Vec<_>, _>>()?;
+            let records = simple_records(index * RECORDS, RECORDS, |offset| {
+                values
+                    .get(usize::try_from(offset - index * RECORDS).ok()?)
+                    .cloned()
+            });
+            let segment =
+                encode_records(records, Compression::Snappy).map_err(|e| e.to_string())?;
+            source.put(&key.object_key(SegmentFile::Data), segment.kfs);
+            source.put(&key.object_key(SegmentFile::Index), Vec::new());
+        }
+    }
+    Ok(source)
 }
 
 /// Every segment of the workload.
