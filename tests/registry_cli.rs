@@ -1,4 +1,5 @@
-//! `--value-format registry` end to end: Avro values encoded by fastavro with
+//! `--value-format registry` end to end (and JSON values of JSON Schema versions, on a
+//! second topic): Avro values encoded by fastavro with
 //! Confluent's framing across three schema versions (fields added, removed, promoted),
 //! their schemas served by a registry that follows the Confluent REST API and wants
 //! basic authentication (`tests/python/check_registry.py serve`), converted by
@@ -113,6 +114,7 @@ fn avro_values_of_three_schema_versions_become_typed_columns() {
         text
     };
     make(&source, "1");
+    make(&source, "3");
     run();
     make(&source, "2");
     let summary = run();

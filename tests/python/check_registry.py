@@ -8,10 +8,12 @@ tests/independent/kfs_writer.py, tables read back by pyiceberg and DuckDB.
         Serves GET /schemas/ids/{id} on 127.0.0.1 (a free port, written to FILE) with
         basic authentication when a user is given, until killed.
 
-    check_registry.py make DIR --part 1|2
+    check_registry.py make DIR --part 1|2|3
         Writes the segment of part 1 (schema v1) or part 2 (v2, v3, an incompatible
         version, an unknown id, a value without the framing, a payload cut short, a
-        tombstone) of topic `orders`, namespace `ns`, partition 0, under DIR.
+        tombstone) of topic `orders`, namespace `ns`, partition 0, under DIR; part 3
+        is topic `events`, JSON values of three JSON Schema versions and what a table
+        of them cannot hold.
 
     check_registry.py check --warehouse WH
         Checks `kafscale.orders` and its `__dlq`: every record once in one of them, the
@@ -63,6 +65,20 @@ V3 = {"type": "record", "name": "Order", "fields": [
 ]}
 INCOMPATIBLE = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}
 SCHEMAS = {101: V1, 102: V2, 103: V3, 104: INCOMPATIBLE}
+
+# JSON Schema versions of topic `events` (schemaType JSON): v2 adds tags and a nested
+# object by $ref and drops note; v3 adds a map; the incompatible one makes n a string.
+J1 = {"type": "object", "properties": {"n": {"type": "integer"}, "note": {"type": ["string", "null"]},
+                                       "score": {"type": "number"}}}
+J2 = {"type": "object", "properties": {"n": {"type": "integer"}, "score": {"type": "number"},
+                                       "tags": {"type": "array", "items": {"type": "string"}},
+                                       "where": {"$ref": "#/definitions/Place"}},
+      "definitions": {"Place": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+J3 = {"type": "object", "properties": {"n": {"type": "integer"},
+                                       "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+                                       "kind": {"oneOf": [{"type": "null"}, {"enum": ["a", "b"]}]}}}
+J_INCOMPATIBLE = {"type": "object", "properties": {"n": {"type": "string"}}}
+JSON_SCHEMAS = {201: J1, 202: J2, 203: J3, 204: J_INCOMPATIBLE}
 UNKNOWN_ID = 999
 
 PLACED = datetime.datetime(2026, 12, 2, 10, 0, 0, tzinfo=datetime.timezone.utc)
@@ -82,7 +98,10 @@ def serve(args):
                 return self.answer(401, {"error_code": 401, "message": "Unauthorized"})
             parts = self.path.strip("/").split("/")
             if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
-                schema = SCHEMAS.get(int(parts[2]))
+                schema_id = int(parts[2])
+                if schema_id in JSON_SCHEMAS:
+                    return self.answer(200, {"schema": json.dumps(JSON_SCHEMAS[schema_id]), "schemaType": "JSON"})
+                schema = SCHEMAS.get(schema_id)
                 if schema is None:
                     return self.answer(404, {"error_code": 40403, "message": "Schema not found"})
                 return self.answer(200, {"schema": json.dumps(schema)})
@@ -135,9 +154,43 @@ def part_values(part):
     ]
 
 
+def json_framed(schema_id, value):
+    return struct.pack(">bI", 0, schema_id) + json.dumps(value).encode()
+
+
+JSON_VALUES = [
+    json_framed(201, {"n": 1, "note": "first", "score": 0.5}),
+    json_framed(202, {"n": 2, "score": 1.25, "tags": ["x"], "where": {"city": "Delft"}}),
+    json_framed(203, {"n": 3, "counts": {"a": 1, "b": 2}, "kind": "b"}),
+    json_framed(204, {"n": "four"}),
+    json_framed(201, {"n": "five", "score": 1}),
+    json_framed(201, {"n": 6})[:9],
+]
+JSON_EXPECTED = {
+    0: {"n": 1, "note": "first", "score": 0.5},
+    1: {"n": 2, "score": 1.25, "tags": ["x"], "where": {"city": "Delft"}},
+    2: {"n": 3, "counts": [("a", 1), ("b", 2)], "kind": "b"},
+}
+JSON_DEAD = {
+    3: "schema id 204 cannot be written to table kafscale.events: field n",
+    4: "property n: a JSON string cannot be written",
+    5: "JSON payload does not parse",
+}
+
+
 def make(args):
     import kfs_writer
 
+    if args.part == 3:
+        records = [kfs_writer.Record(i, i, None, v) for i, v in enumerate(JSON_VALUES)]
+        batch = kfs_writer.Batch(base_offset=0, base_timestamp=1_764_669_600_000, records=records).encode()
+        path = os.path.join(args.dir, "ns", "events", "0", f"segment-{0:020}")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".kfs", "wb") as f:
+            f.write(kfs_writer.build_segment([batch], 1_764_669_600_000))
+        with open(path + ".index", "wb") as f:
+            f.write(kfs_writer.build_index([batch]))
+        return
     base = 0 if args.part == 1 else 3
     values = part_values(args.part)
     records = [kfs_writer.Record(i, i, f"k{base + i}".encode(), v) for i, v in enumerate(values)]
@@ -253,8 +306,36 @@ def check(args):
                 fail(f"DuckDB: offset {offset} ship.city {city!r}")
         if duckdb_rows != len(EXPECTED):
             fail(f"DuckDB reads {duckdb_rows} rows, expected {len(EXPECTED)}")
+    json_rows, json_dead = check_json_schema_table(catalog)
     print(json.dumps({"rows": len(rows), "dead_letters": len(dead), "schemas": len(schemas),
-                      "duckdb_rows": duckdb_rows, "first_ids": first}))
+                      "duckdb_rows": duckdb_rows, "first_ids": first, "json_schema_rows": json_rows,
+                      "json_schema_dead_letters": json_dead}))
+
+
+def check_json_schema_table(catalog):
+    table = catalog.load_table("kafscale.events")
+    rows = {r["offset"]: r for r in table.scan().to_arrow().to_pylist()}
+    if sorted(rows) != sorted(JSON_EXPECTED):
+        fail(f"events: table holds offsets {sorted(rows)}, expected {sorted(JSON_EXPECTED)}")
+    for offset, want in JSON_EXPECTED.items():
+        for column in ["n", "note", "score", "tags", "where", "counts", "kind"]:
+            got = normalize("attrs" if column == "counts" else column, rows[offset].get(column))
+            if column == "tags" and got == [] and column not in want:
+                got = None
+            if got != want.get(column):
+                fail(f"events offset {offset} column {column}: {got!r}, encoded {want.get(column)!r}")
+    current = {f.name: f.field_id for f in table.schema().fields}
+    for schema in table.metadata.schemas:
+        for f in schema.fields:
+            if current.get(f.name) != f.field_id:
+                fail(f"events column {f.name} had id {f.field_id} in schema {schema.schema_id}")
+    dead = {r["offset"]: r for r in catalog.load_table("kafscale.events__dlq").scan().to_arrow().to_pylist()}
+    if sorted(dead) != sorted(JSON_DEAD):
+        fail(f"events: dead-letter table holds {sorted(dead)}, expected {sorted(JSON_DEAD)}")
+    for offset, needle in JSON_DEAD.items():
+        if needle not in dead[offset]["error"]:
+            fail(f"events dead letter {offset}: reason {dead[offset]['error']!r} lacks {needle!r}")
+    return len(rows), len(dead)
 
 
 def main():
@@ -266,7 +347,7 @@ def main():
     s.add_argument("--password")
     m = sub.add_parser("make")
     m.add_argument("dir")
-    m.add_argument("--part", type=int, choices=(1, 2), required=True)
+    m.add_argument("--part", type=int, choices=(1, 2, 3), required=True)
     c = sub.add_parser("check")
     c.add_argument("--warehouse", required=True)
     args = parser.parse_args()

@@ -18,6 +18,7 @@ mod cells;
 mod columns;
 mod decode;
 pub(crate) mod json;
+mod json_schema;
 mod lfs;
 mod registry;
 mod route;

@@ -1,4 +1,5 @@
-//! Values encoded against a schema registry (`--value-format registry`): each value's
+//! Values encoded against a schema registry (`--value-format registry`), Avro
+//! (`convert::avro`) or JSON Schema (`convert::json_schema`): each value's
 //! framing names its writer schema, resolved before the segment is converted
 //! ([`WriterSchemas`]); a value that decodes becomes a row of the table's payload
 //! columns, any other record a dead letter with the reason (no framing, an unknown
@@ -6,6 +7,7 @@
 
 use super::avro::AvroWriter;
 use super::cells::{Cell, NULL, column};
+use super::json_schema::JsonSchemaWriter;
 use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed};
 use super::{ROWS_PER_BATCH, RecordColumns};
 use crate::table::arrow_schema;
@@ -21,6 +23,8 @@ use std::sync::Arc;
 pub enum WriterSchema {
     /// An Avro schema.
     Avro(AvroWriter),
+    /// A JSON Schema (the values are JSON text).
+    JsonSchema(JsonSchemaWriter),
 }
 
 impl WriterSchema {
@@ -29,9 +33,11 @@ impl WriterSchema {
         use crate::registry::SchemaKind;
         match schema.kind {
             SchemaKind::Avro => AvroWriter::parse(&schema.text).map(Self::Avro),
-            other => Err(format!(
-                "{other:?} schemas are not read yet (Avro is); its records are kept as dead letters"
-            )),
+            SchemaKind::Json => JsonSchemaWriter::parse(&schema.text).map(Self::JsonSchema),
+            SchemaKind::Protobuf => Err(
+                "Protobuf schemas are not read yet (Avro and JSON Schema are); its records are kept as dead letters"
+                    .into(),
+            ),
         }
     }
 
@@ -39,12 +45,14 @@ impl WriterSchema {
     pub fn shape(&self) -> &[(String, super::cells::Shape)] {
         match self {
             Self::Avro(avro) => &avro.shape,
+            Self::JsonSchema(json) => &json.shape,
         }
     }
 
     fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
         match self {
             Self::Avro(avro) => avro.decode(payload, columns),
+            Self::JsonSchema(json) => json.decode(payload, columns),
         }
     }
 }

@@ -1,0 +1,267 @@
+//! JSON values of a schema registry whose schemas are JSON Schema, as pure logic: the
+//! table form of a schema ([`Shape`]), and each value as [`Cell`]s of the table's
+//! columns.
+//!
+//! | JSON Schema | Iceberg |
+//! |---|---|
+//! | `boolean`, `integer`, `number`, `string` (and a string `enum`) | boolean, long, double, string |
+//! | `object` with `properties` | struct (its properties by name, in name order) |
+//! | `object` with only `additionalProperties` (a schema) | map with string keys |
+//! | `array` with `items` | list |
+//! | `type: [T, "null"]`, `oneOf`/`anyOf` of `null` and one schema | that type (every column is optional) |
+//! | `$ref` to `#/definitions/…` or `#/$defs/…` | what it refers to |
+//!
+//! Not mapped (the writer schema's records go to the dead-letter table with the
+//! reason): a schema without a type, unions of several non-null types, references
+//! outside the document, recursive schemas.
+
+use super::cells::{Cell, Shape};
+use arrow_schema::DataType;
+use iceberg::spec::PrimitiveType;
+use serde_json::Value;
+
+/// Deepest nesting of a writer schema (a recursive schema never ends).
+const MAX_DEPTH: usize = 32;
+
+/// A JSON Schema writer schema, with its table form.
+#[derive(Debug)]
+pub struct JsonSchemaWriter {
+    /// Its top-level properties as columns.
+    pub shape: Vec<(String, Shape)>,
+}
+
+impl JsonSchemaWriter {
+    /// Parses `text`, a JSON Schema whose top level is an object with properties.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| format!("JSON Schema does not parse: {e}"))?;
+        match shape_of(&root, &root, 0)? {
+            Some(Shape::Struct(fields)) => Ok(Self { shape: fields }),
+            _ => Err(
+                "the JSON Schema is not an object with properties: its values have no fields to be columns"
+                    .into(),
+            ),
+        }
+    }
+
+    /// Decodes one payload (the JSON text after its framing) into the row of `columns`
+    /// (the table's payload columns).
+    pub fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
+        let value: Value = serde_json::from_slice(payload).map_err(|e| {
+            format!(
+                "JSON payload does not parse: {e} (line {}, column {})",
+                e.line(),
+                e.column()
+            )
+        })?;
+        if !value.is_object() {
+            return Err("JSON payload is not an object".into());
+        }
+        cell(&value, columns, true)
+    }
+}
+
+/// The schema `reference` (`#/definitions/x`, `#/$defs/x`) points at in `root`.
+fn resolve<'a>(root: &'a Value, reference: &str) -> Result<&'a Value, String> {
+    let pointer = reference
+        .strip_prefix('#')
+        .ok_or_else(|| format!("JSON Schema reference {reference:?} leaves the document"))?;
+    root.pointer(pointer)
+        .ok_or_else(|| format!("JSON Schema reference {reference:?} points at nothing"))
+}
+
+/// The table form of `schema` (within `root`); `None` for `null` (no column).
+fn shape_of(schema: &Value, root: &Value, depth: usize) -> Result<Option<Shape>, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "JSON Schema nests deeper than {MAX_DEPTH} levels (a recursive schema has no table form)"
+        ));
+    }
+    let Some(object) = schema.as_object() else {
+        return Err(format!("JSON Schema {schema} is not an object"));
+    };
+    if let Some(Value::String(reference)) = object.get("$ref") {
+        return shape_of(resolve(root, reference)?, root, depth + 1);
+    }
+    for union in ["oneOf", "anyOf"] {
+        if let Some(Value::Array(options)) = object.get(union) {
+            let kept: Vec<&Value> = options
+                .iter()
+                .filter(|o| o.get("type").and_then(Value::as_str) != Some("null"))
+                .collect();
+            return match kept.as_slice() {
+                [] => Ok(None),
+                [only] => shape_of(only, root, depth + 1),
+                _ => Err(format!(
+                    "JSON Schema {union} of {} non-null schemas has no table form (only null and one schema)",
+                    kept.len()
+                )),
+            };
+        }
+    }
+    let kind: &str = match object.get("type") {
+        Some(Value::String(kind)) => kind,
+        Some(Value::Array(kinds)) => {
+            let mut kept = kinds
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|k| *k != "null");
+            match (kept.next(), kept.next()) {
+                (None, _) => return Ok(None),
+                (Some(only), None) => only,
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "JSON Schema type {kinds:?} of several non-null types has no table form"
+                    ));
+                }
+            }
+        }
+        None if object.get("enum").is_some() => "string",
+        None if object.get("properties").is_some() => "object",
+        _ => return Err(format!("JSON Schema {schema} has no type")),
+    };
+    let primitive = |p| Ok(Some(Shape::Primitive(p)));
+    match kind {
+        "null" => Ok(None),
+        "boolean" => primitive(PrimitiveType::Boolean),
+        "integer" => primitive(PrimitiveType::Long),
+        "number" => primitive(PrimitiveType::Double),
+        "string" => primitive(PrimitiveType::String),
+        "array" => match object.get("items") {
+            Some(items) => {
+                Ok(shape_of(items, root, depth + 1)?.map(|item| Shape::List(Box::new(item))))
+            }
+            None => Err("JSON Schema array without items has no table form".into()),
+        },
+        "object" => match (object.get("properties"), object.get("additionalProperties")) {
+            (Some(Value::Object(properties)), _) => {
+                let mut fields = Vec::with_capacity(properties.len());
+                for (name, property) in properties {
+                    if let Some(shape) = shape_of(property, root, depth + 1)
+                        .map_err(|e| format!("property {name}: {e}"))?
+                    {
+                        fields.push((name.clone(), shape));
+                    }
+                }
+                Ok(Some(Shape::Struct(fields)))
+            }
+            (_, Some(values @ Value::Object(_))) => {
+                Ok(shape_of(values, root, depth + 1)?.map(|v| Shape::Map(Box::new(v))))
+            }
+            _ => Err(
+                "JSON Schema object without properties nor an additionalProperties schema has no table form"
+                    .into(),
+            ),
+        },
+        other => Err(format!("JSON Schema type {other:?} is not known")),
+    }
+}
+
+/// What a value is, for messages.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// `value` as a cell of a column of type `data_type` (`top`: a top-level column).
+fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> {
+    let refused = || {
+        Err(format!(
+            "a JSON {} cannot be written to a {data_type} column",
+            kind(value)
+        ))
+    };
+    Ok(match (data_type, value) {
+        (_, Value::Null) => Cell::Null,
+        (DataType::Boolean, Value::Bool(b)) => Cell::Bool(*b),
+        (DataType::Int64 | DataType::Int32, Value::Number(n)) => match n.as_i64() {
+            Some(i) if *data_type == DataType::Int64 || i32::try_from(i).is_ok() => Cell::Int(i),
+            _ => return Err(format!("JSON number {n} does not fit a {data_type} column")),
+        },
+        (DataType::Float64 | DataType::Float32, Value::Number(n)) => match n.as_f64() {
+            Some(f) => Cell::Float(f),
+            None => return refused(),
+        },
+        (DataType::Utf8 | DataType::LargeUtf8, Value::String(s)) => Cell::Text(s.clone()),
+        (DataType::Struct(fields), Value::Object(properties)) => {
+            let mut children = Vec::with_capacity(fields.len());
+            for field in fields {
+                let found = properties
+                    .iter()
+                    .find(|(name, _)| crate::table::column_for(name, top) == field.name().as_str());
+                children.push(match found {
+                    Some((name, value)) => cell(value, field.data_type(), false)
+                        .map_err(|e| format!("property {name}: {e}"))?,
+                    None => Cell::Null,
+                });
+            }
+            Cell::Struct(children)
+        }
+        (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => Cell::List(
+            items
+                .iter()
+                .map(|v| cell(v, item.data_type(), false))
+                .collect::<Result<_, _>>()?,
+        ),
+        (DataType::Map(entries, _), Value::Object(map)) => {
+            let DataType::Struct(kv) = entries.data_type() else {
+                return refused();
+            };
+            let Some(value_field) = kv.get(1) else {
+                return refused();
+            };
+            Cell::Map(
+                map.iter()
+                    .map(|(k, v)| {
+                        Ok((
+                            Cell::Text(k.clone()),
+                            cell(v, value_field.data_type(), false)?,
+                        ))
+                    })
+                    .collect::<Result<_, String>>()?,
+            )
+        }
+        _ => return refused(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_map_to_shapes_or_say_why_not() -> Result<(), String> {
+        let writer = JsonSchemaWriter::parse(
+            r##"{"type": "object", "properties": {
+                "id": {"type": "integer"},
+                "note": {"type": ["string", "null"]},
+                "amount": {"oneOf": [{"type": "null"}, {"type": "number"}]},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "attrs": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "ship": {"$ref": "#/definitions/Ship"},
+                "kind": {"enum": ["A", "B"]}
+            }, "definitions": {"Ship": {"type": "object", "properties": {"city": {"type": "string"}}}}}"##,
+        )?;
+        let names: Vec<&str> = writer.shape.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["amount", "attrs", "id", "kind", "note", "ship", "tags"]
+        );
+        for refused in [
+            r#"{"type": "string"}"#,
+            r#"{"type": "object", "properties": {"u": {"type": ["integer", "string"]}}}"#,
+            r##"{"type": "object", "properties": {"n": {"$ref": "#"}}}"##,
+            r#"{"type": "object", "properties": {"x": {}}}"#,
+            r#"{"type": "object""#,
+        ] {
+            assert!(JsonSchemaWriter::parse(refused).is_err(), "{refused}");
+        }
+        Ok(())
+    }
+}
