@@ -29,7 +29,7 @@ async fn main() -> Result<(), Error> {
         ledger: env.ledger().await,
         config: PipelineConfig {
             naming: env.naming.clone(),
-            schemas: env.schemas.clone(),
+            schemas: env.schemas().await?,
             max_conversions: Some(env.sweep_max_segments),
             commit_reserve: Duration::from_secs(120),
             table_concurrency: 8,

@@ -25,7 +25,7 @@ async fn main() -> Result<(), Error> {
             concurrency: env.convert_concurrency,
             memory_budget_mib: env.memory_budget_mib,
             retry: kfs_core::RetryPolicy::default(),
-            schemas: env.schemas.clone(),
+            schemas: env.schemas().await?,
         },
     ));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {

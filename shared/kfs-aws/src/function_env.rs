@@ -20,6 +20,7 @@
 //! | `LFS_TOPICS` | JSON object `{"<topic>": "<mode>"}`: per-topic LFS modes |
 //! | `LFS_MAX_INLINE_SIZE`, `LFS_CONCURRENCY`, `LFS_VERIFY_CHECKSUMS` | largest blob resolved, in bytes (default 64 MiB); blobs fetched at once (default 4); `on` (default) or `off` |
 //! | `SCHEMA_REGISTRY_URL` | with `VALUE_FORMAT=registry`: the schema registry (Confluent REST API) the values' schema ids are looked up in |
+//! | `SCHEMA_REGISTRY_SECRET_ARN` | Secrets Manager secret, or SSM parameter, holding the registry's credentials as JSON: `{"username", "password"}` (Confluent Cloud: API key and secret) or `{"token"}`; read at cold start, never logged |
 //! | `VALUE_COLUMNS` | declared columns of new JSON tables, a JSON object `{"<topic>": "name type, ..."}` (types boolean, int, long, float, double, string); other topics infer theirs |
 //! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
@@ -97,9 +98,12 @@ pub struct FunctionEnv {
     pub catalog_secret_arn: Option<String>,
     /// The committer's maintenance policy (`None`: off).
     pub maintenance: Option<MaintenancePolicy>,
-    /// The writer schemas of registry-encoded values (`SCHEMA_REGISTRY_URL`; `None`:
+    /// The schema registry of registry-encoded values (`SCHEMA_REGISTRY_URL`; `None`:
     /// no registry).
-    pub schemas: Option<std::sync::Arc<kfs_core::RegistrySchemas>>,
+    pub schema_registry_url: Option<String>,
+    /// Secrets Manager secret, or SSM parameter, of the registry's credentials
+    /// (`SCHEMA_REGISTRY_SECRET_ARN`).
+    pub schema_registry_secret_arn: Option<String>,
 }
 
 impl FunctionEnv {
@@ -159,7 +163,8 @@ impl FunctionEnv {
             catalog_secret_arn: var("CATALOG_SECRET_ARN"),
             maintenance: valid.maintenance,
             crosscheck: valid.crosscheck,
-            schemas: valid.schemas,
+            schema_registry_url: settings.schema_registry.url.clone(),
+            schema_registry_secret_arn: var("SCHEMA_REGISTRY_SECRET_ARN"),
         })
     }
 
@@ -180,6 +185,33 @@ impl FunctionEnv {
         crate::catalog::open_catalog_handle(&kind, &self.warehouse, &self.s3)
             .await
             .map_err(|e| ConfigError(format!("catalog: {e}")))
+    }
+
+    /// The registry's schema cache, its credentials read from
+    /// `SCHEMA_REGISTRY_SECRET_ARN` (Secrets Manager or SSM) once, at cold start;
+    /// `None` without a registry.
+    pub async fn schemas(
+        &self,
+    ) -> Result<Option<std::sync::Arc<kfs_core::RegistrySchemas>>, ConfigError> {
+        let Some(url) = &self.schema_registry_url else {
+            return Ok(None);
+        };
+        let credentials = match &self.schema_registry_secret_arn {
+            Some(arn) => {
+                let config = self.aws_config().await;
+                let document =
+                    crate::secrets::secret_string(&config, arn, "schema registry").await?;
+                kfs_core::RegistryCredentials::from_json(
+                    &document,
+                    &format!("schema registry secret {arn}"),
+                )
+                .map_err(ConfigError)?
+            }
+            None => kfs_core::RegistryCredentials::default(),
+        };
+        kfs_core::registry_cache(url, credentials)
+            .map(|cache| Some(std::sync::Arc::new(cache)))
+            .map_err(|e| ConfigError(format!("SCHEMA_REGISTRY_URL: {e}")))
     }
 
     /// How the committer reaches etcd: the TLS files read and the password fetched

@@ -436,7 +436,7 @@ async fn convert_json_segment(
             let reader = crate::convert::StreamReader::new(open().await?);
             let key = input.key.clone();
             let schema = schema.clone();
-            tokio::task::spawn_blocking(move || {
+            scanning(&target.name, move || {
                 scan_json_segment(
                     reader,
                     &key,
@@ -447,16 +447,7 @@ async fn convert_json_segment(
                     caps,
                 )
             })
-            .await
-            .map_err(|join| {
-                catalog_error(
-                    &target.name,
-                    iceberg::Error::new(
-                        iceberg::ErrorKind::Unexpected,
-                        format!("the scanning thread failed: {join}"),
-                    ),
-                )
-            })?
+            .await?
         };
         let scan = match scanned {
             Ok(scan) => scan,
@@ -553,19 +544,10 @@ async fn convert_registry_segment(
     let ids = {
         let reader = crate::convert::StreamReader::new(open().await?);
         let key = input.key.clone();
-        let scanned = tokio::task::spawn_blocking(move || {
+        let scanned = scanning(&target.name, move || {
             crate::convert::scan_schema_ids(reader, &key, limits)
         })
-        .await
-        .map_err(|join| {
-            catalog_error(
-                &target.name,
-                iceberg::Error::new(
-                    iceberg::ErrorKind::Unexpected,
-                    format!("the scanning thread failed: {join}"),
-                ),
-            )
-        })?;
+        .await?;
         match scanned {
             Ok(ids) => ids,
             Err(e) => return Ok(Err(e)),
@@ -651,6 +633,23 @@ async fn convert_registry_segment(
         )
         .with_retryable(true),
     ))
+}
+
+/// Runs `scan` (a pass over a segment before its conversion) on a blocking thread; a
+/// thread that dies is an unexpected failure of `table`'s conversion.
+async fn scanning<T: Send + 'static>(
+    table: &TableName,
+    scan: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PipelineError> {
+    tokio::task::spawn_blocking(scan)
+        .await
+        .map_err(|join| PipelineError::Catalog {
+            table: table.to_string(),
+            source: Box::new(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                format!("the scanning thread failed: {join}"),
+            )),
+        })
 }
 
 /// A conversion: the converted segment with the table it was written for (its

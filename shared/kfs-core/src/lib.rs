@@ -69,7 +69,7 @@ pub use pass::{
 };
 pub use registry::{
     HttpRegistry, MemoryRegistry, RegisteredSchema, RegistryCredentials, RegistryError,
-    SchemaCache, SchemaKind, SchemaRegistry, confluent_frame,
+    SchemaCache, SchemaKind, SchemaRegistry, confluent_frame, registry_cache,
 };
 pub use settings::{
     CatalogSettings, EtcdSettings, LargeFileSettings, MaintenanceSettings, SchemaRegistrySettings,

@@ -142,14 +142,25 @@ impl std::fmt::Debug for RegistryCredentials {
 impl RegistryCredentials {
     /// Reads credentials from a JSON file: `{"username", "password"}` or `{"token"}`.
     pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("schema registry credentials {}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| {
+        let origin = format!("schema registry credentials {}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{origin}: {e}"))?;
+        Self::from_json(&text, &origin)
+    }
+
+    /// Parses credentials from a JSON document (a file's, a secret's) that `origin`
+    /// names in errors; the document itself is never quoted.
+    pub fn from_json(text: &str, origin: &str) -> Result<Self, String> {
+        let credentials: Self = serde_json::from_str(text).map_err(|e| {
             format!(
-                "schema registry credentials {}: expected {{\"username\", \"password\"}} or {{\"token\"}}: {e}",
-                path.display()
+                "{origin}: expected {{\"username\", \"password\"}} or {{\"token\"}} (line {}, column {})",
+                e.line(),
+                e.column()
             )
-        })
+        })?;
+        if credentials.token.is_none() && credentials.username.is_none() {
+            return Err(format!("{origin}: holds neither a username nor a token"));
+        }
+        Ok(credentials)
     }
 }
 
@@ -241,6 +252,18 @@ impl SchemaRegistry for HttpRegistry {
     }
 }
 
+/// A schema cache in front of the registry at `url`, authenticating with
+/// `credentials`: what the command line and the functions build once.
+pub fn registry_cache<T>(
+    url: &str,
+    credentials: RegistryCredentials,
+) -> Result<SchemaCache<T>, String> {
+    Ok(SchemaCache::new(Arc::new(HttpRegistry::new(
+        url,
+        credentials,
+    )?)))
+}
+
 /// What a schema id resolved to, parsed: `Err` holds why its records cannot be read
 /// (an unknown id, a schema that does not parse or has no table form).
 pub type Resolved<T> = Result<Arc<T>, String>;
@@ -295,6 +318,26 @@ mod tests {
         assert!(confluent_frame(&[0, 0, 1]).is_err_and(|e| e.contains("too short")));
         assert!(confluent_frame(b"{}").is_err_and(|e| e.contains("magic byte")));
         assert!(confluent_frame(b"").is_err());
+    }
+
+    #[test]
+    fn credentials_parse_without_quoting_the_document() {
+        let parsed =
+            RegistryCredentials::from_json(r#"{"username": "key", "password": "pw"}"#, "file");
+        assert!(parsed.is_ok_and(|c| c.username.as_deref() == Some("key")));
+        for refused in [
+            r#"password=s3cret"#,
+            r#"{"password": "s3cret"}"#,
+            r#"{"user": "s3cret"}"#,
+        ] {
+            let error = RegistryCredentials::from_json(refused, "secret x")
+                .err()
+                .unwrap_or_default();
+            assert!(
+                error.starts_with("secret x") && !error.contains("s3cret"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -523,11 +523,9 @@ impl Settings {
                 .map_err(|e| fail("schema_registry", &e))?,
             None => crate::registry::RegistryCredentials::default(),
         };
-        let registry = crate::registry::HttpRegistry::new(url, credentials)
-            .map_err(|e| fail("schema_registry", &e))?;
-        Ok(Some(std::sync::Arc::new(
-            crate::registry::SchemaCache::new(std::sync::Arc::new(registry)),
-        )))
+        crate::registry::registry_cache(url, credentials)
+            .map(|cache| Some(std::sync::Arc::new(cache)))
+            .map_err(|e| fail("schema_registry", &e))
     }
 
     fn maintenance_policy(&self, origin: &str) -> Result<Option<MaintenancePolicy>, SettingsError> {

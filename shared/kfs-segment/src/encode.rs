@@ -40,6 +40,25 @@ impl OwnedRecord {
                 .collect(),
         }
     }
+
+    /// The record as decoded records are, its value `value` (its own, or another:
+    /// what a claim check's blob replaces it with).
+    pub fn with_value<'a>(&'a self, value: Option<&'a [u8]>) -> crate::Record<'a> {
+        crate::Record {
+            offset: self.offset,
+            timestamp_ms: self.timestamp_ms,
+            key: self.key.as_deref(),
+            value,
+            headers: self
+                .headers
+                .iter()
+                .map(|(key, value)| crate::RecordHeader {
+                    key,
+                    value: value.as_deref(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A batch to encode.

@@ -19,7 +19,7 @@
 //! reason): unions of several non-null types, nanosecond timestamps, `duration`,
 //! decimals beyond 38 digits or without a scale, recursive records.
 
-use super::cells::{Cell, Shape};
+use super::cells::{Cell, Shape, map_cell, struct_cell};
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use arrow_schema::{DataType, TimeUnit};
@@ -27,6 +27,12 @@ use iceberg::spec::PrimitiveType;
 
 /// Deepest nesting of a writer schema (a recursive record never ends).
 const MAX_DEPTH: usize = 32;
+
+/// Largest allocation the Avro decoder makes for one length it reads (a string,
+/// bytes): a hostile payload claiming a gigabyte string must not take the memory of
+/// the conversions beside it. No value of a batch the segment decoder accepts is
+/// larger than this (a value is part of one record of one batch).
+const MAX_AVRO_ALLOCATION: usize = 64 << 20;
 
 /// An Avro writer schema, with its table form.
 #[derive(Debug)]
@@ -40,6 +46,8 @@ pub struct AvroWriter {
 impl AvroWriter {
     /// Parses `text`, an Avro schema whose top level is a record.
     pub fn parse(text: &str) -> Result<Self, String> {
+        // Process-wide, the first call's value stays.
+        apache_avro::util::max_allocation_bytes(MAX_AVRO_ALLOCATION);
         let schema =
             Schema::parse_str(text).map_err(|e| format!("Avro schema does not parse: {e}"))?;
         let names = apache_avro::schema::ResolvedSchema::try_from(&schema)
@@ -225,18 +233,9 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
             Cell::Decimal(i128::from_be_bytes(wide))
         }
         (DataType::Struct(fields), Value::Record(pairs)) => {
-            let mut children = Vec::with_capacity(fields.len());
-            for field in fields {
-                let found = pairs
-                    .iter()
-                    .find(|(name, _)| crate::table::column_for(name, top) == field.name().as_str());
-                children.push(match found {
-                    Some((name, value)) => cell(value, field.data_type(), false)
-                        .map_err(|e| format!("field {name}: {e}"))?,
-                    None => Cell::Null,
-                });
-            }
-            Cell::Struct(children)
+            let members: Vec<(&str, &Value)> =
+                pairs.iter().map(|(name, v)| (name.as_str(), v)).collect();
+            struct_cell(fields, &members, top, "field", |v, t| cell(v, t, false))?
         }
         (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => Cell::List(
             items
@@ -244,27 +243,11 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
                 .map(|v| cell(v, item.data_type(), false))
                 .collect::<Result<_, _>>()?,
         ),
-        (DataType::Map(entries, _), Value::Map(map)) => {
-            let DataType::Struct(kv) = entries.data_type() else {
-                return refused();
-            };
-            let Some(value_field) = kv.get(1) else {
-                return refused();
-            };
-            let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
-            pairs.sort_by(|a, b| a.0.cmp(b.0));
-            Cell::Map(
-                pairs
-                    .into_iter()
-                    .map(|(k, v)| {
-                        Ok((
-                            Cell::Text(k.clone()),
-                            cell(v, value_field.data_type(), false)?,
-                        ))
-                    })
-                    .collect::<Result<_, String>>()?,
-            )
-        }
+        (DataType::Map(entries, _), Value::Map(map)) => map_cell(
+            entries,
+            map.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+            |v, t| cell(v, t, false),
+        )?,
         _ => return refused(),
     })
 }
@@ -305,5 +288,34 @@ mod tests {
             assert!(AvroWriter::parse(refused).is_err(), "{refused}");
         }
         Ok(())
+    }
+
+    const EVERY_TYPE: &str = r#"{"type": "record", "name": "Order", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "note", "type": ["null", "string"]},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "attrs", "type": {"type": "map", "values": "double"}},
+        {"name": "uid", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "raw", "type": {"type": "fixed", "name": "F", "size": 4}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "ship", "type": {"type": "record", "name": "Ship", "fields": [{"name": "city", "type": "string"}]}}
+    ]}"#;
+
+    proptest::proptest! {
+        /// A hostile producer's payload: any bytes decode into a row that becomes
+        /// Arrow columns, or are refused with the reason; never a panic.
+        #[test]
+        fn any_payload_decodes_or_is_refused(
+            payload in proptest::collection::vec(proptest::num::u8::ANY, 0..200)
+        ) {
+            let fail = proptest::test_runner::TestCaseError::fail;
+            let writer = AvroWriter::parse(EVERY_TYPE).map_err(fail)?;
+            let (fields, row_type) = super::super::cells::new_table_row(&writer.shape).map_err(fail)?;
+            if let Ok(row) = writer.decode(&payload, &row_type) {
+                super::super::cells::write_row(&fields, &row).map_err(fail)?;
+            }
+        }
     }
 }

@@ -223,6 +223,52 @@ fn grow(existing: &Type, shape: &Shape, next_id: &mut i32) -> Result<Option<Type
     }
 }
 
+/// The cell of a struct column of `fields` from a value's named `members` (an Avro
+/// record's fields, a JSON object's properties), each converted by `convert`; a
+/// column no member names is null. `top`: the table's top level (whose column names
+/// may differ from their fields'); `member` names a member in errors.
+pub fn struct_cell<V>(
+    fields: &arrow_schema::Fields,
+    members: &[(&str, &V)],
+    top: bool,
+    member: &str,
+    convert: impl Fn(&V, &DataType) -> Result<Cell, String>,
+) -> Result<Cell, String> {
+    let mut children = Vec::with_capacity(fields.len());
+    for field in fields {
+        let found = members
+            .iter()
+            .find(|(name, _)| crate::table::column_for(name, top) == field.name().as_str());
+        children.push(match found {
+            Some((name, value)) => {
+                convert(value, field.data_type()).map_err(|e| format!("{member} {name}: {e}"))?
+            }
+            None => Cell::Null,
+        });
+    }
+    Ok(Cell::Struct(children))
+}
+
+/// The cell of a map column whose entries are `entries` from string-keyed `pairs`
+/// (in key order), each value converted by `convert`.
+pub fn map_cell<V>(
+    entries: &arrow_schema::FieldRef,
+    mut pairs: Vec<(&str, &V)>,
+    convert: impl Fn(&V, &DataType) -> Result<Cell, String>,
+) -> Result<Cell, String> {
+    let value_type = match entries.data_type() {
+        DataType::Struct(kv) if kv.len() == 2 => kv[1].data_type(),
+        other => return Err(format!("a map column of entries {other}")),
+    };
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    Ok(Cell::Map(
+        pairs
+            .into_iter()
+            .map(|(k, v)| Ok((Cell::Text(k.to_owned()), convert(v, value_type)?)))
+            .collect::<Result<_, String>>()?,
+    ))
+}
+
 /// A null cell, to borrow.
 pub(crate) const NULL: Cell = Cell::Null;
 
@@ -398,6 +444,35 @@ pub fn column(data_type: &DataType, cells: &[&Cell]) -> Result<ArrayRef, ArrowEr
             )));
         }
     })
+}
+
+/// The columns of a new table holding `shape`, and its row type (a struct of them):
+/// what the decoders' tests write rows into.
+#[cfg(test)]
+pub(crate) fn new_table_row(
+    shape: &[(String, Shape)],
+) -> Result<(arrow_schema::Fields, DataType), String> {
+    let fields = absorb(&[], shape, true, &mut 1)?.unwrap_or_default();
+    let schema = iceberg::spec::Schema::builder()
+        .with_fields(fields)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let arrow = crate::table::arrow_schema(&schema).map_err(|e| e.to_string())?;
+    Ok((
+        arrow.fields().clone(),
+        DataType::Struct(arrow.fields().clone()),
+    ))
+}
+
+/// Builds the Arrow column of each of `row`'s cells (a row decoded for `fields`).
+#[cfg(test)]
+pub(crate) fn write_row(fields: &arrow_schema::Fields, row: &Cell) -> Result<(), String> {
+    if let Cell::Struct(values) = row {
+        for (field, value) in fields.iter().zip(values) {
+            column(field.data_type(), &[value]).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //! reason): a schema without a type, unions of several non-null types, references
 //! outside the document, recursive schemas.
 
-use super::cells::{Cell, Shape};
+use super::cells::{Cell, Shape, map_cell, struct_cell};
 use arrow_schema::DataType;
 use iceberg::spec::PrimitiveType;
 use serde_json::Value;
@@ -190,18 +190,11 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
         },
         (DataType::Utf8 | DataType::LargeUtf8, Value::String(s)) => Cell::Text(s.clone()),
         (DataType::Struct(fields), Value::Object(properties)) => {
-            let mut children = Vec::with_capacity(fields.len());
-            for field in fields {
-                let found = properties
-                    .iter()
-                    .find(|(name, _)| crate::table::column_for(name, top) == field.name().as_str());
-                children.push(match found {
-                    Some((name, value)) => cell(value, field.data_type(), false)
-                        .map_err(|e| format!("property {name}: {e}"))?,
-                    None => Cell::Null,
-                });
-            }
-            Cell::Struct(children)
+            let members: Vec<(&str, &Value)> = properties
+                .iter()
+                .map(|(name, v)| (name.as_str(), v))
+                .collect();
+            struct_cell(fields, &members, top, "property", |v, t| cell(v, t, false))?
         }
         (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => Cell::List(
             items
@@ -209,24 +202,11 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
                 .map(|v| cell(v, item.data_type(), false))
                 .collect::<Result<_, _>>()?,
         ),
-        (DataType::Map(entries, _), Value::Object(map)) => {
-            let DataType::Struct(kv) = entries.data_type() else {
-                return refused();
-            };
-            let Some(value_field) = kv.get(1) else {
-                return refused();
-            };
-            Cell::Map(
-                map.iter()
-                    .map(|(k, v)| {
-                        Ok((
-                            Cell::Text(k.clone()),
-                            cell(v, value_field.data_type(), false)?,
-                        ))
-                    })
-                    .collect::<Result<_, String>>()?,
-            )
-        }
+        (DataType::Map(entries, _), Value::Object(map)) => map_cell(
+            entries,
+            map.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+            |v, t| cell(v, t, false),
+        )?,
         _ => return refused(),
     })
 }
@@ -263,5 +243,30 @@ mod tests {
             assert!(JsonSchemaWriter::parse(refused).is_err(), "{refused}");
         }
         Ok(())
+    }
+
+    proptest::proptest! {
+        /// Any bytes, and any JSON, decode into a row or are refused; never a panic.
+        #[test]
+        fn any_payload_decodes_or_is_refused(
+            payload in proptest::collection::vec(proptest::num::u8::ANY, 0..100),
+            n in proptest::num::i64::ANY,
+            score in proptest::num::f64::ANY,
+        ) {
+            let fail = proptest::test_runner::TestCaseError::fail;
+            let writer = JsonSchemaWriter::parse(
+                r#"{"type": "object", "properties": {"n": {"type": "integer"},
+                    "score": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}},
+                    "m": {"type": "object", "additionalProperties": {"type": "integer"}}}}"#,
+            )
+            .map_err(fail)?;
+            let (fields, row_type) = super::super::cells::new_table_row(&writer.shape).map_err(fail)?;
+            let json = format!(r#"{{"n": {n}, "score": {score:?}, "tags": ["a"], "m": {{"k": {n}}}}}"#);
+            for bytes in [payload.as_slice(), json.as_bytes()] {
+                if let Ok(row) = writer.decode(bytes, &row_type) {
+                    super::super::cells::write_row(&fields, &row).map_err(fail)?;
+                }
+            }
+        }
     }
 }

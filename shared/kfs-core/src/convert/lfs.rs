@@ -12,7 +12,7 @@
 //! `max_inline_size` bytes, on top of the batch being built.
 
 use super::RecordColumns;
-use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed};
+use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, flushed};
 use crate::source::{SegmentSource, SourceError};
 use arrow_array::builder::{BooleanBuilder, Int64Builder, StringBuilder};
 use arrow_array::{ArrayRef, new_null_array};
@@ -21,7 +21,7 @@ use futures::StreamExt;
 use iceberg::table::Table;
 use kfs_plan::fault::ErrorKind;
 use kfs_plan::lfs::{Disposition, Envelope, LfsMode, LfsPolicy};
-use kfs_segment::{Record, RecordHeader};
+use kfs_segment::{OwnedRecord, Record};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -92,49 +92,6 @@ async fn fetch_blob(source: &impl SegmentSource, key: &str, size: u64) -> BlobRe
         body.extend_from_slice(&chunk);
     }
     Ok(Ok(body.freeze()))
-}
-
-/// A record held while its blob is fetched.
-struct OwnedRecord {
-    offset: i64,
-    timestamp_ms: i64,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
-    headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-}
-
-impl OwnedRecord {
-    fn of(record: &Record<'_>) -> Self {
-        Self {
-            offset: record.offset,
-            timestamp_ms: record.timestamp_ms,
-            key: record.key.map(<[u8]>::to_vec),
-            value: record.value.map(<[u8]>::to_vec),
-            headers: record
-                .headers
-                .iter()
-                .map(|h| (h.key.to_vec(), h.value.map(<[u8]>::to_vec)))
-                .collect(),
-        }
-    }
-
-    /// The record, its value `value`.
-    fn with_value<'a>(&'a self, value: Option<&'a [u8]>) -> Record<'a> {
-        Record {
-            offset: self.offset,
-            timestamp_ms: self.timestamp_ms,
-            key: self.key.as_deref(),
-            value,
-            headers: self
-                .headers
-                .iter()
-                .map(|(key, value)| RecordHeader {
-                    key,
-                    value: value.as_deref(),
-                })
-                .collect(),
-        }
-    }
 }
 
 /// A claim check whose blob is being fetched.
@@ -411,7 +368,7 @@ impl RecordRouter for LfsRouter {
                 self.in_flight.push_back(InFlight {
                     topic: topic.to_owned(),
                     partition,
-                    record: OwnedRecord::of(record),
+                    record: OwnedRecord::from_record(record),
                     envelope,
                     reply: answer,
                 });
@@ -447,19 +404,17 @@ impl RecordRouter for LfsRouter {
     }
 
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
-        let mut routed = Vec::new();
         let rows = self.table.rows();
-        if rows > 0 {
-            let described = match &mut self.described {
-                Some((fields, columns)) => columns.finish(fields, rows),
-                None => Vec::new(),
-            };
-            routed.push(Routed::Table(self.table.finish_with(described)?));
-        }
-        if let Some(dead) = &mut self.dead {
-            routed.extend(dead.finish()?);
-        }
-        Ok(routed)
+        flushed(
+            &mut self.table,
+            || {
+                Ok(match &mut self.described {
+                    Some((fields, columns)) => columns.finish(fields, rows),
+                    None => Vec::new(),
+                })
+            },
+            self.dead.as_mut(),
+        )
     }
 
     fn dead_letters(&self) -> u64 {

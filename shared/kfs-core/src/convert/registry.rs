@@ -8,7 +8,7 @@
 use super::avro::AvroWriter;
 use super::cells::{Cell, NULL, column};
 use super::json_schema::JsonSchemaWriter;
-use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed};
+use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, flushed};
 use super::{ROWS_PER_BATCH, RecordColumns};
 use crate::table::arrow_schema;
 use arrow_array::ArrayRef;
@@ -150,27 +150,26 @@ impl RecordRouter for RegistryRouter {
     }
 
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
-        let mut routed = Vec::new();
-        if self.table.rows() > 0 {
-            let rows = std::mem::take(&mut self.rows);
-            self.value_bytes = 0;
-            let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.payload.len());
-            for (i, field) in self.payload.iter().enumerate() {
-                let cells: Vec<&Cell> = rows
-                    .iter()
-                    .map(|row| match row {
-                        Cell::Struct(values) => values.get(i).unwrap_or(&NULL),
-                        _ => &NULL,
-                    })
-                    .collect();
-                columns.push(column(field.data_type(), &cells)?);
-            }
-            routed.push(Routed::Table(self.table.finish_with(columns)?));
-        }
-        if let Some(dead) = &mut self.dead {
-            routed.extend(dead.finish()?);
-        }
-        Ok(routed)
+        flushed(
+            &mut self.table,
+            || {
+                let rows = std::mem::take(&mut self.rows);
+                self.value_bytes = 0;
+                let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.payload.len());
+                for (i, field) in self.payload.iter().enumerate() {
+                    let cells: Vec<&Cell> = rows
+                        .iter()
+                        .map(|row| match row {
+                            Cell::Struct(values) => values.get(i).unwrap_or(&NULL),
+                            _ => &NULL,
+                        })
+                        .collect();
+                    columns.push(column(field.data_type(), &cells)?);
+                }
+                Ok(columns)
+            },
+            self.dead.as_mut(),
+        )
     }
 
     fn dead_letters(&self) -> u64 {

@@ -103,6 +103,25 @@ pub(crate) struct JsonRouter {
     dead: Option<DeadLetterColumns>,
 }
 
+/// The batches a router's buffers hold, and they start over: the table's rows (their
+/// columns beyond the record columns built by `payload`, called only when there are
+/// rows), then the dead letters.
+pub(crate) fn flushed(
+    table: &mut RecordColumns,
+    payload: impl FnOnce() -> iceberg::Result<Vec<ArrayRef>>,
+    dead: Option<&mut DeadLetterColumns>,
+) -> iceberg::Result<Vec<Routed>> {
+    let mut routed = Vec::new();
+    if table.rows() > 0 {
+        let payload = payload()?;
+        routed.push(Routed::Table(table.finish_with(payload)?));
+    }
+    if let Some(dead) = dead {
+        routed.extend(dead.finish()?);
+    }
+    Ok(routed)
+}
+
 /// The rows of a dead-letter batch being built: each record as it came, with the
 /// reason and the segment it was read from.
 pub(crate) struct DeadLetterColumns {
@@ -240,17 +259,18 @@ impl RecordRouter for JsonRouter {
     }
 
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
-        let mut routed = Vec::new();
-        if self.table.rows() > 0 {
-            let values = std::mem::take(&mut self.values);
-            self.value_bytes = 0;
-            let payload = crate::convert::json::payload_columns(&self.payload, &values)?;
-            routed.push(Routed::Table(self.table.finish_with(payload)?));
-        }
-        if let Some(dead) = &mut self.dead {
-            routed.extend(dead.finish()?);
-        }
-        Ok(routed)
+        flushed(
+            &mut self.table,
+            || {
+                let values = std::mem::take(&mut self.values);
+                self.value_bytes = 0;
+                Ok(crate::convert::json::payload_columns(
+                    &self.payload,
+                    &values,
+                )?)
+            },
+            self.dead.as_mut(),
+        )
     }
 
     fn dead_letters(&self) -> u64 {
