@@ -136,13 +136,16 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         }
     }
 
-    /// Waits until the memory budget has room for a conversion of `size` bytes (a
+    /// Waits until the memory budget has room for a conversion of `size` bytes of
+    /// segments that holds up to `blob_bytes` of large-file blobs besides (a
     /// conversion larger than the whole budget waits for all of it); the permit is
     /// held until the conversion ends.
-    async fn admit(&self, size: u64) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    async fn admit(&self, size: u64, blob_bytes: u64) -> Option<tokio::sync::SemaphorePermit<'_>> {
         let memory = self.memory.as_ref()?;
         let budget = self.settings.memory_budget_mib.unwrap_or(u64::MAX);
-        let wanted = conversion_mib(size, &self.settings.limits).min(budget);
+        let wanted = conversion_mib(size, &self.settings.limits)
+            .saturating_add(blob_bytes.div_ceil(1 << 20))
+            .min(budget);
         let wanted = u32::try_from(wanted).unwrap_or(u32::MAX);
         // The semaphore is never closed, so this only waits.
         memory.acquire_many(wanted).await.ok()
@@ -406,7 +409,8 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
     /// Converts small segments of one partition in runs; returns each segment with its
     /// objects and outcome.
     async fn convert_runs(&self, target: &TopicTable, small: Vec<NewObject>) -> Vec<Answer> {
-        let _admitted = self.admit(crate::convert::RUN_SEGMENT_BYTES).await;
+        // Runs are of raw tables without claim checks to resolve.
+        let _admitted = self.admit(crate::convert::RUN_SEGMENT_BYTES, 0).await;
         let mut objects: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let news: Vec<NewSegment> = small
             .into_iter()
@@ -498,7 +502,9 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         key: &SegmentKey,
         kfs: &SourceObject,
     ) -> Result<ObjectOutcome, PipelineError> {
-        let _admitted = self.admit(kfs.size).await;
+        let _admitted = self
+            .admit(kfs.size, target.lfs.blob_bytes_in_flight())
+            .await;
         let entry = self
             .settings
             .retry

@@ -151,6 +151,19 @@ impl Default for LfsPolicy {
     }
 }
 
+impl LfsPolicy {
+    /// Most bytes of blobs one conversion holds at once: `concurrency` blobs of at
+    /// most `max_inline_size` bytes where blobs are fetched, else none (what a
+    /// function's memory admission adds to a conversion's estimate).
+    pub fn blob_bytes_in_flight(&self) -> u64 {
+        if self.mode.fetches() {
+            (self.concurrency as u64).saturating_mul(self.max_inline_size)
+        } else {
+            0
+        }
+    }
+}
+
 /// The LFS settings of a deployment: a policy, and per-topic modes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LfsSettings {
@@ -474,6 +487,25 @@ mod tests {
             blob_key(&local, "ns", "t", &foreign),
             Ok("ns/t/lfs/x".to_owned())
         );
+    }
+
+    #[test]
+    fn only_fetching_modes_hold_blobs_in_memory() {
+        let mut policy = LfsPolicy {
+            max_inline_size: 1 << 20,
+            concurrency: 4,
+            ..LfsPolicy::default()
+        };
+        for (mode, bytes) in [
+            (LfsMode::Off, 0),
+            (LfsMode::Reference, 0),
+            (LfsMode::Skip, 0),
+            (LfsMode::Resolve, 4 << 20),
+            (LfsMode::Hybrid, 4 << 20),
+        ] {
+            policy.mode = mode;
+            assert_eq!(policy.blob_bytes_in_flight(), bytes, "{mode:?}");
+        }
     }
 
     #[test]
