@@ -518,9 +518,10 @@ async fn convert_json_segment(
 /// and absorbed by the table's schema through `swap` (new fields as new optional
 /// columns, promotions Iceberg allows; a concurrent change makes it look again); a
 /// schema the table cannot absorb, or an id the registry does not know, sends its
-/// records to the dead-letter table with the reason. Then the segment is read again
-/// and converted. A registry that cannot answer fails the conversion (transient: it is
-/// retried).
+/// records to the dead-letter table with the reason, as does one needing columns the
+/// table refuses (a field named like a partition field). Then the segment is read
+/// again and converted. A registry that cannot answer fails the conversion
+/// (transient: it is retried).
 async fn convert_registry_segment(
     CatalogAccess { catalog, swap }: CatalogAccess<'_>,
     target: &TopicTable,
@@ -606,6 +607,49 @@ async fn convert_registry_segment(
                         .await
                         .map_err(|source| catalog_error(&target.name, source))?;
                     continue;
+                }
+                // The table refuses the columns (a field named like a partition
+                // field): the writer schemas are added one at a time, and those
+                // whose columns it refuses are dead letters.
+                Err(e) if crate::fault::iceberg_error_kind(&e).quarantines() => {
+                    for (id, resolved) in &parsed {
+                        let Ok(writer) = resolved else { continue };
+                        let current = table.metadata().current_schema().clone();
+                        let mut next_id = table
+                            .metadata()
+                            .last_column_id()
+                            .max(current.highest_field_id())
+                            + 1;
+                        // Fits as it is, or refused already (`writers` says why).
+                        let Ok(Some(grown)) = crate::convert::absorb(
+                            current.as_struct().fields(),
+                            writer.shape(),
+                            true,
+                            &mut next_id,
+                        ) else {
+                            continue;
+                        };
+                        let evolved = iceberg::spec::Schema::builder()
+                            .with_schema_id(current.schema_id() + 1)
+                            .with_identifier_field_ids(current.identifier_field_ids())
+                            .with_fields(grown)
+                            .build()
+                            .map_err(|e| catalog_error(&target.name, e))?;
+                        match crate::table::evolve_schema(swap, &table, evolved).await {
+                            Ok(updated) => table = updated,
+                            Err(e) if crate::fault::iceberg_error_kind(&e).quarantines() => {
+                                writers.insert(
+                                    *id,
+                                    Err(format!(
+                                        "schema id {id} needs columns table {} refuses: {e}",
+                                        target.name
+                                    )),
+                                );
+                            }
+                            // A concurrent change: the conversion is tried again.
+                            Err(e) => return Err(catalog_error(&target.name, e)),
+                        }
+                    }
                 }
                 Err(e) => return Err(catalog_error(&target.name, e)),
             }

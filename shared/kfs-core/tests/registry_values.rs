@@ -352,3 +352,63 @@ async fn a_registry_outage_is_retried_never_dead_lettered() -> Result<(), BoxErr
     assert_eq!(offsets(&local.catalog, &name).await?.len(), 1);
     Ok(())
 }
+
+/// A writer schema needing a column the table refuses (named like its partition field)
+/// sends its records to the dead-letter table; the segment's other records are
+/// written, and nothing is quarantined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_the_table_refuses_sends_only_its_records_to_dead_letters() -> Result<(), BoxError>
+{
+    const CLASH: &str = r#"{"type": "record", "name": "Clash", "fields": [
+        {"name": "timestamp_day", "type": "long"}
+    ]}"#;
+    let local = Local::open().await?;
+    let registry = registry();
+    registry.register(
+        5,
+        RegisteredSchema {
+            kind: SchemaKind::Avro,
+            text: CLASH.to_owned(),
+        },
+    );
+    let mut config = config(Arc::new(registry));
+    config.naming.partition_by = kfs_plan::layout::parse_partition_spec("day(timestamp)")?;
+    config.naming.partition_by_given = true;
+    let fine = framed(
+        1,
+        V1,
+        record(vec![
+            ("id", Value::Int(1)),
+            ("name", Value::String("n".into())),
+            ("amount", Value::Float(1.0)),
+            ("placed", Value::TimestampMillis(0)),
+        ]),
+    )?;
+    let clash = framed(5, CLASH, record(vec![("timestamp_day", Value::Long(1))]))?;
+    let values = [fine, clash];
+    local.put_records(
+        "orders",
+        kfs_workload::simple_records(0, 2, |o| values.get(o as usize).cloned()),
+    )?;
+    let report = run_once(
+        &local.source,
+        &local.catalog,
+        &local.swap,
+        &local.ledger,
+        &config,
+        &|_| {},
+    )
+    .await?;
+    assert!(
+        report.quarantined.is_empty() && !report.left_work(),
+        "{report:?}"
+    );
+    let name = config.naming.table_for("orders");
+    let once = |o: i64| -> BTreeMap<(i32, i64), usize> { [((0, o), 1)].into_iter().collect() };
+    assert_eq!(offsets(&local.catalog, &name).await?, once(0));
+    assert_eq!(
+        offsets(&local.catalog, &name.dead_letters()).await?,
+        once(1)
+    );
+    Ok(())
+}
