@@ -19,7 +19,7 @@
 //! reason): unions of several non-null types, nanosecond timestamps, `duration`,
 //! decimals beyond 38 digits or without a scale, recursive records.
 
-use super::cells::{Cell, Shape, map_cell, struct_cell};
+use super::cells::{Cell, Shape, list_cell, map_cell, struct_cell};
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use arrow_schema::{DataType, TimeUnit};
@@ -237,12 +237,9 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
                 pairs.iter().map(|(name, v)| (name.as_str(), v)).collect();
             struct_cell(fields, &members, top, "field", |v, t| cell(v, t, false))?
         }
-        (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => Cell::List(
-            items
-                .iter()
-                .map(|v| cell(v, item.data_type(), false))
-                .collect::<Result<_, _>>()?,
-        ),
+        (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => {
+            list_cell(item, items, |v, t| cell(v, t, false))?
+        }
         (DataType::Map(entries, _), Value::Map(map)) => map_cell(
             entries,
             map.iter().map(|(k, v)| (k.as_str(), v)).collect(),

@@ -249,6 +249,20 @@ pub fn struct_cell<V>(
     Ok(Cell::Struct(children))
 }
 
+/// The cell of a list column of `item`s from `items`, each converted by `convert`.
+pub fn list_cell<'v, V: 'v>(
+    item: &arrow_schema::FieldRef,
+    items: impl IntoIterator<Item = &'v V>,
+    convert: impl Fn(&V, &DataType) -> Result<Cell, String>,
+) -> Result<Cell, String> {
+    Ok(Cell::List(
+        items
+            .into_iter()
+            .map(|v| convert(v, item.data_type()))
+            .collect::<Result<_, _>>()?,
+    ))
+}
+
 /// The cell of a map column whose entries are `entries` from string-keyed `pairs`
 /// (in key order), each value converted by `convert`.
 pub fn map_cell<V>(

@@ -15,7 +15,7 @@
 //! reason): a schema without a type, unions of several non-null types, references
 //! outside the document, recursive schemas.
 
-use super::cells::{Cell, Shape, map_cell, struct_cell};
+use super::cells::{Cell, Shape, list_cell, map_cell, struct_cell};
 use arrow_schema::DataType;
 use iceberg::spec::PrimitiveType;
 use serde_json::Value;
@@ -196,12 +196,9 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
                 .collect();
             struct_cell(fields, &members, top, "property", |v, t| cell(v, t, false))?
         }
-        (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => Cell::List(
-            items
-                .iter()
-                .map(|v| cell(v, item.data_type(), false))
-                .collect::<Result<_, _>>()?,
-        ),
+        (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => {
+            list_cell(item, items, |v, t| cell(v, t, false))?
+        }
         (DataType::Map(entries, _), Value::Object(map)) => map_cell(
             entries,
             map.iter().map(|(k, v)| (k.as_str(), v)).collect(),

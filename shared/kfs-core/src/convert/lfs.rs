@@ -12,7 +12,7 @@
 //! `max_inline_size` bytes, on top of the batch being built.
 
 use super::RecordColumns;
-use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, flushed};
+use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, dead_letter, flushed};
 use crate::source::{SegmentSource, SourceError};
 use arrow_array::builder::{BooleanBuilder, Int64Builder, StringBuilder};
 use arrow_array::{ArrayRef, new_null_array};
@@ -255,10 +255,7 @@ impl LfsRouter {
         record: &Record<'_>,
         reason: &str,
     ) -> Result<(), PushError> {
-        let Some(dead) = &mut self.dead else {
-            return Err(format!("{reason}, and no dead-letter table was opened").into());
-        };
-        Ok(dead.push(topic, partition, record, reason)?)
+        dead_letter(self.dead.as_mut(), (topic, partition), record, reason)
     }
 
     /// Waits for the oldest blob in flight and routes its record.

@@ -8,7 +8,7 @@
 use super::avro::AvroWriter;
 use super::cells::{Cell, NULL, column};
 use super::json_schema::JsonSchemaWriter;
-use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, flushed};
+use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, dead_letter, flushed};
 use super::{ROWS_PER_BATCH, RecordColumns};
 use crate::table::arrow_schema;
 use arrow_array::ArrayRef;
@@ -130,12 +130,7 @@ impl RecordRouter for RegistryRouter {
                 self.value_bytes += 4 * record.value.map_or(0, <[u8]>::len);
                 Ok(())
             }
-            Err(reason) => {
-                let Some(dead) = &mut self.dead else {
-                    return Err(format!("{reason}, and no dead-letter table was opened").into());
-                };
-                Ok(dead.push(topic, partition, record, &reason)?)
-            }
+            Err(reason) => dead_letter(self.dead.as_mut(), (topic, partition), record, &reason),
         }
     }
 

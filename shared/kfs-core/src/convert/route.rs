@@ -122,6 +122,20 @@ pub(crate) fn flushed(
     Ok(routed)
 }
 
+/// Sends `record` to the dead-letter rows `dead`, refused for `reason`; with no
+/// dead-letter table opened, the record can go nowhere (the reason says why).
+pub(crate) fn dead_letter(
+    dead: Option<&mut DeadLetterColumns>,
+    (topic, partition): (&str, i32),
+    record: &Record<'_>,
+    reason: &str,
+) -> Result<(), PushError> {
+    let Some(dead) = dead else {
+        return Err(format!("{reason}, and no dead-letter table was opened").into());
+    };
+    Ok(dead.push(topic, partition, record, reason)?)
+}
+
 /// The rows of a dead-letter batch being built: each record as it came, with the
 /// reason and the segment it was read from.
 pub(crate) struct DeadLetterColumns {
@@ -239,10 +253,7 @@ impl RecordRouter for JsonRouter {
                 self.value_bytes += PARSED_JSON_FACTOR * record.value.map_or(0, <[u8]>::len);
             }
             Err(rejection) => {
-                let Some(dead) = &mut self.dead else {
-                    return Err(format!("{rejection}, and no dead-letter table was opened").into());
-                };
-                dead.push(topic, partition, record, &rejection.0)?;
+                dead_letter(self.dead.as_mut(), (topic, partition), record, &rejection.0)?;
             }
         }
         Ok(())
