@@ -15,7 +15,8 @@ prerequisites() {
     local missing=()
     python3 - <<'PY' || missing+=("Python packages: pip install -r tests/requirements.txt")
 import importlib.util, sys
-needed = ["crc32c", "cramjam", "pyiceberg", "duckdb", "moto", "cfnlint", "fastavro"]
+needed = ["crc32c", "cramjam", "pyiceberg", "duckdb", "moto", "cfnlint", "fastavro",
+          "google.protobuf", "grpc_tools"]
 sys.exit(any(importlib.util.find_spec(m) is None for m in needed))
 PY
     if [ "${1:-}" != "--fast" ]; then

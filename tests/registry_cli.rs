@@ -6,7 +6,10 @@
 //! `kfs-iceberg run` in two passes (the table's schema grows between them), read back
 //! by pyiceberg and DuckDB: the encoded values, field ids stable, an incompatible
 //! version, an unknown id, an unframed value and a payload cut short in the
-//! dead-letter table with their reasons, every record once.
+//! dead-letter table with their reasons, every record once. Protobuf values likewise:
+//! encoded by Google's protobuf library from schemas that protoc compiled from the
+//! registry's text, three versions (the third the second message of its file and
+//! importing another by a registry reference), and what a table of them cannot hold.
 
 use crate::support;
 
@@ -163,6 +166,60 @@ fn avro_values_of_three_schema_versions_become_typed_columns() {
     assert!(
         !text.contains(" 1 quarantined") && !text.contains("dead letter"),
         "{text}"
+    );
+}
+
+#[test]
+fn protobuf_values_of_three_schema_versions_become_typed_columns() {
+    let dir = tempdir();
+    let registry = Registry::start(dir.path());
+    let credentials = dir.path().join("registry.json");
+    std::fs::write(
+        &credentials,
+        r#"{"username": "kfs", "password": "s3cret-registry"}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let source = dir.path().join("segments");
+    let warehouse = dir.path().join("warehouse");
+    make(&source, "4");
+    let out = succeed(
+        kfs()
+            .args(["run", "--quiet", "--value-format", "registry"])
+            .args([
+                "--schema-registry-url",
+                &registry.url,
+                "--schema-registry-credentials",
+            ])
+            .arg(&credentials)
+            .arg("--source")
+            .arg(&source)
+            .arg("--warehouse")
+            .arg(&warehouse),
+        "kfs-iceberg run --value-format registry",
+    );
+    let summary = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !summary.contains("s3cret-registry"),
+        "credentials printed: {summary}"
+    );
+    assert!(summary.contains("0 quarantined"), "{summary}");
+    let out = succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/python/check_registry.py"))
+            .arg("check-protobuf")
+            .arg("--warehouse")
+            .arg(&warehouse),
+        "check_registry.py check-protobuf",
+    );
+    let facts = String::from_utf8_lossy(&out.stdout);
+    println!("{facts}");
+    assert!(
+        facts.contains(r#""protobuf_rows": 7"#) && facts.contains(r#""duckdb_rows": 7"#),
+        "{facts}"
     );
 }
 

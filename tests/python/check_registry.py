@@ -1,24 +1,32 @@
 #!/usr/bin/env python3
-"""Registry-encoded Avro values end to end, written and checked independently of the
-Rust code: schemas served by a registry following the Confluent REST API (this
-script's `serve`), values encoded by fastavro with Confluent's framing, segments by
-tests/independent/kfs_writer.py, tables read back by pyiceberg and DuckDB.
+"""Registry-encoded values end to end, written and checked independently of the Rust
+code: schemas served by a registry following the Confluent REST API (this script's
+`serve`), Avro values encoded by fastavro and Protobuf values by Google's protobuf
+library (schemas compiled from the registry's .proto text by grpcio-tools' protoc),
+each with Confluent's framing, segments by tests/independent/kfs_writer.py, tables
+read back by pyiceberg and DuckDB.
 
     check_registry.py serve --port-file FILE [--user U --password P]
-        Serves GET /schemas/ids/{id} on 127.0.0.1 (a free port, written to FILE) with
-        basic authentication when a user is given, until killed.
+        Serves GET /schemas/ids/{id} and GET /subjects/{subject}/versions/{version}
+        on 127.0.0.1 (a free port, written to FILE) with basic authentication when a
+        user is given, until killed.
 
-    check_registry.py make DIR --part 1|2|3
+    check_registry.py make DIR --part 1|2|3|4
         Writes the segment of part 1 (schema v1) or part 2 (v2, v3, an incompatible
         version, an unknown id, a value without the framing, a payload cut short, a
         tombstone) of topic `orders`, namespace `ns`, partition 0, under DIR; part 3
         is topic `events`, JSON values of three JSON Schema versions and what a table
+        of them cannot hold; part 4 is topic `payments`, Protobuf values of three
+        versions (the third importing a file by a registry reference) and what a table
         of them cannot hold.
 
     check_registry.py check --warehouse WH
         Checks `kafscale.orders` and its `__dlq`: every record once in one of them, the
         values as encoded, field ids stable since the first schema, each dead letter's
         reason. Prints one JSON line of facts; exits non-zero on the first mismatch.
+
+    check_registry.py check-protobuf --warehouse WH
+        The same for `kafscale.payments` and its `__dlq` (part 4).
 """
 
 import argparse
@@ -30,6 +38,8 @@ import json
 import os
 import struct
 import sys
+import tempfile
+import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -81,6 +91,82 @@ J_INCOMPATIBLE = {"type": "object", "properties": {"n": {"type": "string"}}}
 JSON_SCHEMAS = {201: J1, 202: J2, 203: J3, 204: J_INCOMPATIBLE}
 UNKNOWN_ID = 999
 
+# Protobuf versions of topic `payments` (schemaType PROTOBUF), as the registry holds
+# them: v2 promotes id and amount and adds a list, an optional string and a wrapper;
+# v3 drops name and email, adds a map, an enum, a message of a file it imports by a
+# registry reference, a oneof and more, and is the second message of its file; the
+# incompatible one makes id a string.
+P1 = """syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Payment {
+  int32 id = 1;
+  string name = 2;
+  float amount = 3;
+  google.protobuf.Timestamp placed = 4;
+}
+"""
+P2 = """syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+message Payment {
+  int64 id = 1;
+  string name = 2;
+  double amount = 3;
+  google.protobuf.Timestamp placed = 4;
+  repeated string tags = 5;
+  optional string email = 6;
+  google.protobuf.StringValue nick = 7;
+}
+"""
+P3 = """syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+import "ship.proto";
+message Header {
+  string h = 1;
+}
+message Payment {
+  int64 id = 1;
+  double amount = 3;
+  google.protobuf.Timestamp placed = 4;
+  map<string, int64> attrs = 8;
+  Kind kind = 9;
+  Ship ship = 10;
+  oneof contact {
+    string phone = 11;
+    string fax = 12;
+  }
+  google.protobuf.Int64Value limit = 13;
+  bool urgent = 14;
+  bytes blob = 15;
+  uint64 big = 16;
+}
+enum Kind {
+  NEW = 0;
+  OLD = 1;
+}
+"""
+P_INCOMPATIBLE = """syntax = "proto3";
+package shop;
+message Payment {
+  string id = 1;
+}
+"""
+SHIP_PROTO = """syntax = "proto3";
+package shop;
+message Ship {
+  string city = 1;
+  optional int32 zip = 2;
+}
+"""
+PROTOBUF_SCHEMAS = {301: P1, 302: P2, 303: P3, 304: P_INCOMPATIBLE, 310: SHIP_PROTO}
+PROTOBUF_REFERENCES = {303: [{"name": "ship.proto", "subject": "ship-value", "version": 1}]}
+# (subject, version) -> (id, text), for GET /subjects/{subject}/versions/{version}.
+SUBJECT_VERSIONS = {("ship-value", 1): (310, SHIP_PROTO)}
+
 PLACED = datetime.datetime(2026, 12, 2, 10, 0, 0, tzinfo=datetime.timezone.utc)
 
 
@@ -96,9 +182,22 @@ def serve(args):
         def do_GET(self):
             if expected and self.headers.get("Authorization") != expected:
                 return self.answer(401, {"error_code": 401, "message": "Unauthorized"})
-            parts = self.path.strip("/").split("/")
+            parts = urllib.parse.urlsplit(self.path).path.strip("/").split("/")
+            if (len(parts) == 4 and parts[0] == "subjects" and parts[2] == "versions"
+                    and parts[3].isdigit()):
+                subject = urllib.parse.unquote(parts[1])
+                found = SUBJECT_VERSIONS.get((subject, int(parts[3])))
+                if found is None:
+                    return self.answer(404, {"error_code": 40402, "message": "Version not found."})
+                return self.answer(200, {"subject": subject, "version": int(parts[3]), "id": found[0],
+                                         "schema": found[1], "schemaType": "PROTOBUF"})
             if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
                 schema_id = int(parts[2])
+                if schema_id in PROTOBUF_SCHEMAS:
+                    body = {"schema": PROTOBUF_SCHEMAS[schema_id], "schemaType": "PROTOBUF"}
+                    if schema_id in PROTOBUF_REFERENCES:
+                        body["references"] = PROTOBUF_REFERENCES[schema_id]
+                    return self.answer(200, body)
                 if schema_id in JSON_SCHEMAS:
                     return self.answer(200, {"schema": json.dumps(JSON_SCHEMAS[schema_id]), "schemaType": "JSON"})
                 schema = SCHEMAS.get(schema_id)
@@ -178,29 +277,121 @@ JSON_DEAD = {
 }
 
 
-def make(args):
+_PROTOBUF_CLASSES = {}
+
+
+def protobuf_class(schema_id):
+    """The message class of `shop.Payment` of a registered version, compiled by protoc
+    from the registry's text into a pool of its own (the name is the same in each)."""
+    if schema_id not in _PROTOBUF_CLASSES:
+        import grpc_tools
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+        from grpc_tools import protoc
+
+        well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "ship.proto"), "w") as f:
+                f.write(SHIP_PROTO)
+            source = os.path.join(tmp, f"payment{schema_id}.proto")
+            with open(source, "w") as f:
+                f.write(PROTOBUF_SCHEMAS[schema_id])
+            out = os.path.join(tmp, "set.pb")
+            status = protoc.main(["protoc", f"--proto_path={tmp}", f"--proto_path={well_known}",
+                                  "--include_imports", f"--descriptor_set_out={out}", source])
+            if status != 0:
+                fail(f"protoc cannot compile schema {schema_id}")
+            with open(out, "rb") as f:
+                files = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+        pool = descriptor_pool.DescriptorPool()
+        for file in files.file:  # dependencies first
+            pool.AddSerializedFile(file.SerializeToString())
+        _PROTOBUF_CLASSES[schema_id] = message_factory.GetMessageClass(
+            pool.FindMessageTypeByName("shop.Payment"))
+    return _PROTOBUF_CLASSES[schema_id]
+
+
+def zigzag_varint(n):
+    """A protobuf sint32: zig-zag, then a base-128 varint."""
+    n = (n << 1) ^ (n >> 31)
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def protobuf_framed(schema_id, fields, indexes=(0,)):
+    """Confluent's Protobuf framing: magic byte 0, the schema id (4 bytes, big-endian),
+    the message-index list (its length, then each index, as zig-zag varints; [0] as the
+    single byte 0), then the message serialized by the protobuf library."""
+    message = protobuf_class(schema_id)(**fields)
+    indexes = list(indexes)
+    head = b"\x00" if indexes == [0] else b"".join(map(zigzag_varint, [len(indexes)] + indexes))
+    return struct.pack(">bI", 0, schema_id) + head + message.SerializeToString(deterministic=True)
+
+
+PLACED_PB = {"seconds": int(PLACED.timestamp())}
+
+
+def protobuf_values():
+    """The values of part 4's segment, by offset (base offset 0)."""
+    old = protobuf_class(303).DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_name["OLD"].number
+    v2 = protobuf_framed(302, {"id": 1 << 40, "name": "big", "amount": 2.25, "placed": PLACED_PB,
+                               "tags": ["a", "b"], "email": "x@example.com", "nick": {"value": "nn"}})
+    unknown = bytearray(v2)
+    unknown[1:5] = struct.pack(">I", UNKNOWN_ID)
+    return [
+        protobuf_framed(301, {"id": 1, "name": "one", "amount": 1.5, "placed": PLACED_PB}),
+        protobuf_framed(301, {"id": 2}),
+        v2,
+        protobuf_framed(302, {"id": 5, "name": "e", "placed": PLACED_PB}),
+        protobuf_framed(303, {"id": 7, "amount": -1.0, "placed": PLACED_PB, "attrs": {"k": 7, "j": -1},
+                              "kind": old, "ship": {"city": "Utrecht"}, "phone": "555",
+                              "limit": {"value": 9}, "urgent": True, "blob": b"\x00\x01",
+                              "big": 2**63 - 1}, indexes=[1]),
+        protobuf_framed(303, {"id": 8, "fax": "777", "big": 0}, indexes=[1]),
+        protobuf_framed(304, {"id": "x"}),
+        bytes(unknown),
+        b"not framed",
+        protobuf_framed(301, {"id": 1, "name": "one", "amount": 1.5, "placed": PLACED_PB})[:9],
+        protobuf_framed(301, {"id": 10, "name": "ten"}, indexes=[5]),
+        protobuf_framed(303, {"id": 11, "big": 2**64 - 1}, indexes=[1]),
+        None,
+    ]
+
+
+def write_segment(directory, topic, base, records):
+    """One segment of `topic`, namespace `ns`, partition 0, at base offset `base`."""
     import kfs_writer
 
-    if args.part == 3:
-        records = [kfs_writer.Record(i, i, None, v) for i, v in enumerate(JSON_VALUES)]
-        batch = kfs_writer.Batch(base_offset=0, base_timestamp=1_764_669_600_000, records=records).encode()
-        path = os.path.join(args.dir, "ns", "events", "0", f"segment-{0:020}")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".kfs", "wb") as f:
-            f.write(kfs_writer.build_segment([batch], 1_764_669_600_000))
-        with open(path + ".index", "wb") as f:
-            f.write(kfs_writer.build_index([batch]))
-        return
-    base = 0 if args.part == 1 else 3
-    values = part_values(args.part)
-    records = [kfs_writer.Record(i, i, f"k{base + i}".encode(), v) for i, v in enumerate(values)]
     batch = kfs_writer.Batch(base_offset=base, base_timestamp=1_764_669_600_000, records=records).encode()
-    path = os.path.join(args.dir, "ns", "orders", "0", f"segment-{base:020}")
+    path = os.path.join(directory, "ns", topic, "0", f"segment-{base:020}")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".kfs", "wb") as f:
         f.write(kfs_writer.build_segment([batch], 1_764_669_600_000))
     with open(path + ".index", "wb") as f:
         f.write(kfs_writer.build_index([batch]))
+
+
+def make(args):
+    import kfs_writer
+
+    if args.part == 3:
+        records = [kfs_writer.Record(i, i, None, v) for i, v in enumerate(JSON_VALUES)]
+        write_segment(args.dir, "events", 0, records)
+        return
+    if args.part == 4:
+        records = [kfs_writer.Record(i, i, f"k{i}".encode(), v) for i, v in enumerate(protobuf_values())]
+        write_segment(args.dir, "payments", 0, records)
+        return
+    base = 0 if args.part == 1 else 3
+    values = part_values(args.part)
+    records = [kfs_writer.Record(i, i, f"k{base + i}".encode(), v) for i, v in enumerate(values)]
+    write_segment(args.dir, "orders", base, records)
 
 
 def fail(message):
@@ -338,6 +529,103 @@ def check_json_schema_table(catalog):
     return len(rows), len(dead)
 
 
+PROTOBUF_COLUMNS = ["id", "name", "amount", "placed", "tags", "email", "nick", "attrs", "kind", "ship",
+                    "phone", "fax", "limit", "urgent", "blob", "big"]
+# Unset proto3 scalars read as their defaults; unset optional scalars, wrappers, messages
+# and oneof members as null; a column a version lacks is null in its rows.
+PROTOBUF_EXPECTED = {
+    0: {"id": 1, "name": "one", "amount": 1.5, "placed": PLACED_US},
+    1: {"id": 2, "name": "", "amount": 0.0, "placed": None},
+    2: {"id": 1 << 40, "name": "big", "amount": 2.25, "placed": PLACED_US, "tags": ["a", "b"],
+        "email": "x@example.com", "nick": "nn"},
+    3: {"id": 5, "name": "e", "amount": 0.0, "placed": PLACED_US, "tags": [], "email": None, "nick": None},
+    4: {"id": 7, "amount": -1.0, "placed": PLACED_US, "attrs": [("j", -1), ("k", 7)], "kind": "OLD",
+        "ship": {"city": "Utrecht", "zip": None}, "phone": "555", "fax": None, "limit": 9,
+        "urgent": True, "blob": b"\x00\x01", "big": 2**63 - 1},
+    5: {"id": 8, "amount": 0.0, "placed": None, "attrs": [], "kind": "NEW", "ship": None, "phone": None,
+        "fax": "777", "limit": None, "urgent": False, "blob": b"", "big": 0},
+    12: {},
+}
+PROTOBUF_DEAD = {
+    6: "schema id 304 cannot be written to table kafscale.payments: field id",
+    7: "schema id 999 is not in the schema registry",
+    8: "does not start with the schema registry's magic byte",
+    9: "Protobuf payload does not decode",
+    10: "names no message",
+    11: "beyond a long",
+}
+
+
+def check_protobuf(args):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    wh = os.path.abspath(args.warehouse)
+    catalog = SqlCatalog("local", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+    table = catalog.load_table("kafscale.payments")
+    rows = {r["offset"]: r for r in table.scan().to_arrow().to_pylist()}
+    if sorted(rows) != sorted(PROTOBUF_EXPECTED):
+        fail(f"payments: table holds offsets {sorted(rows)}, expected {sorted(PROTOBUF_EXPECTED)}")
+    for offset, want in PROTOBUF_EXPECTED.items():
+        for column in PROTOBUF_COLUMNS:
+            got = normalize(column, rows[offset].get(column))
+            expected = want.get(column)
+            if column == "tags" and got == []:
+                got = None  # pyiceberg reads a null list as empty
+            if column == "tags" and expected == []:
+                expected = None
+            if got != expected:
+                fail(f"payments offset {offset} column {column}: {got!r}, encoded {expected!r}")
+
+    schemas = table.metadata.schemas
+    current = {f.name: f.field_id for f in table.schema().fields}
+    for schema in schemas:
+        for f in schema.fields:
+            if current.get(f.name) != f.field_id:
+                fail(f"payments column {f.name} had id {f.field_id} in schema {schema.schema_id}, "
+                     f"now {current.get(f.name)}")
+    for column, kind in [("id", "long"), ("amount", "double")]:
+        if str(table.schema().find_field(column).field_type) != kind:
+            fail(f"payments: {column} is {table.schema().find_field(column).field_type}, not {kind}")
+
+    values = protobuf_values()
+    dead = {r["offset"]: r for r in catalog.load_table("kafscale.payments__dlq").scan().to_arrow().to_pylist()}
+    if sorted(dead) != sorted(PROTOBUF_DEAD):
+        fail(f"payments: dead-letter table holds offsets {sorted(dead)}, expected {sorted(PROTOBUF_DEAD)}")
+    for offset, needle in PROTOBUF_DEAD.items():
+        if needle not in dead[offset]["error"]:
+            fail(f"payments dead letter {offset}: reason {dead[offset]['error']!r} lacks {needle!r}")
+        if dead[offset]["value"] != values[offset]:
+            fail(f"payments dead letter {offset}: its value {dead[offset]['value']!r} is not the record's "
+                 f"own {values[offset]!r}")
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from verify_tables import open_duckdb
+
+    con = open_duckdb()
+    duckdb_rows = None
+    if con is not None:
+        found = con.execute(
+            "SELECT \"offset\", id, amount, epoch_us(placed), kind, ship.city, phone "
+            "FROM iceberg_scan(?) ORDER BY \"offset\"", [table.metadata_location]).fetchall()
+        duckdb_rows = len(found)
+        for offset, id_, amount, placed, kind, city, phone in found:
+            want = PROTOBUF_EXPECTED.get(offset)
+            if want is None:
+                fail(f"DuckDB: payments offset {offset} is not expected")
+            got = {"id": id_, "amount": amount, "placed": placed, "kind": kind, "phone": phone}
+            for column, value in got.items():
+                if value != want.get(column):
+                    fail(f"DuckDB: payments offset {offset} column {column}: {value!r}, "
+                         f"encoded {want.get(column)!r}")
+            if city != (want.get("ship") or {}).get("city"):
+                fail(f"DuckDB: payments offset {offset} ship.city {city!r}, "
+                     f"encoded {(want.get('ship') or {}).get('city')!r}")
+        if duckdb_rows != len(PROTOBUF_EXPECTED):
+            fail(f"DuckDB reads {duckdb_rows} payments rows, expected {len(PROTOBUF_EXPECTED)}")
+    print(json.dumps({"protobuf_rows": len(rows), "protobuf_dead_letters": len(dead),
+                      "schemas": len(schemas), "duckdb_rows": duckdb_rows}))
+
+
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
@@ -347,11 +635,13 @@ def main():
     s.add_argument("--password")
     m = sub.add_parser("make")
     m.add_argument("dir")
-    m.add_argument("--part", type=int, choices=(1, 2, 3), required=True)
+    m.add_argument("--part", type=int, choices=(1, 2, 3, 4), required=True)
     c = sub.add_parser("check")
     c.add_argument("--warehouse", required=True)
+    p = sub.add_parser("check-protobuf")
+    p.add_argument("--warehouse", required=True)
     args = parser.parse_args()
-    {"serve": serve, "make": make, "check": check}[args.command](args)
+    {"serve": serve, "make": make, "check": check, "check-protobuf": check_protobuf}[args.command](args)
 
 
 if __name__ == "__main__":

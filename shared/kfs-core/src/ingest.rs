@@ -555,7 +555,7 @@ async fn convert_registry_segment(
         }
     };
     let mut parsed = Vec::with_capacity(ids.len());
-    for id in ids {
+    for (id, messages) in ids {
         let resolved = schemas
             .get(id, crate::convert::WriterSchema::parse)
             .await
@@ -564,6 +564,8 @@ async fn convert_registry_segment(
                 message: e.to_string(),
                 kind: e.kind,
             })?;
+        // The columns of its values, or why they have none.
+        let resolved = resolved.and_then(|writer| Ok((writer.shapes(&messages)?, writer)));
         parsed.push((id, resolved));
     }
     let mut table = target.table.clone();
@@ -577,17 +579,23 @@ async fn convert_registry_segment(
             + 1;
         let mut writers = crate::convert::WriterSchemas::new();
         for (id, resolved) in &parsed {
-            let writer = resolved.clone().and_then(|writer| {
-                let grown = crate::convert::absorb(&fields, writer.shape(), true, &mut next_id)
-                    .map_err(|why| {
-                        format!(
-                            "schema id {id} cannot be written to table {}: {why}",
-                            target.name
-                        )
-                    })?;
-                if let Some(grown) = grown {
-                    fields = grown;
+            let writer = resolved.clone().and_then(|(shapes, writer)| {
+                let mut absorbed = fields.clone();
+                for shape in &shapes {
+                    if let Some(grown) =
+                        crate::convert::absorb(&absorbed, shape, true, &mut next_id).map_err(
+                            |why| {
+                                format!(
+                                    "schema id {id} cannot be written to table {}: {why}",
+                                    target.name
+                                )
+                            },
+                        )?
+                    {
+                        absorbed = grown;
+                    }
                 }
+                fields = absorbed;
                 Ok(writer)
             });
             writers.insert(*id, writer);
@@ -613,22 +621,26 @@ async fn convert_registry_segment(
                 // whose columns it refuses are dead letters.
                 Err(e) if crate::fault::iceberg_error_kind(&e).quarantines() => {
                     for (id, resolved) in &parsed {
-                        let Ok(writer) = resolved else { continue };
+                        let Ok((shapes, _)) = resolved else { continue };
                         let current = table.metadata().current_schema().clone();
                         let mut next_id = table
                             .metadata()
                             .last_column_id()
                             .max(current.highest_field_id())
                             + 1;
-                        // Fits as it is, or refused already (`writers` says why).
-                        let Ok(Some(grown)) = crate::convert::absorb(
-                            current.as_struct().fields(),
-                            writer.shape(),
-                            true,
-                            &mut next_id,
-                        ) else {
+                        let mut grown = current.as_struct().fields().to_vec();
+                        for shape in shapes {
+                            // Refused already (`writers` says why): stop here.
+                            match crate::convert::absorb(&grown, shape, true, &mut next_id) {
+                                Ok(Some(more)) => grown = more,
+                                Ok(None) => {}
+                                Err(_) => break,
+                            }
+                        }
+                        // Fits as it is.
+                        if grown.as_slice() == current.as_struct().fields() {
                             continue;
-                        };
+                        }
                         let evolved = iceberg::spec::Schema::builder()
                             .with_schema_id(current.schema_id() + 1)
                             .with_identifier_field_ids(current.identifier_field_ids())

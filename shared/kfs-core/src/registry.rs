@@ -65,6 +65,20 @@ pub struct RegisteredSchema {
     pub kind: SchemaKind,
     /// Its text.
     pub text: String,
+    /// The schemas it references, transitively, by the name it uses for each (a
+    /// Protobuf import path, an Avro named type's subject), with their texts.
+    pub references: Vec<(String, String)>,
+}
+
+impl RegisteredSchema {
+    /// A schema of `kind` that references no other.
+    pub fn new(kind: SchemaKind, text: impl Into<String>) -> Self {
+        Self {
+            kind,
+            text: text.into(),
+            references: Vec::new(),
+        }
+    }
 }
 
 /// The registry could not answer.
@@ -172,13 +186,28 @@ pub struct HttpRegistry {
     credentials: RegistryCredentials,
 }
 
-/// The body of `GET /schemas/ids/{id}`.
+/// The body of `GET /schemas/ids/{id}` and `GET /subjects/{subject}/versions/{v}`.
 #[derive(serde::Deserialize)]
 struct SchemaBody {
     schema: String,
     #[serde(rename = "schemaType", default)]
     schema_type: Option<String>,
+    #[serde(default)]
+    references: Vec<ReferenceBody>,
 }
+
+/// A reference of a registered schema to another: the name the schema uses for it,
+/// and the subject version holding it.
+#[derive(serde::Deserialize)]
+struct ReferenceBody {
+    name: String,
+    subject: String,
+    version: i64,
+}
+
+/// Most schemas one schema may reference, transitively (a cycle of references must
+/// end).
+const MAX_REFERENCES: usize = 64;
 
 impl HttpRegistry {
     /// The registry at `url` (`https://…`), authenticating with `credentials`.
@@ -200,10 +229,10 @@ impl HttpRegistry {
     }
 }
 
-#[async_trait::async_trait]
-impl SchemaRegistry for HttpRegistry {
-    async fn schema(&self, id: u32) -> Result<Option<RegisteredSchema>, RegistryError> {
-        let location = format!("{}/schemas/ids/{id}", self.url);
+impl HttpRegistry {
+    /// `GET {url}{path}`: the schema body, `None` when the registry has none there.
+    async fn get(&self, path: &str) -> Result<Option<SchemaBody>, RegistryError> {
+        let location = format!("{}{path}", self.url);
         let error = |message: String, kind: ErrorKind| RegistryError {
             location: location.clone(),
             message,
@@ -243,11 +272,75 @@ impl SchemaRegistry for HttpRegistry {
             };
             error(format!("its answer: {}", e.without_url()), kind)
         })?;
-        let kind = SchemaKind::parse(body.schema_type.as_deref())
-            .map_err(|e| error(e, ErrorKind::Config))?;
+        Ok(Some(body))
+    }
+}
+
+/// A subject name as one segment of a URL path.
+fn path_segment(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+#[async_trait::async_trait]
+impl SchemaRegistry for HttpRegistry {
+    async fn schema(&self, id: u32) -> Result<Option<RegisteredSchema>, RegistryError> {
+        let Some(body) = self.get(&format!("/schemas/ids/{id}")).await? else {
+            return Ok(None);
+        };
+        let config = |message: String| RegistryError {
+            location: format!("{}/schemas/ids/{id}", self.url),
+            message,
+            kind: ErrorKind::Config,
+        };
+        let kind = SchemaKind::parse(body.schema_type.as_deref()).map_err(config)?;
+        // The referenced schemas, transitively, each once, those a schema references
+        // before it (the order Avro's named types need).
+        let mut references: Vec<(String, String)> = Vec::new();
+        let mut pending: Vec<ReferenceBody> = body.references;
+        let mut seen = std::collections::HashSet::new();
+        while let Some(reference) = pending.pop() {
+            if !seen.insert(reference.name.clone()) {
+                continue;
+            }
+            if seen.len() > MAX_REFERENCES {
+                return Err(config(format!(
+                    "schema id {id} references more than {MAX_REFERENCES} schemas"
+                )));
+            }
+            let path = format!(
+                "/subjects/{}/versions/{}",
+                path_segment(&reference.subject),
+                reference.version
+            );
+            let Some(found) = self.get(&path).await? else {
+                // Its records are dead letters: the schema cannot be read.
+                return Ok(Some(RegisteredSchema {
+                    kind,
+                    text: body.schema,
+                    references: vec![(
+                        reference.name,
+                        format!(
+                            "<subject {} version {} is not in the schema registry>",
+                            reference.subject, reference.version
+                        ),
+                    )],
+                }));
+            };
+            references.insert(0, (reference.name, found.schema));
+            pending.extend(found.references);
+        }
         Ok(Some(RegisteredSchema {
             kind,
             text: body.schema,
+            references,
         }))
     }
 }
@@ -357,22 +450,10 @@ mod tests {
     #[tokio::test]
     async fn a_schema_is_fetched_once() -> Result<(), RegistryError> {
         let registry = Arc::new(MemoryRegistry::default());
-        registry.register(
-            1,
-            RegisteredSchema {
-                kind: SchemaKind::Avro,
-                text: "\"long\"".into(),
-            },
-        );
+        registry.register(1, RegisteredSchema::new(SchemaKind::Avro, "\"long\""));
         let cache: SchemaCache<usize> = SchemaCache::new(registry.clone());
         let first = cache.get(1, |s| Ok(s.text.len())).await?.map(|n| *n);
-        registry.register(
-            1,
-            RegisteredSchema {
-                kind: SchemaKind::Avro,
-                text: "changed".into(),
-            },
-        );
+        registry.register(1, RegisteredSchema::new(SchemaKind::Avro, "changed"));
         let again = cache.get(1, |s| Ok(s.text.len())).await?.map(|n| *n);
         assert_eq!((first, again), (Ok(6), Ok(6)));
         let unknown = cache.get(2, |s| Ok(s.text.len())).await?;

@@ -70,13 +70,7 @@ fn record(fields: Vec<(&str, Value)>) -> Value {
 fn registry() -> MemoryRegistry {
     let registry = MemoryRegistry::default();
     for (id, text) in [(1, V1), (2, V2), (3, V3), (4, INCOMPATIBLE)] {
-        registry.register(
-            id,
-            RegisteredSchema {
-                kind: SchemaKind::Avro,
-                text: text.to_owned(),
-            },
-        );
+        registry.register(id, RegisteredSchema::new(SchemaKind::Avro, text));
     }
     registry
 }
@@ -364,13 +358,7 @@ async fn a_schema_the_table_refuses_sends_only_its_records_to_dead_letters() -> 
     ]}"#;
     let local = Local::open().await?;
     let registry = registry();
-    registry.register(
-        5,
-        RegisteredSchema {
-            kind: SchemaKind::Avro,
-            text: CLASH.to_owned(),
-        },
-    );
+    registry.register(5, RegisteredSchema::new(SchemaKind::Avro, CLASH));
     let mut config = config(Arc::new(registry));
     config.naming.partition_by = kfs_plan::layout::parse_partition_spec("day(timestamp)")?;
     config.naming.partition_by_given = true;

@@ -39,18 +39,23 @@ const MAX_AVRO_ALLOCATION: usize = 64 << 20;
 pub struct AvroWriter {
     /// The schema values are decoded with.
     pub schema: Schema,
+    /// The schemas its registry references define (named types it uses).
+    pub references: Vec<Schema>,
     /// Its top-level fields as columns.
     pub shape: Vec<(String, Shape)>,
 }
 
 impl AvroWriter {
-    /// Parses `text`, an Avro schema whose top level is a record.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    /// Parses `text`, an Avro schema whose top level is a record, with the texts of
+    /// the schemas it references (named types it uses).
+    pub fn parse(text: &str, references: &[(String, String)]) -> Result<Self, String> {
         // Process-wide, the first call's value stays.
         apache_avro::util::max_allocation_bytes(MAX_AVRO_ALLOCATION);
-        let schema =
-            Schema::parse_str(text).map_err(|e| format!("Avro schema does not parse: {e}"))?;
-        let names = apache_avro::schema::ResolvedSchema::try_from(&schema)
+        let (schema, references) =
+            Schema::parse_str_with_list(text, references.iter().map(|(_, text)| text))
+                .map_err(|e| format!("Avro schema does not parse: {e}"))?;
+        let all: Vec<&Schema> = std::iter::once(&schema).chain(&references).collect();
+        let names = apache_avro::schema::ResolvedSchema::try_from(all)
             .map_err(|e| format!("Avro schema does not resolve: {e}"))?;
         let shape = match shape_of(&schema, names.get_names(), 0)? {
             Some(Shape::Struct(fields)) => fields,
@@ -61,15 +66,26 @@ impl AvroWriter {
                 );
             }
         };
-        Ok(Self { schema, shape })
+        Ok(Self {
+            schema,
+            references,
+            shape,
+        })
     }
 
     /// Decodes one payload (the value after its framing) into the row of `columns`
     /// (the table's payload columns).
     pub fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
         let mut reader = payload;
-        let value = apache_avro::from_avro_datum(&self.schema, &mut reader, None)
-            .map_err(|e| format!("Avro payload does not decode: {e}"))?;
+        let value = apache_avro::from_avro_datum_schemata(
+            &self.schema,
+            std::iter::once(&self.schema)
+                .chain(&self.references)
+                .collect(),
+            &mut reader,
+            None,
+        )
+        .map_err(|e| format!("Avro payload does not decode: {e}"))?;
         if !reader.is_empty() {
             return Err(format!(
                 "Avro payload has {} bytes left after its value (at byte {})",
@@ -267,6 +283,7 @@ mod tests {
                 {"name": "ship", "type": {"type": "record", "name": "Ship", "fields": [{"name": "city", "type": "string"}]}},
                 {"name": "back", "type": ["null", "Ship"]}
             ]}"#,
+            &[],
         )?;
         let names: Vec<&str> = writer.shape.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
@@ -282,7 +299,7 @@ mod tests {
             r#"{"type": "record", "name": "L", "fields": [{"name": "next", "type": ["null", "L"]}]}"#,
             r#"{"type": "record""#,
         ] {
-            assert!(AvroWriter::parse(refused).is_err(), "{refused}");
+            assert!(AvroWriter::parse(refused, &[]).is_err(), "{refused}");
         }
         Ok(())
     }
@@ -308,7 +325,7 @@ mod tests {
             payload in proptest::collection::vec(proptest::num::u8::ANY, 0..200)
         ) {
             let fail = proptest::test_runner::TestCaseError::fail;
-            let writer = AvroWriter::parse(EVERY_TYPE).map_err(fail)?;
+            let writer = AvroWriter::parse(EVERY_TYPE, &[]).map_err(fail)?;
             let (fields, row_type) = super::super::cells::new_table_row(&writer.shape).map_err(fail)?;
             if let Ok(row) = writer.decode(&payload, &row_type) {
                 super::super::cells::write_row(&fields, &row).map_err(fail)?;

@@ -249,21 +249,26 @@ pub fn scan_json_segment(
     Ok(JsonScan { evolved, rejected })
 }
 
-/// The schema ids named by the registry framing of a segment's values, read from
-/// `segment` as it arrives (values without the framing are left to the conversion,
-/// which sends them to the dead-letter table). Blocking work: run it on a blocking
-/// thread.
+/// The schema ids named by the registry framing of a segment's values, with the
+/// Protobuf message-index lists their payloads start with, read from `segment` as it
+/// arrives (values without the framing are left to the conversion, which sends them
+/// to the dead-letter table). Blocking work: run it on a blocking thread.
 pub fn scan_schema_ids(
     segment: impl std::io::Read,
     key: &SegmentKey,
     limits: DecodeLimits,
-) -> Result<std::collections::BTreeSet<u32>, ConvertError> {
-    let mut ids = std::collections::BTreeSet::new();
+) -> Result<super::NamedSchemas, ConvertError> {
+    let mut named = super::NamedSchemas::new();
     decode_records(segment, key, limits, |record| {
-        if let Some(Ok((id, _))) = record.value.map(crate::registry::confluent_frame) {
-            ids.insert(id);
+        if let Some(Ok((id, payload))) = record.value.map(crate::registry::confluent_frame) {
+            let lists = named.entry(id).or_default();
+            if lists.len() < super::registry::MAX_MESSAGE_LISTS
+                && let Ok((indexes, _)) = super::protobuf::message_indexes(payload)
+            {
+                lists.insert(indexes);
+            }
         }
         Ok(true)
     })?;
-    Ok(ids)
+    Ok(named)
 }

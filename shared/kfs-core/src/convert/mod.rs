@@ -20,6 +20,7 @@ mod decode;
 pub(crate) mod json;
 mod json_schema;
 mod lfs;
+mod protobuf;
 mod registry;
 mod route;
 mod run;
@@ -30,7 +31,7 @@ pub use columns::RecordColumns;
 pub use decode::{scan_json_segment, scan_schema_ids};
 pub use lfs::LfsValues;
 pub(crate) use lfs::{blob_channel, serve_blobs};
-pub use registry::{RegistrySchemas, WriterSchema, WriterSchemas};
+pub use registry::{NamedSchemas, RegistrySchemas, WriterSchema, WriterSchemas};
 pub use run::{RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
 pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
 

@@ -1,13 +1,15 @@
 //! Values encoded against a schema registry (`--value-format registry`), Avro
-//! (`convert::avro`) or JSON Schema (`convert::json_schema`): each value's
+//! (`convert::avro`), Protobuf (`convert::protobuf`) or JSON Schema
+//! (`convert::json_schema`): each value's
 //! framing names its writer schema, resolved before the segment is converted
 //! ([`WriterSchemas`]); a value that decodes becomes a row of the table's payload
 //! columns, any other record a dead letter with the reason (no framing, an unknown
 //! schema id, a schema the table cannot absorb, a payload that does not decode).
 
 use super::avro::AvroWriter;
-use super::cells::{Cell, NULL, column};
+use super::cells::{Cell, NULL, Shape, column};
 use super::json_schema::JsonSchemaWriter;
+use super::protobuf::ProtobufWriter;
 use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, dead_letter, flushed};
 use super::{ROWS_PER_BATCH, RecordColumns};
 use crate::table::arrow_schema;
@@ -15,7 +17,7 @@ use arrow_array::ArrayRef;
 use arrow_schema::{DataType, Fields};
 use iceberg::table::Table;
 use kfs_segment::Record;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// A writer schema the registry holds, parsed.
@@ -25,6 +27,8 @@ pub enum WriterSchema {
     Avro(AvroWriter),
     /// A JSON Schema (the values are JSON text).
     JsonSchema(JsonSchemaWriter),
+    /// A Protobuf schema (a `.proto` file; its values name one of its messages).
+    Protobuf(ProtobufWriter),
 }
 
 impl WriterSchema {
@@ -32,20 +36,27 @@ impl WriterSchema {
     pub fn parse(schema: crate::registry::RegisteredSchema) -> Result<Self, String> {
         use crate::registry::SchemaKind;
         match schema.kind {
-            SchemaKind::Avro => AvroWriter::parse(&schema.text).map(Self::Avro),
+            SchemaKind::Avro => AvroWriter::parse(&schema.text, &schema.references).map(Self::Avro),
             SchemaKind::Json => JsonSchemaWriter::parse(&schema.text).map(Self::JsonSchema),
-            SchemaKind::Protobuf => Err(
-                "Protobuf schemas are not read yet (Avro and JSON Schema are); its records are kept as dead letters"
-                    .into(),
-            ),
+            SchemaKind::Protobuf => {
+                ProtobufWriter::parse(&schema.text, &schema.references).map(Self::Protobuf)
+            }
         }
     }
 
-    /// Its top-level fields as columns.
-    pub fn shape(&self) -> &[(String, super::cells::Shape)] {
+    /// The top-level fields of its values as columns: one form for Avro and JSON
+    /// Schema, one per message the values name for Protobuf (`messages`: the
+    /// message-index lists a segment's values start with; a list naming no message
+    /// is left out, its values are dead letters when decoded).
+    pub fn shapes(&self, messages: &MessageLists) -> Result<Vec<Vec<(String, Shape)>>, String> {
         match self {
-            Self::Avro(avro) => &avro.shape,
-            Self::JsonSchema(json) => &json.shape,
+            Self::Avro(avro) => Ok(vec![avro.shape.clone()]),
+            Self::JsonSchema(json) => Ok(vec![json.shape.clone()]),
+            Self::Protobuf(protobuf) => messages
+                .iter()
+                .filter(|indexes| protobuf.message(indexes).is_ok())
+                .map(|indexes| protobuf.shape(indexes))
+                .collect(),
         }
     }
 
@@ -53,9 +64,23 @@ impl WriterSchema {
         match self {
             Self::Avro(avro) => avro.decode(payload, columns),
             Self::JsonSchema(json) => json.decode(payload, columns),
+            Self::Protobuf(protobuf) => protobuf.decode(payload, columns),
         }
     }
 }
+
+/// The message-index lists a segment's values framed with one schema id start with,
+/// were it a Protobuf schema (at most [`MAX_MESSAGE_LISTS`]; ignored for the other
+/// kinds).
+pub type MessageLists = BTreeSet<Vec<i32>>;
+
+/// Most message-index lists kept per schema id while scanning a segment: a producer
+/// names one message per topic; values naming others still decode or are dead
+/// letters with the reason, never lose a field.
+pub const MAX_MESSAGE_LISTS: usize = 16;
+
+/// The schema ids a segment's values name, with their message-index lists.
+pub type NamedSchemas = BTreeMap<u32, MessageLists>;
 
 /// Writer schemas by id, fetched from the registry once and parsed once for the
 /// process.

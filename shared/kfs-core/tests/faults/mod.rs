@@ -835,10 +835,7 @@ pub fn registry() -> Arc<kfs_core::MemoryRegistry> {
     let registry = kfs_core::MemoryRegistry::default();
     registry.register(
         REGISTRY_SCHEMA_ID,
-        kfs_core::RegisteredSchema {
-            kind: kfs_core::SchemaKind::Avro,
-            text: REGISTRY_SCHEMA.into(),
-        },
+        kfs_core::RegisteredSchema::new(kfs_core::SchemaKind::Avro, REGISTRY_SCHEMA),
     );
     Arc::new(registry)
 }

@@ -1,0 +1,615 @@
+//! Protobuf values of a schema registry, as pure logic: a registered `.proto` schema
+//! (with the files it imports through registry references, and Google's well-known
+//! types) compiled by `protox`, the message a value's Confluent message-index list
+//! names, its table form ([`Shape`]), and each decoded value (`prost-reflect`) as
+//! [`Cell`]s of the table's columns.
+//!
+//! | Protobuf | Iceberg |
+//! |---|---|
+//! | `bool`, `string`, `bytes`, `float`, `double` | same |
+//! | `int32`, `sint32`, `sfixed32` | int |
+//! | `int64`, `sint64`, `sfixed64`, `uint32`, `fixed32` | long |
+//! | `uint64`, `fixed64` | long (a value beyond a long is a dead letter, never wrapped) |
+//! | `enum` | string (the symbol; an unknown number as its digits) |
+//! | message | struct (fields by name) |
+//! | `repeated` | list |
+//! | `map<K, V>` | map with string keys (integer and boolean keys as text) |
+//! | `oneof` | each member its own column, null unless it is the one set |
+//! | `google.protobuf.Timestamp` | timestamptz (µs) |
+//! | `google.protobuf.*Value` wrappers | the wrapped type, null when unset |
+//!
+//! Presence follows the schema, as Kafka Connect's converter reads it: a proto3 scalar
+//! without `optional` reads as its default (0, "", false) when unset; an `optional`
+//! or proto2 scalar, a wrapper, a message and an unset `oneof` member are null.
+//!
+//! Not mapped (the writer schema's records go to the dead-letter table with the
+//! reason): recursive messages (`google.protobuf.Struct` among them), and imports
+//! that are neither registry references nor Google's well-known types.
+
+use super::cells::{Cell, Shape, list_cell, map_cell};
+use arrow_schema::{DataType, TimeUnit};
+use iceberg::spec::PrimitiveType;
+use prost_reflect::{
+    FieldDescriptor, FileDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
+};
+use std::collections::HashMap;
+
+/// Deepest nesting of a message (a recursive message never ends).
+const MAX_DEPTH: usize = 32;
+
+/// Longest message-index list read (a message nested this deep has no table form).
+const MAX_INDEXES: usize = MAX_DEPTH;
+
+/// The name the registered schema's own file is compiled under.
+const MAIN_FILE: &str = "kfs-registry-schema.proto";
+
+/// A Protobuf writer schema: the registered file, compiled with its imports.
+#[derive(Debug)]
+pub struct ProtobufWriter {
+    file: FileDescriptor,
+}
+
+/// The registered file and its references, by import name; Google's well-known
+/// types besides.
+struct Sources(HashMap<String, String>);
+
+impl protox::file::FileResolver for Sources {
+    fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+        match self.0.get(name) {
+            Some(source) => protox::file::File::from_source(name, source),
+            None => protox::file::GoogleFileResolver::new().open_file(name),
+        }
+    }
+}
+
+impl ProtobufWriter {
+    /// Compiles `text`, a `.proto` file, importing `references` (import name, text:
+    /// what the registry's references resolve to).
+    pub fn parse(text: &str, references: &[(String, String)]) -> Result<Self, String> {
+        let mut sources: HashMap<String, String> = references.iter().cloned().collect();
+        sources.insert(MAIN_FILE.to_owned(), text.to_owned());
+        let mut compiler = protox::Compiler::with_file_resolver(Sources(sources));
+        compiler
+            .open_file(MAIN_FILE)
+            .map_err(|e| format!("Protobuf schema does not compile: {e}"))?;
+        let file = compiler
+            .descriptor_pool()
+            .get_file_by_name(MAIN_FILE)
+            .ok_or_else(|| "Protobuf schema compiled to no file".to_owned())?;
+        if file.messages().len() == 0 {
+            return Err("the Protobuf schema defines no message: its values have no fields".into());
+        }
+        Ok(Self { file })
+    }
+
+    /// The message `indexes` names (Confluent's message-index list: the position
+    /// among the file's top-level messages, then among each one's nested types, the
+    /// entries of its map fields counted as protoc declares them).
+    pub fn message(&self, indexes: &[i32]) -> Result<MessageDescriptor, String> {
+        let named = || format!("Protobuf message index {indexes:?} names no message of the schema");
+        let mut at = indexes.iter().map(|i| usize::try_from(*i).ok());
+        let first = at.next().flatten().ok_or_else(named)?;
+        let mut message = self.file.messages().nth(first).ok_or_else(named)?;
+        for index in at {
+            let child = message
+                .child_messages()
+                .nth(index.ok_or_else(named)?)
+                .ok_or_else(named)?;
+            message = child;
+        }
+        Ok(message)
+    }
+
+    /// The table form of the message `indexes` names: its fields as columns.
+    pub fn shape(&self, indexes: &[i32]) -> Result<Vec<(String, Shape)>, String> {
+        let message = self.message(indexes)?;
+        fields_shape(&message, 0).map_err(|e| format!("message {}: {e}", message.full_name()))
+    }
+
+    /// Decodes one payload (the value after its schema id: the message-index list,
+    /// then the message) into the row of `columns` (the table's payload columns).
+    pub fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
+        let (indexes, message) = message_indexes(payload)?;
+        let descriptor = self.message(&indexes)?;
+        let decoded = prost_reflect::DynamicMessage::decode(descriptor, message).map_err(|e| {
+            format!(
+                "Protobuf payload does not decode (after byte {}): {e}",
+                payload.len() - message.len()
+            )
+        })?;
+        let DataType::Struct(fields) = columns else {
+            return Err(format!(
+                "a Protobuf message cannot be written to a {columns} column"
+            ));
+        };
+        message_cell(&decoded, fields, true)
+    }
+}
+
+/// Splits the payload of a Confluent-framed Protobuf value into its message-index
+/// list and the message: a zig-zag varint count, then that many zig-zag varints; a
+/// count of 0 stands for `[0]`, the file's first message.
+pub fn message_indexes(payload: &[u8]) -> Result<(Vec<i32>, &[u8]), String> {
+    let mut rest = payload;
+    let count = zigzag(&mut rest, payload.len())?;
+    if count == 0 {
+        return Ok((vec![0], rest));
+    }
+    let count = usize::try_from(count)
+        .ok()
+        .filter(|n| *n <= MAX_INDEXES)
+        .ok_or_else(|| {
+            format!(
+                "Protobuf message-index list of {count} entries at byte 0 (at most {MAX_INDEXES})"
+            )
+        })?;
+    let mut indexes = Vec::with_capacity(count);
+    for _ in 0..count {
+        let index = zigzag(&mut rest, payload.len())?;
+        indexes.push(
+            i32::try_from(index)
+                .map_err(|_| format!("Protobuf message index {index} is beyond an int"))?,
+        );
+    }
+    Ok((indexes, rest))
+}
+
+/// Reads a zig-zag varint from the front of `rest` (`total`: the payload's length,
+/// for positions in messages).
+fn zigzag(rest: &mut &[u8], total: usize) -> Result<i64, String> {
+    let mut value: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let Some((&byte, tail)) = rest.split_first() else {
+            return Err(format!(
+                "Protobuf message-index list is cut short at byte {total}"
+            ));
+        };
+        *rest = tail;
+        value |= u64::from(byte & 0x7F) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+        }
+    }
+    Err(format!(
+        "Protobuf message-index varint runs past 10 bytes at byte {}",
+        total - rest.len()
+    ))
+}
+
+/// The wrapped type of a `google.protobuf` wrapper message.
+fn wrapper(message: &MessageDescriptor) -> Option<PrimitiveType> {
+    Some(match message.full_name() {
+        "google.protobuf.DoubleValue" => PrimitiveType::Double,
+        "google.protobuf.FloatValue" => PrimitiveType::Float,
+        "google.protobuf.Int64Value"
+        | "google.protobuf.UInt64Value"
+        | "google.protobuf.UInt32Value" => PrimitiveType::Long,
+        "google.protobuf.Int32Value" => PrimitiveType::Int,
+        "google.protobuf.BoolValue" => PrimitiveType::Boolean,
+        "google.protobuf.StringValue" => PrimitiveType::String,
+        "google.protobuf.BytesValue" => PrimitiveType::Binary,
+        _ => return None,
+    })
+}
+
+const TIMESTAMP: &str = "google.protobuf.Timestamp";
+
+/// The fields of `message` as columns.
+fn fields_shape(message: &MessageDescriptor, depth: usize) -> Result<Vec<(String, Shape)>, String> {
+    message
+        .fields()
+        .map(|field| {
+            let shape = field_shape(&field, depth + 1)
+                .map_err(|e| format!("field {}: {e}", field.name()))?;
+            Ok((field.name().to_owned(), shape))
+        })
+        .collect()
+}
+
+/// The table form of one field (a list when repeated, a map for a map field).
+fn field_shape(field: &FieldDescriptor, depth: usize) -> Result<Shape, String> {
+    if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            return Err("a map field without its entry message".into());
+        };
+        let value = kind_shape(&entry.map_entry_value_field().kind(), depth + 1)?;
+        return Ok(Shape::Map(Box::new(value)));
+    }
+    let shape = kind_shape(&field.kind(), depth)?;
+    Ok(if field.is_list() {
+        Shape::List(Box::new(shape))
+    } else {
+        shape
+    })
+}
+
+fn kind_shape(kind: &Kind, depth: usize) -> Result<Shape, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "Protobuf message nests deeper than {MAX_DEPTH} levels (a recursive message has no table form)"
+        ));
+    }
+    let primitive = |p| Ok(Shape::Primitive(p));
+    match kind {
+        Kind::Double => primitive(PrimitiveType::Double),
+        Kind::Float => primitive(PrimitiveType::Float),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => primitive(PrimitiveType::Int),
+        Kind::Int64
+        | Kind::Sint64
+        | Kind::Sfixed64
+        | Kind::Uint32
+        | Kind::Fixed32
+        | Kind::Uint64
+        | Kind::Fixed64 => primitive(PrimitiveType::Long),
+        Kind::Bool => primitive(PrimitiveType::Boolean),
+        Kind::String | Kind::Enum(_) => primitive(PrimitiveType::String),
+        Kind::Bytes => primitive(PrimitiveType::Binary),
+        Kind::Message(message) if message.full_name() == TIMESTAMP => {
+            primitive(PrimitiveType::Timestamptz)
+        }
+        Kind::Message(message) => match wrapper(message) {
+            Some(wrapped) => primitive(wrapped),
+            None => Ok(Shape::Struct(fields_shape(message, depth)?)),
+        },
+    }
+}
+
+/// A field of a decoded message: its descriptor and value, `None` when it is null.
+struct Member<'m> {
+    field: FieldDescriptor,
+    value: Option<std::borrow::Cow<'m, Value>>,
+}
+
+/// The row (or struct cell) of a decoded `message` in the columns `fields` (`top`:
+/// the table's top level, whose column names may differ from the field names).
+fn message_cell(
+    message: &prost_reflect::DynamicMessage,
+    fields: &arrow_schema::Fields,
+    top: bool,
+) -> Result<Cell, String> {
+    let descriptor = message.descriptor();
+    let members: Vec<(String, Member<'_>)> = descriptor
+        .fields()
+        .map(|field| {
+            // Explicit presence (optional, proto2, messages, oneof members): null when
+            // unset; implicit presence: the default, as the wire cannot tell them apart.
+            let value = if field.supports_presence() && !message.has_field(&field) {
+                None
+            } else {
+                Some(message.get_field(&field))
+            };
+            (field.name().to_owned(), Member { field, value })
+        })
+        .collect();
+    let mut children = Vec::with_capacity(fields.len());
+    for column in fields {
+        let found = members
+            .iter()
+            .find(|(name, _)| crate::table::column_for(name, top) == column.name().as_str());
+        children.push(match found {
+            Some((name, member)) => {
+                member_cell(member, column.data_type()).map_err(|e| format!("field {name}: {e}"))?
+            }
+            None => Cell::Null,
+        });
+    }
+    // A value of a message whose fields the table was not grown by (it names another
+    // message than those the segment's scan saw) must not lose a field silently.
+    for (name, member) in &members {
+        let has_column = fields
+            .iter()
+            .any(|c| crate::table::column_for(name, top) == c.name().as_str());
+        if !has_column && member.value.is_some() && message.has_field(&member.field) {
+            return Err(format!(
+                "field {name} of message {} has no column in the table",
+                descriptor.full_name()
+            ));
+        }
+    }
+    Ok(Cell::Struct(children))
+}
+
+fn member_cell(member: &Member<'_>, data_type: &DataType) -> Result<Cell, String> {
+    let Some(value) = &member.value else {
+        return Ok(Cell::Null);
+    };
+    let kind = member.field.kind();
+    if member.field.is_map() {
+        let (Value::Map(map), DataType::Map(entries, _), Kind::Message(entry)) =
+            (value.as_ref(), data_type, &kind)
+        else {
+            return Err(format!(
+                "a Protobuf map cannot be written to a {data_type} column"
+            ));
+        };
+        let value_kind = entry.map_entry_value_field().kind();
+        let keyed: Vec<(String, &Value)> = map.iter().map(|(k, v)| (map_key(k), v)).collect();
+        return map_cell(
+            entries,
+            keyed.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
+            |v, t| value_cell(v, &value_kind, t),
+        );
+    }
+    if member.field.is_list() {
+        let (Value::List(items), DataType::List(item) | DataType::LargeList(item)) =
+            (value.as_ref(), data_type)
+        else {
+            return Err(format!(
+                "a repeated Protobuf field cannot be written to a {data_type} column"
+            ));
+        };
+        return list_cell(item, items, |v, t| value_cell(v, &kind, t));
+    }
+    value_cell(value, &kind, data_type)
+}
+
+/// A map key as the map column's string key.
+fn map_key(key: &MapKey) -> String {
+    match key {
+        MapKey::Bool(b) => b.to_string(),
+        MapKey::I32(i) => i.to_string(),
+        MapKey::I64(i) => i.to_string(),
+        MapKey::U32(u) => u.to_string(),
+        MapKey::U64(u) => u.to_string(),
+        MapKey::String(s) => s.clone(),
+    }
+}
+
+/// What a value is, for messages.
+fn kind_name(value: &Value) -> &'static str {
+    match value {
+        Value::Bool(_) => "bool",
+        Value::I32(_) => "int32",
+        Value::I64(_) => "int64",
+        Value::U32(_) => "uint32",
+        Value::U64(_) => "uint64",
+        Value::F32(_) => "float",
+        Value::F64(_) => "double",
+        Value::String(_) => "string",
+        Value::Bytes(_) => "bytes",
+        Value::EnumNumber(_) => "enum",
+        Value::Message(_) => "message",
+        Value::List(_) => "repeated field",
+        Value::Map(_) => "map",
+    }
+}
+
+/// One (non-repeated) value of kind `kind` as a cell of a column of type `data_type`.
+fn value_cell(value: &Value, kind: &Kind, data_type: &DataType) -> Result<Cell, String> {
+    Ok(match (data_type, value) {
+        (DataType::Boolean, Value::Bool(b)) => Cell::Bool(*b),
+        (DataType::Int32 | DataType::Int64, Value::I32(i)) => Cell::Int(i64::from(*i)),
+        (DataType::Int64, Value::I64(i)) => Cell::Int(*i),
+        (DataType::Int64, Value::U32(u)) => Cell::Int(i64::from(*u)),
+        (DataType::Int64, Value::U64(u)) => {
+            Cell::Int(i64::try_from(*u).map_err(|_| format!("uint64 {u} is beyond a long"))?)
+        }
+        (DataType::Float32 | DataType::Float64, Value::F32(f)) => Cell::Float(f64::from(*f)),
+        (DataType::Float64, Value::F64(f)) => Cell::Float(*f),
+        (DataType::Utf8 | DataType::LargeUtf8, Value::String(s)) => Cell::Text(s.clone()),
+        (DataType::Binary | DataType::LargeBinary, Value::Bytes(b)) => Cell::Bytes(b.to_vec()),
+        (DataType::Utf8 | DataType::LargeUtf8, Value::EnumNumber(number)) => {
+            let Kind::Enum(symbols) = kind else {
+                return Err(format!("enum number {number} without its enum"));
+            };
+            Cell::Text(match symbols.get_value(*number) {
+                Some(symbol) => symbol.name().to_owned(),
+                None => number.to_string(),
+            })
+        }
+        (DataType::Timestamp(TimeUnit::Microsecond, _), Value::Message(m))
+            if m.descriptor().full_name() == TIMESTAMP =>
+        {
+            let field = |name: &str| m.get_field_by_name(name).map(|v| v.into_owned());
+            let seconds = field("seconds").and_then(|v| v.as_i64()).unwrap_or(0);
+            let nanos = field("nanos").and_then(|v| v.as_i32()).unwrap_or(0);
+            seconds
+                .checked_mul(1_000_000)
+                .and_then(|us| us.checked_add(i64::from(nanos) / 1000))
+                .map(Cell::Int)
+                .ok_or_else(|| format!("timestamp of {seconds} s is beyond microseconds"))?
+        }
+        (DataType::Struct(fields), Value::Message(m)) => message_cell(m, fields, false)?,
+        (_, Value::Message(m)) if wrapper(&m.descriptor()).is_some() => {
+            let descriptor = m.descriptor();
+            let Some(inner) = descriptor.get_field_by_name("value") else {
+                return Err(format!(
+                    "wrapper {} without its value",
+                    descriptor.full_name()
+                ));
+            };
+            value_cell(&m.get_field(&inner), &inner.kind(), data_type)?
+        }
+        (_, other) => {
+            return Err(format!(
+                "a Protobuf {} cannot be written to a {data_type} column",
+                kind_name(other)
+            ));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIP: &str = r#"syntax = "proto3"; package shop;
+        message Ship { string city = 1; optional int32 zip = 2; }"#;
+
+    const PAYMENT: &str = r#"syntax = "proto3"; package shop;
+        import "google/protobuf/timestamp.proto";
+        import "google/protobuf/wrappers.proto";
+        import "ship.proto";
+        message Header { string h = 1; }
+        message Payment {
+            int64 id = 1;
+            double amount = 2;
+            google.protobuf.Timestamp placed = 3;
+            map<int32, string> attrs = 4;
+            Kind kind = 5;
+            Ship ship = 6;
+            oneof contact { string phone = 7; string fax = 8; }
+            google.protobuf.Int64Value limit = 9;
+            repeated sint32 scores = 10;
+            uint64 big = 11;
+            message Inner { bool ok = 1; }
+        }
+        enum Kind { NEW = 0; OLD = 1; }"#;
+
+    fn writer() -> Result<ProtobufWriter, String> {
+        ProtobufWriter::parse(PAYMENT, &[("ship.proto".into(), SHIP.into())])
+    }
+
+    #[test]
+    fn message_index_lists_name_messages() -> Result<(), String> {
+        assert_eq!(message_indexes(&[0, 9])?, (vec![0], &[9u8][..]));
+        // [1]: count 1 (zig-zag 2), index 1 (zig-zag 2).
+        assert_eq!(message_indexes(&[2, 2, 9])?, (vec![1], &[9u8][..]));
+        // [1, 0]: count 2 (4), then 1 (2) and 0 (0).
+        assert_eq!(message_indexes(&[4, 2, 0])?, (vec![1, 0], &[][..]));
+        assert!(message_indexes(&[]).is_err_and(|e| e.contains("cut short")));
+        assert!(message_indexes(&[2]).is_err_and(|e| e.contains("cut short")));
+        assert!(message_indexes(&[0xFF; 11]).is_err());
+        assert!(message_indexes(&[0x7E]).is_err_and(|e| e.contains("entries")));
+        let writer = writer()?;
+        assert_eq!(writer.message(&[1])?.full_name(), "shop.Payment");
+        // Nested types count as protoc declares them: the map field's entry first.
+        assert_eq!(
+            writer.message(&[1, 0])?.full_name(),
+            "shop.Payment.AttrsEntry"
+        );
+        assert_eq!(writer.message(&[1, 1])?.full_name(), "shop.Payment.Inner");
+        for none in [&[2][..], &[-1], &[0, 0], &[]] {
+            assert!(
+                writer
+                    .message(none)
+                    .is_err_and(|e| e.contains("names no message")),
+                "{none:?}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn schemas_map_to_shapes_or_say_why_not() -> Result<(), String> {
+        let shape = writer()?.shape(&[1])?;
+        let names: Vec<&str> = shape.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "id", "amount", "placed", "attrs", "kind", "ship", "phone", "fax", "limit",
+                "scores", "big"
+            ]
+        );
+        assert_eq!(shape[2].1, Shape::Primitive(PrimitiveType::Timestamptz));
+        assert_eq!(
+            shape[3].1,
+            Shape::Map(Box::new(Shape::Primitive(PrimitiveType::String)))
+        );
+        assert_eq!(shape[8].1, Shape::Primitive(PrimitiveType::Long));
+        let recursive =
+            ProtobufWriter::parse(r#"syntax = "proto3"; message Node { Node next = 1; }"#, &[])?;
+        assert!(
+            recursive
+                .shape(&[0])
+                .is_err_and(|e| e.contains("recursive"))
+        );
+        let json = ProtobufWriter::parse(
+            r#"syntax = "proto3"; import "google/protobuf/struct.proto";
+               message J { google.protobuf.Struct s = 1; }"#,
+            &[],
+        )?;
+        assert!(json.shape(&[0]).is_err());
+        for refused in [
+            r#"syntax = "proto3"; import "missing.proto"; message M { int32 a = 1; }"#,
+            r#"syntax = "proto3"; message M { int32 a = 1"#,
+            r#"syntax = "proto3"; enum E { A = 0; }"#,
+        ] {
+            assert!(ProtobufWriter::parse(refused, &[]).is_err(), "{refused}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn values_decode_into_their_columns() -> Result<(), String> {
+        use prost::Message;
+        let writer = writer()?;
+        let payment = writer.message(&[1])?;
+        let (fields, row_type) = super::super::cells::new_table_row(&writer.shape(&[1])?)?;
+        let mut value = prost_reflect::DynamicMessage::new(payment.clone());
+        let mut placed = prost_reflect::DynamicMessage::new(
+            payment
+                .get_field_by_name("placed")
+                .and_then(|f| f.kind().as_message().cloned())
+                .ok_or("no Timestamp")?,
+        );
+        placed.set_field_by_name("seconds", Value::I64(1_764_669_600));
+        placed.set_field_by_name("nanos", Value::I32(5_000));
+        value.set_field_by_name("id", Value::I64(7));
+        value.set_field_by_name("placed", Value::Message(placed));
+        value.set_field_by_name(
+            "attrs",
+            Value::Map([(MapKey::I32(3), Value::String("c".into()))].into()),
+        );
+        value.set_field_by_name("kind", Value::EnumNumber(1));
+        value.set_field_by_name("fax", Value::String("777".into()));
+        value.set_field_by_name("scores", Value::List(vec![Value::I32(-1), Value::I32(2)]));
+        let mut framed = vec![2, 2];
+        framed.extend(value.encode_to_vec());
+        let row = writer.decode(&framed, &row_type)?;
+        let Cell::Struct(cells) = &row else {
+            return Err(format!("{row:?}"));
+        };
+        let text = |s: &str| Cell::Text(s.into());
+        assert_eq!(
+            cells,
+            &vec![
+                Cell::Int(7),
+                Cell::Float(0.0),
+                Cell::Int(1_764_669_600_000_005),
+                Cell::Map(vec![(text("3"), text("c"))]),
+                text("OLD"),
+                Cell::Null,
+                Cell::Null,
+                text("777"),
+                Cell::Null,
+                Cell::List(vec![Cell::Int(-1), Cell::Int(2)]),
+                Cell::Int(0),
+            ]
+        );
+        super::super::cells::write_row(&fields, &row)?;
+
+        // uint64 beyond a long is refused, never wrapped.
+        value.set_field_by_name("big", Value::U64(u64::MAX));
+        let mut framed = vec![2, 2];
+        framed.extend(value.encode_to_vec());
+        assert!(
+            writer
+                .decode(&framed, &row_type)
+                .is_err_and(|e| e.contains("beyond a long"))
+        );
+        Ok(())
+    }
+
+    proptest::proptest! {
+        /// A hostile producer's payload: any bytes decode into a row that becomes
+        /// Arrow columns, or are refused with the reason; never a panic.
+        #[test]
+        fn any_payload_decodes_or_is_refused(
+            payload in proptest::collection::vec(proptest::num::u8::ANY, 0..200)
+        ) {
+            let fail = proptest::test_runner::TestCaseError::fail;
+            let writer = writer().map_err(fail)?;
+            let shape = writer.shape(&[1]).map_err(fail)?;
+            let (fields, row_type) = super::super::cells::new_table_row(&shape).map_err(fail)?;
+            // As framed for Payment ([1]) and as whatever the bytes say.
+            let mut framed = vec![2, 2];
+            framed.extend_from_slice(&payload);
+            for value in [&framed, &payload] {
+                if let Ok(row) = writer.decode(value, &row_type) {
+                    super::super::cells::write_row(&fields, &row).map_err(fail)?;
+                }
+            }
+        }
+    }
+}
