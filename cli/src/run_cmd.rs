@@ -34,15 +34,18 @@ pub struct RunArgs {
     partition_by: Option<String>,
     /// How tables created by this run store record values: `raw` (key and value as
     /// bytes), `json` (the fields of JSON object values as typed columns) or
-    /// `registry` (Avro values framed for a schema registry, decoded with the writer
-    /// schema each names, as typed columns; needs --schema-registry-url); values that
+    /// `registry` (Avro, Protobuf or JSON Schema values framed for a schema registry,
+    /// Confluent's or AWS Glue's, decoded with the writer schema each names, as typed
+    /// columns; needs --schema-registry-url); values that
     /// cannot be written go to `<table>__dlq`. Overrides the configuration file's
     /// `value_format`; existing tables keep theirs.
     #[arg(long, value_name = "FORMAT")]
     value_format: Option<String>,
-    /// The schema registry (Confluent REST API: Confluent Schema Registry, Karapace,
-    /// Apicurio, Redpanda) of `--value-format registry`; overrides the configuration
-    /// file's `[schema_registry] url`.
+    /// The schema registry of `--value-format registry`: `https://…` for the
+    /// Confluent REST API (Confluent Schema Registry, Karapace, Apicurio, Redpanda),
+    /// `glue://` or `glue://REGION` for the AWS Glue Schema Registry (read with the
+    /// AWS credentials of the environment); overrides the configuration file's
+    /// `[schema_registry] url`.
     #[arg(long, value_name = "URL")]
     schema_registry_url: Option<String>,
     /// A JSON file of the registry's credentials: `{"username", "password"}` or
@@ -82,9 +85,23 @@ fn partition_spec(
         .map_err(|e| CliError::Usage(format!("{origin}: {e}")))
 }
 
+/// The schema cache in front of the registry at `location`: AWS Glue's through the
+/// AWS edge when built with it.
+async fn open_schema_registry(
+    location: &kfs_core::RegistryLocation,
+) -> Result<std::sync::Arc<kfs_core::RegistrySchemas>, CliError> {
+    #[cfg(feature = "aws")]
+    let opened = kfs_aws::open_schema_registry(location, &S3Settings::from_env())
+        .await
+        .map_err(|e| e.0);
+    #[cfg(not(feature = "aws"))]
+    let opened = kfs_core::open_registry(location).map(std::sync::Arc::new);
+    opened.map_err(|e| CliError::Usage(format!("--schema-registry-url: {e}")))
+}
+
 /// The pipeline's settings from the configuration file ([`kfs_core::Settings`] in
 /// TOML), checked once.
-fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
+async fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
     let (mut settings, origin) = match &args.config {
         Some(path) => (
             Settings::from_toml_file(path).map_err(|e| CliError::Usage(e.0))?,
@@ -129,8 +146,12 @@ fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
     let valid = settings
         .validate(&origin)
         .map_err(|e| CliError::Usage(e.0))?;
+    let schemas = match &valid.schema_registry {
+        Some(location) => Some(open_schema_registry(location).await?),
+        None => None,
+    };
     Ok(PipelineConfig {
-        schemas: valid.schemas,
+        schemas,
         naming: valid.naming,
         start_offsets: valid.start_offsets,
         crosscheck: valid.crosscheck,
@@ -140,7 +161,7 @@ fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
 
 /// Runs `run`.
 pub async fn run(args: &RunArgs) -> Result<(), CliError> {
-    let mut config = load_config(args)?;
+    let mut config = load_config(args).await?;
     config.commit.coalesce = !args.no_coalesce;
     if args.no_coalesce {
         config.max_run_segments = Some(1);

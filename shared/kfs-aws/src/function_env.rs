@@ -19,7 +19,7 @@
 //! | `LFS_MODE` | what is done with large-file (LFS) claim-check records: `off` (default), `resolve` (blobs fetched from the segment bucket into `value`), `reference` (envelopes kept, described by `lfs_*` columns), `skip` or `hybrid` (resolved up to `LFS_MAX_INLINE_SIZE`, referenced above); a blob that cannot be had sends its record to `<table>__dlq` |
 //! | `LFS_TOPICS` | JSON object `{"<topic>": "<mode>"}`: per-topic LFS modes |
 //! | `LFS_MAX_INLINE_SIZE`, `LFS_CONCURRENCY`, `LFS_VERIFY_CHECKSUMS` | largest blob resolved, in bytes (default 64 MiB); blobs fetched at once (default 4); `on` (default) or `off` |
-//! | `SCHEMA_REGISTRY_URL` | with `VALUE_FORMAT=registry`: the schema registry (Confluent REST API) the values' schema ids are looked up in |
+//! | `SCHEMA_REGISTRY_URL` | with `VALUE_FORMAT=registry`: the schema registry the values' schema ids are looked up in: `https://…` for the Confluent REST API, `glue://` (or `glue://REGION`) for the AWS Glue Schema Registry, read with the function's role |
 //! | `SCHEMA_REGISTRY_SECRET_ARN` | Secrets Manager secret, or SSM parameter, holding the registry's credentials as JSON: `{"username", "password"}` (Confluent Cloud: API key and secret) or `{"token"}`; read at cold start, never logged |
 //! | `VALUE_COLUMNS` | declared columns of new JSON tables, a JSON object `{"<topic>": "name type, ..."}` (types boolean, int, long, float, double, string); other topics infer theirs |
 //! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
@@ -100,7 +100,7 @@ pub struct FunctionEnv {
     pub maintenance: Option<MaintenancePolicy>,
     /// The schema registry of registry-encoded values (`SCHEMA_REGISTRY_URL`; `None`:
     /// no registry).
-    pub schema_registry_url: Option<String>,
+    pub schema_registry: Option<kfs_core::RegistryLocation>,
     /// Secrets Manager secret, or SSM parameter, of the registry's credentials
     /// (`SCHEMA_REGISTRY_SECRET_ARN`).
     pub schema_registry_secret_arn: Option<String>,
@@ -163,7 +163,7 @@ impl FunctionEnv {
             catalog_secret_arn: var("CATALOG_SECRET_ARN"),
             maintenance: valid.maintenance,
             crosscheck: valid.crosscheck,
-            schema_registry_url: settings.schema_registry.url.clone(),
+            schema_registry: valid.schema_registry,
             schema_registry_secret_arn: var("SCHEMA_REGISTRY_SECRET_ARN"),
         })
     }
@@ -189,29 +189,30 @@ impl FunctionEnv {
 
     /// The registry's schema cache, its credentials read from
     /// `SCHEMA_REGISTRY_SECRET_ARN` (Secrets Manager or SSM) once, at cold start;
-    /// `None` without a registry.
+    /// `None` without a registry. `glue://` is the AWS Glue Schema Registry, read
+    /// with the function's role.
     pub async fn schemas(
         &self,
     ) -> Result<Option<std::sync::Arc<kfs_core::RegistrySchemas>>, ConfigError> {
-        let Some(url) = &self.schema_registry_url else {
+        let Some(location) = &self.schema_registry else {
             return Ok(None);
         };
-        let credentials = match &self.schema_registry_secret_arn {
-            Some(arn) => {
-                let config = self.aws_config().await;
-                let document =
-                    crate::secrets::secret_string(&config, arn, "schema registry").await?;
-                kfs_core::RegistryCredentials::from_json(
-                    &document,
-                    &format!("schema registry secret {arn}"),
-                )
-                .map_err(ConfigError)?
-            }
-            None => kfs_core::RegistryCredentials::default(),
-        };
-        kfs_core::registry_cache(url, credentials)
-            .map(|cache| Some(std::sync::Arc::new(cache)))
-            .map_err(|e| ConfigError(format!("SCHEMA_REGISTRY_URL: {e}")))
+        let mut location = location.clone();
+        if let (kfs_core::RegistryLocation::Confluent { credentials, .. }, Some(arn)) =
+            (&mut location, &self.schema_registry_secret_arn)
+        {
+            let config = self.aws_config().await;
+            let document = crate::secrets::secret_string(&config, arn, "schema registry").await?;
+            *credentials = kfs_core::RegistryCredentials::from_json(
+                &document,
+                &format!("schema registry secret {arn}"),
+            )
+            .map_err(ConfigError)?;
+        }
+        crate::open_schema_registry(&location, &self.s3)
+            .await
+            .map(Some)
+            .map_err(|e| ConfigError(format!("SCHEMA_REGISTRY_URL: {}", e.0)))
     }
 
     /// How the committer reaches etcd: the TLS files read and the password fetched

@@ -8,9 +8,13 @@ pub mod dynamo_ledger;
 pub mod emf;
 mod error;
 pub mod function_env;
+pub mod schema_registry;
 pub mod secrets;
 #[cfg(feature = "stack")]
 pub mod stack;
 
 pub use catalog::{aws_config, open_catalog_handle};
 pub use error::{ConfigError, aws_error_kind};
+#[cfg(feature = "glue")]
+pub use schema_registry::GlueRegistry;
+pub use schema_registry::open_schema_registry;

@@ -586,7 +586,7 @@ async fn convert_registry_segment(
                         crate::convert::absorb(&absorbed, shape, true, &mut next_id).map_err(
                             |why| {
                                 format!(
-                                    "schema id {id} cannot be written to table {}: {why}",
+                                    "schema {id} cannot be written to table {}: {why}",
                                     target.name
                                 )
                             },
@@ -653,7 +653,7 @@ async fn convert_registry_segment(
                                 writers.insert(
                                     *id,
                                     Err(format!(
-                                        "schema id {id} needs columns table {} refuses: {e}",
+                                        "schema {id} needs columns table {} refuses: {e}",
                                         target.name
                                     )),
                                 );

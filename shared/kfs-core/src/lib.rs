@@ -68,8 +68,8 @@ pub use pass::{
     run_once,
 };
 pub use registry::{
-    HttpRegistry, MemoryRegistry, RegisteredSchema, RegistryCredentials, RegistryError,
-    SchemaCache, SchemaKind, SchemaRegistry, confluent_frame, registry_cache,
+    Framed, HttpRegistry, MemoryRegistry, RegisteredSchema, RegistryCredentials, RegistryError,
+    RegistryLocation, SchemaCache, SchemaId, SchemaKind, SchemaRegistry, frame, open_registry,
 };
 pub use settings::{
     CatalogSettings, EtcdSettings, LargeFileSettings, MaintenanceSettings, SchemaRegistrySettings,

@@ -2,7 +2,8 @@
 //! the narrow [`SchemaRegistry`] trait, with the Confluent REST API (Confluent Schema
 //! Registry, Karapace, Apicurio's compatible API, Redpanda) over HTTP
 //! ([`HttpRegistry`]) and an in-memory registry for tests ([`MemoryRegistry`]); and the
-//! Confluent wire framing of a value ([`confluent_frame`], pure).
+//! wire framing of a value, Confluent's or the AWS Glue Schema Registry's ([`frame`],
+//! pure). The AWS Glue Schema Registry itself is at the edge (`kfs-aws`).
 //!
 //! A schema is fetched once per id and kept for the process ([`SchemaCache`]). An
 //! unknown id is not an error of the registry (its records are dead letters); a
@@ -17,22 +18,95 @@ use crate::fault::ErrorKind;
 /// Magic byte of Confluent's framing.
 pub const CONFLUENT_MAGIC: u8 = 0;
 
-/// Splits a Confluent-framed value (magic byte 0, a 4-byte big-endian schema id, the
-/// payload) into its schema id and payload.
-pub fn confluent_frame(value: &[u8]) -> Result<(u32, &[u8]), String> {
-    match value {
-        [CONFLUENT_MAGIC, a, b, c, d, payload @ ..] => {
-            Ok((u32::from_be_bytes([*a, *b, *c, *d]), payload))
+/// Header version byte of the AWS Glue Schema Registry's framing.
+pub const GLUE_HEADER_VERSION: u8 = 3;
+
+/// Largest payload a zlib-compressed Glue value may inflate to: no value of a batch
+/// the segment decoder accepts is larger, and a hostile one must not take the memory
+/// of the conversions beside it.
+pub const MAX_INFLATED_PAYLOAD: u64 = 64 << 20;
+
+/// The schema a value's framing names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SchemaId {
+    /// A schema id of a Confluent-compatible registry.
+    Confluent(u32),
+    /// A schema version id of the AWS Glue Schema Registry.
+    Glue(uuid::Uuid),
+}
+
+impl std::fmt::Display for SchemaId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Confluent(id) => write!(f, "id {id}"),
+            Self::Glue(version) => write!(f, "version {version} (AWS Glue)"),
         }
-        [CONFLUENT_MAGIC, ..] => Err(format!(
-            "value of {} bytes is too short for the schema registry's framing (magic byte and 4-byte schema id)",
-            value.len()
+    }
+}
+
+/// A value split by its framing: the schema it names and its payload.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Framed<'v> {
+    /// The writer schema.
+    pub id: SchemaId,
+    /// The payload, inflated when it was compressed.
+    pub payload: std::borrow::Cow<'v, [u8]>,
+}
+
+/// Splits a registry-framed value into its schema and payload:
+/// - Confluent's framing: magic byte 0, a 4-byte big-endian schema id, the payload;
+/// - the AWS Glue Schema Registry's: header version 3, a compression byte (0 none,
+///   5 zlib), the 16-byte schema version id, the payload.
+pub fn frame(value: &[u8]) -> Result<Framed<'_>, String> {
+    let short = |what: &str| format!("value of {} bytes is too short for {what}", value.len());
+    match value {
+        [CONFLUENT_MAGIC, a, b, c, d, payload @ ..] => Ok(Framed {
+            id: SchemaId::Confluent(u32::from_be_bytes([*a, *b, *c, *d])),
+            payload: std::borrow::Cow::Borrowed(payload),
+        }),
+        [CONFLUENT_MAGIC, ..] => Err(short(
+            "the schema registry's framing (magic byte and 4-byte schema id)",
+        )),
+        [GLUE_HEADER_VERSION, compression, rest @ ..] if rest.len() >= 16 => {
+            let (version, payload) = rest.split_at(16);
+            let id = SchemaId::Glue(uuid::Uuid::from_slice(version).map_err(|e| e.to_string())?);
+            let payload = match compression {
+                0 => std::borrow::Cow::Borrowed(payload),
+                5 => std::borrow::Cow::Owned(inflate(payload)?),
+                other => {
+                    return Err(format!(
+                        "AWS Glue framing names compression {other} at byte 1 (0 none or 5 zlib)"
+                    ));
+                }
+            };
+            Ok(Framed { id, payload })
+        }
+        [GLUE_HEADER_VERSION, ..] => Err(short(
+            "AWS Glue's framing (header version, compression and 16-byte schema version id)",
         )),
         [other, ..] => Err(format!(
-            "value does not start with the schema registry's magic byte 0 (found {other:#04x} at byte 0)"
+            "value does not start with the schema registry's magic byte 0 or AWS Glue's header version 3 (found {other:#04x} at byte 0)"
         )),
         [] => Err("value is empty: no schema registry framing".into()),
     }
+}
+
+/// Inflates a zlib payload of a Glue value, at most [`MAX_INFLATED_PAYLOAD`] bytes.
+fn inflate(compressed: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut inflated = Vec::new();
+    flate2::read::ZlibDecoder::new(compressed)
+        .take(MAX_INFLATED_PAYLOAD + 1)
+        .read_to_end(&mut inflated)
+        .map_err(|e| {
+            format!("zlib payload of the AWS Glue framing does not inflate (from byte 18): {e}")
+        })?;
+    if inflated.len() as u64 > MAX_INFLATED_PAYLOAD {
+        return Err(format!(
+            "zlib payload of the AWS Glue framing inflates past {MAX_INFLATED_PAYLOAD} bytes"
+        ));
+    }
+    Ok(inflated)
 }
 
 /// The kind of schema a registry holds.
@@ -96,19 +170,20 @@ pub struct RegistryError {
 /// Where schemas are looked up by id.
 #[async_trait::async_trait]
 pub trait SchemaRegistry: Send + Sync + std::fmt::Debug {
-    /// The schema `id`, or `None` when the registry has no such id.
-    async fn schema(&self, id: u32) -> Result<Option<RegisteredSchema>, RegistryError>;
+    /// The schema `id`, or `None` when the registry has no such schema (a Confluent
+    /// registry holds no Glue schema versions, and the other way round).
+    async fn schema(&self, id: SchemaId) -> Result<Option<RegisteredSchema>, RegistryError>;
 }
 
 /// Schemas held in memory (tests, fault injection).
 #[derive(Debug, Default)]
 pub struct MemoryRegistry {
-    schemas: Mutex<HashMap<u32, RegisteredSchema>>,
+    schemas: Mutex<HashMap<SchemaId, RegisteredSchema>>,
 }
 
 impl MemoryRegistry {
     /// Registers `schema` as `id`.
-    pub fn register(&self, id: u32, schema: RegisteredSchema) {
+    pub fn register(&self, id: SchemaId, schema: RegisteredSchema) {
         if let Ok(mut schemas) = self.schemas.lock() {
             schemas.insert(id, schema);
         }
@@ -117,7 +192,7 @@ impl MemoryRegistry {
 
 #[async_trait::async_trait]
 impl SchemaRegistry for MemoryRegistry {
-    async fn schema(&self, id: u32) -> Result<Option<RegisteredSchema>, RegistryError> {
+    async fn schema(&self, id: SchemaId) -> Result<Option<RegisteredSchema>, RegistryError> {
         self.schemas
             .lock()
             .map(|schemas| schemas.get(&id).cloned())
@@ -291,7 +366,10 @@ fn path_segment(text: &str) -> String {
 
 #[async_trait::async_trait]
 impl SchemaRegistry for HttpRegistry {
-    async fn schema(&self, id: u32) -> Result<Option<RegisteredSchema>, RegistryError> {
+    async fn schema(&self, id: SchemaId) -> Result<Option<RegisteredSchema>, RegistryError> {
+        let SchemaId::Confluent(id) = id else {
+            return Ok(None);
+        };
         let Some(body) = self.get(&format!("/schemas/ids/{id}")).await? else {
             return Ok(None);
         };
@@ -345,16 +423,71 @@ impl SchemaRegistry for HttpRegistry {
     }
 }
 
-/// A schema cache in front of the registry at `url`, authenticating with
-/// `credentials`: what the command line and the functions build once.
-pub fn registry_cache<T>(
-    url: &str,
-    credentials: RegistryCredentials,
-) -> Result<SchemaCache<T>, String> {
-    Ok(SchemaCache::new(Arc::new(HttpRegistry::new(
-        url,
-        credentials,
-    )?)))
+/// Where writer schemas are looked up (`--schema-registry-url`, `SCHEMA_REGISTRY_URL`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryLocation {
+    /// A registry speaking the Confluent REST API (`http://…`, `https://…`).
+    Confluent {
+        /// Its base URL.
+        url: String,
+        /// How requests authenticate.
+        credentials: RegistryCredentials,
+    },
+    /// The AWS Glue Schema Registry (`glue://`, or `glue://REGION`), read with the
+    /// process's AWS credentials: opened at the AWS edge (`kfs-aws`).
+    Glue {
+        /// Its region; `None`: the process's.
+        region: Option<String>,
+    },
+}
+
+impl RegistryLocation {
+    /// The registry `url` names, authenticating with `credentials` (which the Glue
+    /// registry, using AWS credentials, refuses).
+    pub fn parse(url: &str, credentials: RegistryCredentials) -> Result<Self, String> {
+        if let Some(region) = url.strip_prefix("glue://") {
+            if credentials != RegistryCredentials::default() {
+                return Err(format!(
+                    "schema registry {url:?} is AWS Glue's, which authenticates with the AWS credentials: it takes no registry credentials"
+                ));
+            }
+            let region = region.trim_end_matches('/');
+            if !region
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            {
+                return Err(format!(
+                    "schema registry URL {url:?}: expected glue:// or glue://REGION"
+                ));
+            }
+            return Ok(Self::Glue {
+                region: (!region.is_empty()).then(|| region.to_owned()),
+            });
+        }
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!(
+                "schema registry URL {url:?}: expected http://, https:// (a Confluent-compatible registry) or glue:// (AWS Glue)"
+            ));
+        }
+        Ok(Self::Confluent {
+            url: url.to_owned(),
+            credentials,
+        })
+    }
+}
+
+/// A schema cache in front of the registry at `location`: a Confluent-compatible one;
+/// the AWS Glue Schema Registry is opened at the AWS edge and refused here.
+pub fn open_registry<T>(location: &RegistryLocation) -> Result<SchemaCache<T>, String> {
+    match location {
+        RegistryLocation::Confluent { url, credentials } => Ok(SchemaCache::new(Arc::new(
+            HttpRegistry::new(url, credentials.clone())?,
+        ))),
+        RegistryLocation::Glue { .. } => Err(
+            "the AWS Glue Schema Registry needs a build with AWS support (kfs-iceberg's default feature aws)"
+                .into(),
+        ),
+    }
 }
 
 /// What a schema id resolved to, parsed: `Err` holds why its records cannot be read
@@ -365,7 +498,7 @@ pub type Resolved<T> = Result<Arc<T>, String>;
 #[derive(Debug)]
 pub struct SchemaCache<T> {
     registry: Arc<dyn SchemaRegistry>,
-    parsed: Mutex<HashMap<u32, Resolved<T>>>,
+    parsed: Mutex<HashMap<SchemaId, Resolved<T>>>,
 }
 
 impl<T> SchemaCache<T> {
@@ -380,7 +513,7 @@ impl<T> SchemaCache<T> {
     /// Schema `id`, parsed by `parse`; fetched from the registry the first time.
     pub async fn get(
         &self,
-        id: u32,
+        id: SchemaId,
         parse: impl FnOnce(RegisteredSchema) -> Result<T, String>,
     ) -> Result<Resolved<T>, RegistryError> {
         if let Some(found) = self.parsed.lock().ok().and_then(|p| p.get(&id).cloned()) {
@@ -388,7 +521,7 @@ impl<T> SchemaCache<T> {
         }
         let resolved = match self.registry.schema(id).await? {
             Some(schema) => parse(schema).map(Arc::new),
-            None => Err(format!("schema id {id} is not in the schema registry")),
+            None => Err(format!("schema {id} is not in the schema registry")),
         };
         if let Ok(mut parsed) = self.parsed.lock() {
             parsed.insert(id, resolved.clone());
@@ -402,15 +535,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frames_are_split_or_refused_with_the_reason() {
+    fn frames_are_split_or_refused_with_the_reason() -> Result<(), String> {
+        let confluent = |id, payload: &'static [u8]| Framed {
+            id: SchemaId::Confluent(id),
+            payload: std::borrow::Cow::Borrowed(payload),
+        };
+        assert_eq!(frame(&[0, 0, 0, 1, 2, 9, 9])?, confluent(258, &[9, 9]));
+        assert_eq!(frame(&[0, 0, 0, 0, 7])?, confluent(7, &[]));
+        assert!(frame(&[0, 0, 1]).is_err_and(|e| e.contains("too short")));
+        assert!(frame(b"{}").is_err_and(|e| e.contains("magic byte")));
+        assert!(frame(b"").is_err());
+
+        let version = uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        let mut glue = vec![3, 0];
+        glue.extend_from_slice(version.as_bytes());
+        glue.extend_from_slice(b"payload");
+        let framed = frame(&glue)?;
         assert_eq!(
-            confluent_frame(&[0, 0, 0, 1, 2, 9, 9]),
-            Ok((258, &[9u8, 9][..]))
+            (framed.id, framed.payload.as_ref()),
+            (SchemaId::Glue(version), &b"payload"[..])
         );
-        assert_eq!(confluent_frame(&[0, 0, 0, 0, 7]), Ok((7, &[][..])));
-        assert!(confluent_frame(&[0, 0, 1]).is_err_and(|e| e.contains("too short")));
-        assert!(confluent_frame(b"{}").is_err_and(|e| e.contains("magic byte")));
-        assert!(confluent_frame(b"").is_err());
+        let mut zlib = glue[..18].to_vec();
+        zlib[1] = 5;
+        let mut compress =
+            flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut compress, b"payload").map_err(|e| e.to_string())?;
+        zlib.extend(compress.finish().map_err(|e| e.to_string())?);
+        assert_eq!(frame(&zlib)?.payload.as_ref(), b"payload");
+        zlib.truncate(20);
+        assert!(frame(&zlib).is_err_and(|e| e.contains("does not inflate")));
+        glue[1] = 1;
+        assert!(frame(&glue).is_err_and(|e| e.contains("compression 1")));
+        assert!(frame(&glue[..17]).is_err_and(|e| e.contains("too short")));
+        Ok(())
     }
 
     #[test]
@@ -450,13 +607,16 @@ mod tests {
     #[tokio::test]
     async fn a_schema_is_fetched_once() -> Result<(), RegistryError> {
         let registry = Arc::new(MemoryRegistry::default());
-        registry.register(1, RegisteredSchema::new(SchemaKind::Avro, "\"long\""));
+        let one = SchemaId::Confluent(1);
+        registry.register(one, RegisteredSchema::new(SchemaKind::Avro, "\"long\""));
         let cache: SchemaCache<usize> = SchemaCache::new(registry.clone());
-        let first = cache.get(1, |s| Ok(s.text.len())).await?.map(|n| *n);
-        registry.register(1, RegisteredSchema::new(SchemaKind::Avro, "changed"));
-        let again = cache.get(1, |s| Ok(s.text.len())).await?.map(|n| *n);
+        let first = cache.get(one, |s| Ok(s.text.len())).await?.map(|n| *n);
+        registry.register(one, RegisteredSchema::new(SchemaKind::Avro, "changed"));
+        let again = cache.get(one, |s| Ok(s.text.len())).await?.map(|n| *n);
         assert_eq!((first, again), (Ok(6), Ok(6)));
-        let unknown = cache.get(2, |s| Ok(s.text.len())).await?;
+        let unknown = cache
+            .get(SchemaId::Confluent(2), |s| Ok(s.text.len()))
+            .await?;
         assert!(unknown.is_err_and(|e| e.contains("not in the schema registry")));
         Ok(())
     }

@@ -113,11 +113,12 @@ const VARIABLES: &[(&str, &str)] = &[
 
 /// The schema registry registry-encoded values name their schemas in
 /// (`[schema_registry]`): the Confluent REST API of Confluent Schema Registry,
-/// Karapace, Apicurio or Redpanda.
+/// Karapace, Apicurio or Redpanda, or the AWS Glue Schema Registry.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaRegistrySettings {
-    /// Its base URL, `https://…` (`SCHEMA_REGISTRY_URL`).
+    /// Its base URL, `https://…`, or `glue://[REGION]` for the AWS Glue Schema
+    /// Registry (`SCHEMA_REGISTRY_URL`).
     pub url: Option<String>,
     /// A JSON file holding `{"username", "password"}` or `{"token"}` (never printed).
     pub credentials_file: Option<PathBuf>,
@@ -266,8 +267,9 @@ pub struct ValidSettings {
     pub maintenance: Option<MaintenancePolicy>,
     /// The cross-check's grace and unreachable policy.
     pub crosscheck: CrossCheckPolicy,
-    /// The writer schemas of registry-encoded values (`None`: no registry).
-    pub schemas: Option<std::sync::Arc<crate::convert::RegistrySchemas>>,
+    /// Where the writer schemas of registry-encoded values are (`None`: no
+    /// registry); opened by the host, which may reach AWS Glue's.
+    pub schema_registry: Option<crate::registry::RegistryLocation>,
 }
 
 fn invalid(origin: &str, message: impl std::fmt::Display) -> SettingsError {
@@ -491,9 +493,9 @@ impl Settings {
             }
             start_offsets.insert(topic.clone(), map);
         }
-        let schemas = self.schema_registry(&naming, &fail)?;
+        let schema_registry = self.schema_registry(&naming, &fail)?;
         Ok(ValidSettings {
-            schemas,
+            schema_registry,
             naming,
             start_offsets,
             maintenance: self.maintenance_policy(origin)?,
@@ -501,13 +503,13 @@ impl Settings {
         })
     }
 
-    /// The registry's client, when one is configured; a registry table without one is
+    /// Where the registry is, when one is configured; a registry table without one is
     /// refused.
     fn schema_registry(
         &self,
         naming: &TableNaming,
         fail: &dyn Fn(&str, &dyn std::fmt::Display) -> SettingsError,
-    ) -> Result<Option<std::sync::Arc<crate::convert::RegistrySchemas>>, SettingsError> {
+    ) -> Result<Option<crate::registry::RegistryLocation>, SettingsError> {
         let settings = &self.schema_registry;
         let Some(url) = settings.url.as_deref() else {
             if naming.value_format == ValueFormat::Registry {
@@ -523,8 +525,8 @@ impl Settings {
                 .map_err(|e| fail("schema_registry", &e))?,
             None => crate::registry::RegistryCredentials::default(),
         };
-        crate::registry::registry_cache(url, credentials)
-            .map(|cache| Some(std::sync::Arc::new(cache)))
+        crate::registry::RegistryLocation::parse(url, credentials)
+            .map(Some)
             .map_err(|e| fail("schema_registry", &e))
     }
 

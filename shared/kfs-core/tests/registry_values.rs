@@ -14,8 +14,8 @@ use apache_avro::types::Value;
 use futures::TryStreamExt;
 use iceberg::Catalog;
 use kfs_core::{
-    MemoryRegistry, PipelineConfig, RegisteredSchema, RegistryError, SchemaCache, SchemaKind,
-    SchemaRegistry, run_once, table_ident,
+    MemoryRegistry, PipelineConfig, RegisteredSchema, RegistryError, SchemaCache, SchemaId,
+    SchemaKind, SchemaRegistry, run_once, table_ident,
 };
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use local::{BoxError, Local, offsets};
@@ -70,7 +70,10 @@ fn record(fields: Vec<(&str, Value)>) -> Value {
 fn registry() -> MemoryRegistry {
     let registry = MemoryRegistry::default();
     for (id, text) in [(1, V1), (2, V2), (3, V3), (4, INCOMPATIBLE)] {
-        registry.register(id, RegisteredSchema::new(SchemaKind::Avro, text));
+        registry.register(
+            SchemaId::Confluent(id),
+            RegisteredSchema::new(SchemaKind::Avro, text),
+        );
     }
     registry
 }
@@ -286,7 +289,7 @@ struct Down;
 
 #[async_trait::async_trait]
 impl SchemaRegistry for Down {
-    async fn schema(&self, _: u32) -> Result<Option<RegisteredSchema>, RegistryError> {
+    async fn schema(&self, _: SchemaId) -> Result<Option<RegisteredSchema>, RegistryError> {
         Err(RegistryError {
             location: "http://registry".into(),
             message: "connection refused".into(),
@@ -358,7 +361,10 @@ async fn a_schema_the_table_refuses_sends_only_its_records_to_dead_letters() -> 
     ]}"#;
     let local = Local::open().await?;
     let registry = registry();
-    registry.register(5, RegisteredSchema::new(SchemaKind::Avro, CLASH));
+    registry.register(
+        SchemaId::Confluent(5),
+        RegisteredSchema::new(SchemaKind::Avro, CLASH),
+    );
     let mut config = config(Arc::new(registry));
     config.naming.partition_by = kfs_plan::layout::parse_partition_spec("day(timestamp)")?;
     config.naming.partition_by_given = true;

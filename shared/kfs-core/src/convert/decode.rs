@@ -249,8 +249,8 @@ pub fn scan_json_segment(
     Ok(JsonScan { evolved, rejected })
 }
 
-/// The schema ids named by the registry framing of a segment's values, with the
-/// Protobuf message-index lists their payloads start with, read from `segment` as it
+/// The schemas named by the registry framing of a segment's values, with the
+/// Protobuf messages their payloads name, read from `segment` as it
 /// arrives (values without the framing are left to the conversion, which sends them
 /// to the dead-letter table). Blocking work: run it on a blocking thread.
 pub fn scan_schema_ids(
@@ -260,12 +260,13 @@ pub fn scan_schema_ids(
 ) -> Result<super::NamedSchemas, ConvertError> {
     let mut named = super::NamedSchemas::new();
     decode_records(segment, key, limits, |record| {
-        if let Some(Ok((id, payload))) = record.value.map(crate::registry::confluent_frame) {
-            let lists = named.entry(id).or_default();
+        if let Some(Ok(framed)) = record.value.map(crate::registry::frame) {
+            let lists = named.entry(framed.id).or_default();
             if lists.len() < super::registry::MAX_MESSAGE_LISTS
-                && let Ok((indexes, _)) = super::protobuf::message_indexes(payload)
+                && let Ok((selector, _)) =
+                    super::protobuf::message_selector(&framed.id, &framed.payload)
             {
-                lists.insert(indexes);
+                lists.insert(selector);
             }
         }
         Ok(true)

@@ -1,8 +1,9 @@
 //! Protobuf values of a schema registry, as pure logic: a registered `.proto` schema
 //! (with the files it imports through registry references, and Google's well-known
-//! types) compiled by `protox`, the message a value's Confluent message-index list
-//! names, its table form ([`Shape`]), and each decoded value (`prost-reflect`) as
-//! [`Cell`]s of the table's columns.
+//! types) compiled by `protox`, the message a value names ([`MessageSelector`]: a
+//! Confluent message-index list, or an AWS Glue message index), its table form
+//! ([`Shape`]), and each decoded value (`prost-reflect`) as [`Cell`]s of the table's
+//! columns.
 //!
 //! | Protobuf | Iceberg |
 //! |---|---|
@@ -27,6 +28,7 @@
 //! that are neither registry references nor Google's well-known types.
 
 use super::cells::{Cell, Shape, list_cell, map_cell};
+use crate::registry::SchemaId;
 use arrow_schema::{DataType, TimeUnit};
 use iceberg::spec::PrimitiveType;
 use prost_reflect::{
@@ -42,6 +44,46 @@ const MAX_INDEXES: usize = MAX_DEPTH;
 
 /// The name the registered schema's own file is compiled under.
 const MAIN_FILE: &str = "kfs-registry-schema.proto";
+
+/// Which message of a schema's file a value holds, as its framing says.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MessageSelector {
+    /// Confluent's message-index list: the position among the file's top-level
+    /// messages, then among each one's nested types.
+    Path(Vec<i32>),
+    /// AWS Glue's message index: the position among all the file's messages, nested
+    /// ones included, sorted by full name.
+    Sorted(u32),
+}
+
+impl std::fmt::Display for MessageSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Path(path) => write!(f, "{path:?}"),
+            Self::Sorted(index) => write!(f, "{index} (AWS Glue)"),
+        }
+    }
+}
+
+/// Splits a Protobuf payload (after the schema id of its framing) into the message it
+/// names and the message's bytes: Confluent's message-index list, or Glue's index.
+pub fn message_selector<'p>(
+    id: &SchemaId,
+    payload: &'p [u8],
+) -> Result<(MessageSelector, &'p [u8]), String> {
+    match id {
+        SchemaId::Confluent(_) => {
+            message_indexes(payload).map(|(path, rest)| (MessageSelector::Path(path), rest))
+        }
+        SchemaId::Glue(_) => {
+            let mut rest = payload;
+            let index = varint(&mut rest, payload.len())?;
+            let index = u32::try_from(index)
+                .map_err(|_| format!("Protobuf message index {index} is beyond an int"))?;
+            Ok((MessageSelector::Sorted(index), rest))
+        }
+    }
+}
 
 /// A Protobuf writer schema: the registered file, compiled with its imports.
 #[derive(Debug)]
@@ -82,35 +124,56 @@ impl ProtobufWriter {
         Ok(Self { file })
     }
 
-    /// The message `indexes` names (Confluent's message-index list: the position
-    /// among the file's top-level messages, then among each one's nested types, the
-    /// entries of its map fields counted as protoc declares them).
-    pub fn message(&self, indexes: &[i32]) -> Result<MessageDescriptor, String> {
-        let named = || format!("Protobuf message index {indexes:?} names no message of the schema");
-        let mut at = indexes.iter().map(|i| usize::try_from(*i).ok());
-        let first = at.next().flatten().ok_or_else(named)?;
-        let mut message = self.file.messages().nth(first).ok_or_else(named)?;
-        for index in at {
-            let child = message
-                .child_messages()
-                .nth(index.ok_or_else(named)?)
-                .ok_or_else(named)?;
-            message = child;
+    /// The message `selector` names.
+    pub fn message(&self, selector: &MessageSelector) -> Result<MessageDescriptor, String> {
+        let named = || format!("Protobuf message index {selector} names no message of the schema");
+        match selector {
+            MessageSelector::Path(path) => {
+                let mut at = path.iter().map(|i| usize::try_from(*i).ok());
+                let first = at.next().flatten().ok_or_else(named)?;
+                let mut message = self.file.messages().nth(first).ok_or_else(named)?;
+                for index in at {
+                    // Nested types as protoc declares them, map entries among them.
+                    let child = message
+                        .child_messages()
+                        .nth(index.ok_or_else(named)?)
+                        .ok_or_else(named)?;
+                    message = child;
+                }
+                Ok(message)
+            }
+            MessageSelector::Sorted(index) => {
+                let mut all: Vec<MessageDescriptor> = Vec::new();
+                let mut level: Vec<MessageDescriptor> = self.file.messages().collect();
+                while !level.is_empty() {
+                    let next = level.iter().flat_map(|m| m.child_messages()).collect();
+                    all.append(&mut level);
+                    level = next;
+                }
+                all.sort_by(|a, b| a.full_name().cmp(b.full_name()));
+                let index = usize::try_from(*index).map_err(|_| named())?;
+                all.into_iter().nth(index).ok_or_else(named)
+            }
         }
-        Ok(message)
     }
 
-    /// The table form of the message `indexes` names: its fields as columns.
-    pub fn shape(&self, indexes: &[i32]) -> Result<Vec<(String, Shape)>, String> {
-        let message = self.message(indexes)?;
+    /// The table form of the message `selector` names: its fields as columns.
+    pub fn shape(&self, selector: &MessageSelector) -> Result<Vec<(String, Shape)>, String> {
+        let message = self.message(selector)?;
         fields_shape(&message, 0).map_err(|e| format!("message {}: {e}", message.full_name()))
     }
 
-    /// Decodes one payload (the value after its schema id: the message-index list,
-    /// then the message) into the row of `columns` (the table's payload columns).
-    pub fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
-        let (indexes, message) = message_indexes(payload)?;
-        let descriptor = self.message(&indexes)?;
+    /// Decodes one payload of schema `id` (the value after its schema id: the message
+    /// it names, then the message) into the row of `columns` (the table's payload
+    /// columns).
+    pub fn decode(
+        &self,
+        id: &SchemaId,
+        payload: &[u8],
+        columns: &DataType,
+    ) -> Result<Cell, String> {
+        let (selector, message) = message_selector(id, payload)?;
+        let descriptor = self.message(&selector)?;
         let decoded = prost_reflect::DynamicMessage::decode(descriptor, message).map_err(|e| {
             format!(
                 "Protobuf payload does not decode (after byte {}): {e}",
@@ -129,7 +192,7 @@ impl ProtobufWriter {
 /// Splits the payload of a Confluent-framed Protobuf value into its message-index
 /// list and the message: a zig-zag varint count, then that many zig-zag varints; a
 /// count of 0 stands for `[0]`, the file's first message.
-pub fn message_indexes(payload: &[u8]) -> Result<(Vec<i32>, &[u8]), String> {
+fn message_indexes(payload: &[u8]) -> Result<(Vec<i32>, &[u8]), String> {
     let mut rest = payload;
     let count = zigzag(&mut rest, payload.len())?;
     if count == 0 {
@@ -157,17 +220,23 @@ pub fn message_indexes(payload: &[u8]) -> Result<(Vec<i32>, &[u8]), String> {
 /// Reads a zig-zag varint from the front of `rest` (`total`: the payload's length,
 /// for positions in messages).
 fn zigzag(rest: &mut &[u8], total: usize) -> Result<i64, String> {
+    let value = varint(rest, total)?;
+    Ok(((value >> 1) as i64) ^ -((value & 1) as i64))
+}
+
+/// Reads an unsigned varint from the front of `rest`.
+fn varint(rest: &mut &[u8], total: usize) -> Result<u64, String> {
     let mut value: u64 = 0;
     for shift in (0..64).step_by(7) {
         let Some((&byte, tail)) = rest.split_first() else {
             return Err(format!(
-                "Protobuf message-index list is cut short at byte {total}"
+                "Protobuf message index is cut short at byte {total}"
             ));
         };
         *rest = tail;
         value |= u64::from(byte & 0x7F) << shift;
         if byte & 0x80 == 0 {
-            return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+            return Ok(value);
         }
     }
     Err(format!(
@@ -456,6 +525,8 @@ mod tests {
         }
         enum Kind { NEW = 0; OLD = 1; }"#;
 
+    const CONFLUENT: SchemaId = SchemaId::Confluent(1);
+
     fn writer() -> Result<ProtobufWriter, String> {
         ProtobufWriter::parse(PAYMENT, &[("ship.proto".into(), SHIP.into())])
     }
@@ -472,27 +543,54 @@ mod tests {
         assert!(message_indexes(&[0xFF; 11]).is_err());
         assert!(message_indexes(&[0x7E]).is_err_and(|e| e.contains("entries")));
         let writer = writer()?;
-        assert_eq!(writer.message(&[1])?.full_name(), "shop.Payment");
+        let path = |p: &[i32]| MessageSelector::Path(p.to_vec());
+        assert_eq!(writer.message(&path(&[1]))?.full_name(), "shop.Payment");
         // Nested types count as protoc declares them: the map field's entry first.
         assert_eq!(
-            writer.message(&[1, 0])?.full_name(),
+            writer.message(&path(&[1, 0]))?.full_name(),
             "shop.Payment.AttrsEntry"
         );
-        assert_eq!(writer.message(&[1, 1])?.full_name(), "shop.Payment.Inner");
+        assert_eq!(
+            writer.message(&path(&[1, 1]))?.full_name(),
+            "shop.Payment.Inner"
+        );
         for none in [&[2][..], &[-1], &[0, 0], &[]] {
             assert!(
                 writer
-                    .message(none)
+                    .message(&path(none))
                     .is_err_and(|e| e.contains("names no message")),
                 "{none:?}"
             );
         }
+        // Glue: all messages sorted by full name: Header, Payment, AttrsEntry, Inner.
+        let sorted: Vec<String> = (0..4)
+            .map(|i| {
+                writer
+                    .message(&MessageSelector::Sorted(i))
+                    .map(|m| m.full_name().to_owned())
+            })
+            .collect::<Result<_, _>>()?;
+        assert_eq!(
+            sorted,
+            [
+                "shop.Header",
+                "shop.Payment",
+                "shop.Payment.AttrsEntry",
+                "shop.Payment.Inner"
+            ]
+        );
+        assert!(writer.message(&MessageSelector::Sorted(4)).is_err());
+        let glue = SchemaId::Glue(uuid::Uuid::nil());
+        assert_eq!(
+            message_selector(&glue, &[1, 9])?,
+            (MessageSelector::Sorted(1), &[9u8][..])
+        );
         Ok(())
     }
 
     #[test]
     fn schemas_map_to_shapes_or_say_why_not() -> Result<(), String> {
-        let shape = writer()?.shape(&[1])?;
+        let shape = writer()?.shape(&MessageSelector::Path(vec![1]))?;
         let names: Vec<&str> = shape.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
@@ -511,7 +609,7 @@ mod tests {
             ProtobufWriter::parse(r#"syntax = "proto3"; message Node { Node next = 1; }"#, &[])?;
         assert!(
             recursive
-                .shape(&[0])
+                .shape(&MessageSelector::Path(vec![0]))
                 .is_err_and(|e| e.contains("recursive"))
         );
         let json = ProtobufWriter::parse(
@@ -519,7 +617,7 @@ mod tests {
                message J { google.protobuf.Struct s = 1; }"#,
             &[],
         )?;
-        assert!(json.shape(&[0]).is_err());
+        assert!(json.shape(&MessageSelector::Path(vec![0])).is_err());
         for refused in [
             r#"syntax = "proto3"; import "missing.proto"; message M { int32 a = 1; }"#,
             r#"syntax = "proto3"; message M { int32 a = 1"#,
@@ -534,8 +632,9 @@ mod tests {
     fn values_decode_into_their_columns() -> Result<(), String> {
         use prost::Message;
         let writer = writer()?;
-        let payment = writer.message(&[1])?;
-        let (fields, row_type) = super::super::cells::new_table_row(&writer.shape(&[1])?)?;
+        let payment = writer.message(&MessageSelector::Path(vec![1]))?;
+        let (fields, row_type) =
+            super::super::cells::new_table_row(&writer.shape(&MessageSelector::Path(vec![1]))?)?;
         let mut value = prost_reflect::DynamicMessage::new(payment.clone());
         let mut placed = prost_reflect::DynamicMessage::new(
             payment
@@ -556,7 +655,7 @@ mod tests {
         value.set_field_by_name("scores", Value::List(vec![Value::I32(-1), Value::I32(2)]));
         let mut framed = vec![2, 2];
         framed.extend(value.encode_to_vec());
-        let row = writer.decode(&framed, &row_type)?;
+        let row = writer.decode(&CONFLUENT, &framed, &row_type)?;
         let Cell::Struct(cells) = &row else {
             return Err(format!("{row:?}"));
         };
@@ -585,7 +684,7 @@ mod tests {
         framed.extend(value.encode_to_vec());
         assert!(
             writer
-                .decode(&framed, &row_type)
+                .decode(&CONFLUENT, &framed, &row_type)
                 .is_err_and(|e| e.contains("beyond a long"))
         );
         Ok(())
@@ -600,13 +699,14 @@ mod tests {
         ) {
             let fail = proptest::test_runner::TestCaseError::fail;
             let writer = writer().map_err(fail)?;
-            let shape = writer.shape(&[1]).map_err(fail)?;
+            let shape = writer.shape(&MessageSelector::Path(vec![1])).map_err(fail)?;
             let (fields, row_type) = super::super::cells::new_table_row(&shape).map_err(fail)?;
             // As framed for Payment ([1]) and as whatever the bytes say.
             let mut framed = vec![2, 2];
             framed.extend_from_slice(&payload);
-            for value in [&framed, &payload] {
-                if let Ok(row) = writer.decode(value, &row_type) {
+            let glue = SchemaId::Glue(uuid::Uuid::nil());
+            for (id, value) in [(&CONFLUENT, &framed), (&CONFLUENT, &payload), (&glue, &payload)] {
+                if let Ok(row) = writer.decode(id, value, &row_type) {
                     super::super::cells::write_row(&fields, &row).map_err(fail)?;
                 }
             }

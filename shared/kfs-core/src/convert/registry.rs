@@ -9,9 +9,10 @@
 use super::avro::AvroWriter;
 use super::cells::{Cell, NULL, Shape, column};
 use super::json_schema::JsonSchemaWriter;
-use super::protobuf::ProtobufWriter;
+use super::protobuf::{MessageSelector, ProtobufWriter};
 use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, dead_letter, flushed};
 use super::{ROWS_PER_BATCH, RecordColumns};
+use crate::registry::SchemaId;
 use crate::table::arrow_schema;
 use arrow_array::ArrayRef;
 use arrow_schema::{DataType, Fields};
@@ -45,42 +46,41 @@ impl WriterSchema {
     }
 
     /// The top-level fields of its values as columns: one form for Avro and JSON
-    /// Schema, one per message the values name for Protobuf (`messages`: the
-    /// message-index lists a segment's values start with; a list naming no message
-    /// is left out, its values are dead letters when decoded).
+    /// Schema, one per message the values name for Protobuf (`messages`: what a
+    /// segment's values start with; one naming no message is left out, its values
+    /// are dead letters when decoded).
     pub fn shapes(&self, messages: &MessageLists) -> Result<Vec<Vec<(String, Shape)>>, String> {
         match self {
             Self::Avro(avro) => Ok(vec![avro.shape.clone()]),
             Self::JsonSchema(json) => Ok(vec![json.shape.clone()]),
             Self::Protobuf(protobuf) => messages
                 .iter()
-                .filter(|indexes| protobuf.message(indexes).is_ok())
-                .map(|indexes| protobuf.shape(indexes))
+                .filter(|selector| protobuf.message(selector).is_ok())
+                .map(|selector| protobuf.shape(selector))
                 .collect(),
         }
     }
 
-    fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
+    fn decode(&self, id: &SchemaId, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
         match self {
             Self::Avro(avro) => avro.decode(payload, columns),
             Self::JsonSchema(json) => json.decode(payload, columns),
-            Self::Protobuf(protobuf) => protobuf.decode(payload, columns),
+            Self::Protobuf(protobuf) => protobuf.decode(id, payload, columns),
         }
     }
 }
 
-/// The message-index lists a segment's values framed with one schema id start with,
-/// were it a Protobuf schema (at most [`MAX_MESSAGE_LISTS`]; ignored for the other
-/// kinds).
-pub type MessageLists = BTreeSet<Vec<i32>>;
+/// The Protobuf messages a segment's values framed with one schema name, were it a
+/// Protobuf schema (at most [`MAX_MESSAGE_LISTS`]; ignored for the other kinds).
+pub type MessageLists = BTreeSet<MessageSelector>;
 
-/// Most message-index lists kept per schema id while scanning a segment: a producer
+/// Most message selectors kept per schema while scanning a segment: a producer
 /// names one message per topic; values naming others still decode or are dead
 /// letters with the reason, never lose a field.
 pub const MAX_MESSAGE_LISTS: usize = 16;
 
-/// The schema ids a segment's values name, with their message-index lists.
-pub type NamedSchemas = BTreeMap<u32, MessageLists>;
+/// The schemas a segment's values name, with the Protobuf messages they name.
+pub type NamedSchemas = BTreeMap<SchemaId, MessageLists>;
 
 /// Writer schemas by id, fetched from the registry once and parsed once for the
 /// process.
@@ -88,7 +88,7 @@ pub type RegistrySchemas = crate::registry::SchemaCache<WriterSchema>;
 
 /// The writer schemas of a segment's values by id: parsed and absorbed by the table,
 /// or why their records are dead letters.
-pub type WriterSchemas = HashMap<u32, Result<Arc<WriterSchema>, String>>;
+pub type WriterSchemas = HashMap<SchemaId, Result<Arc<WriterSchema>, String>>;
 
 /// Registry-encoded values: rows of the payload columns, or dead letters.
 pub(crate) struct RegistryRouter {
@@ -134,13 +134,14 @@ impl RegistryRouter {
             // A tombstone: its payload columns are null.
             return Ok(Cell::Struct(vec![Cell::Null; self.payload.len()]));
         };
-        let (id, payload) = crate::registry::confluent_frame(value)?;
+        let framed = crate::registry::frame(value)?;
+        let id = framed.id;
         match self.writers.get(&id) {
             Some(Ok(writer)) => writer
-                .decode(payload, &self.payload_type)
-                .map_err(|e| format!("schema id {id}: {e}")),
+                .decode(&id, &framed.payload, &self.payload_type)
+                .map_err(|e| format!("schema {id}: {e}")),
             Some(Err(why)) => Err(why.clone()),
-            None => Err(format!("schema id {id} was not resolved before conversion")),
+            None => Err(format!("schema {id} was not resolved before conversion")),
         }
     }
 }

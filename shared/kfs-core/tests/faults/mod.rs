@@ -227,7 +227,7 @@ pub struct FaultyRegistry {
 impl kfs_core::SchemaRegistry for FaultyRegistry {
     async fn schema(
         &self,
-        id: u32,
+        id: kfs_core::SchemaId,
     ) -> Result<Option<kfs_core::RegisteredSchema>, kfs_core::RegistryError> {
         faulty(
             &self.faults,
@@ -834,7 +834,7 @@ pub const REGISTRY_SCHEMA_ID: u32 = 1;
 pub fn registry() -> Arc<kfs_core::MemoryRegistry> {
     let registry = kfs_core::MemoryRegistry::default();
     registry.register(
-        REGISTRY_SCHEMA_ID,
+        kfs_core::SchemaId::Confluent(REGISTRY_SCHEMA_ID),
         kfs_core::RegisteredSchema::new(kfs_core::SchemaKind::Avro, REGISTRY_SCHEMA),
     );
     Arc::new(registry)
