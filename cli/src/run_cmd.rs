@@ -41,6 +41,13 @@ pub struct RunArgs {
     /// `value_format`; existing tables keep theirs.
     #[arg(long, value_name = "FORMAT")]
     value_format: Option<String>,
+    /// How registry tables read record keys: `raw` (bytes only, the default) or
+    /// `registry` (keys framed for the schema registry, as the values are, decoded
+    /// into the struct column `key_fields` as well; a record whose key is not goes to
+    /// `<table>__dlq`). Needs `--value-format registry`; overrides the configuration
+    /// file's `key_format`.
+    #[arg(long, value_name = "FORMAT")]
+    key_format: Option<String>,
     /// The schema registry of `--value-format registry`: `https://…` for the
     /// Confluent REST API (Confluent Schema Registry, Karapace, Apicurio, Redpanda),
     /// `glue://` or `glue://REGION` for the AWS Glue Schema Registry (read with the
@@ -114,6 +121,9 @@ async fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
         kfs_plan::naming::ValueFormat::parse(format)
             .map_err(|e| CliError::Usage(format!("--value-format: {e}")))?;
         settings.value_format = Some(format.clone());
+    }
+    if let Some(format) = &args.key_format {
+        settings.key_format = Some(format.clone());
     }
     if let Some(url) = &args.schema_registry_url {
         settings.schema_registry.url = Some(url.clone());

@@ -1,10 +1,15 @@
 //! `kfs-iceberg run` with its source and warehouse in S3 (moto), read back with
-//! pyiceberg; a rerun adds nothing.
+//! pyiceberg; a rerun adds nothing. Record values framed for the AWS Glue Schema
+//! Registry (Avro, Protobuf and JSON, uncompressed and zlib), their schemas registered
+//! in moto's Glue by `tests/python/check_glue_registry.py`, converted with
+//! `--schema-registry-url glue://` and read back by pyiceberg and DuckDB.
+
+use std::process::Command;
 
 use kfs_testkit::Moto;
 
 use crate::run_local::{run, snapshots, verify};
-use crate::support::{independent_bucket, tempdir};
+use crate::support::{independent_bucket, kfs, output_of, repo, succeed, tempdir};
 
 #[test]
 fn s3_source_and_warehouse_against_moto() {
@@ -109,4 +114,88 @@ fn lfs_claim_checks_in_every_mode_against_moto() {
             + facts["skipped"].as_u64().unwrap_or(0);
         assert_eq!(accounted, 11, "{mode}: {facts}");
     }
+}
+
+/// `--value-format registry` with the AWS Glue Schema Registry (moto's Glue): values of
+/// three Avro versions, a Protobuf message chosen by Glue's message index and JSON
+/// values, uncompressed and zlib-compressed, become typed columns; an incompatible
+/// version, an unknown version id, an unknown compression, a zlib payload cut short, a
+/// Confluent-framed value, an index naming no message and a JSON value the table cannot
+/// hold are dead letters (`tests/python/check_glue_registry.py`). Glue takes no
+/// registry credentials.
+#[test]
+fn glue_schema_registry_values_against_moto() {
+    let moto = Moto::start();
+    let dir = tempdir();
+    let segments = dir.path().join("segments");
+    let versions = dir.path().join("versions.json");
+    let warehouse = dir.path().join("warehouse");
+    let script = repo().join("tests/python/check_glue_registry.py");
+    succeed(
+        Command::new("python3")
+            .arg(&script)
+            .arg("make")
+            .arg(&segments)
+            .arg("--versions")
+            .arg(&versions)
+            .envs(moto.env()),
+        "check_glue_registry.py make",
+    );
+    let out = succeed(
+        kfs()
+            .args(["run", "--quiet", "--value-format", "registry"])
+            .args(["--schema-registry-url", "glue://", "--source"])
+            .arg(&segments)
+            .arg("--warehouse")
+            .arg(&warehouse)
+            .envs(moto.env()),
+        "kfs-iceberg run --schema-registry-url glue://",
+    );
+    let summary = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(summary.contains("0 quarantined"), "{summary}");
+    let out = succeed(
+        Command::new("python3")
+            .arg(&script)
+            .arg("check")
+            .arg("--warehouse")
+            .arg(&warehouse)
+            .arg("--versions")
+            .arg(&versions),
+        "check_glue_registry.py check",
+    );
+    let facts = String::from_utf8_lossy(&out.stdout);
+    println!("{facts}");
+    assert!(
+        facts.contains(r#""glue_orders_rows": 5"#) && facts.contains(r#""glue_payments_rows": 2"#),
+        "{facts}"
+    );
+
+    // Glue authenticates with the AWS credentials: registry credentials are refused.
+    let credentials = dir.path().join("registry.json");
+    std::fs::write(&credentials, r#"{"username": "kfs", "password": "secret"}"#)
+        .unwrap_or_else(|e| panic!("{}: {e}", credentials.display()));
+    let refused = output_of(
+        kfs()
+            .args(["run", "--quiet", "--value-format", "registry"])
+            .args([
+                "--schema-registry-url",
+                "glue://",
+                "--schema-registry-credentials",
+            ])
+            .arg(&credentials)
+            .arg("--source")
+            .arg(&segments)
+            .arg("--warehouse")
+            .arg(dir.path().join("other-warehouse"))
+            .envs(moto.env()),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("takes no registry credentials"),
+        "{stderr}"
+    );
 }

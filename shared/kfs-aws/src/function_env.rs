@@ -19,6 +19,7 @@
 //! | `LFS_MODE` | what is done with large-file (LFS) claim-check records: `off` (default), `resolve` (blobs fetched from the segment bucket into `value`), `reference` (envelopes kept, described by `lfs_*` columns), `skip` or `hybrid` (resolved up to `LFS_MAX_INLINE_SIZE`, referenced above); a blob that cannot be had sends its record to `<table>__dlq` |
 //! | `LFS_TOPICS` | JSON object `{"<topic>": "<mode>"}`: per-topic LFS modes |
 //! | `LFS_MAX_INLINE_SIZE`, `LFS_CONCURRENCY`, `LFS_VERIFY_CHECKSUMS` | largest blob resolved, in bytes (default 64 MiB); blobs fetched at once (default 4); `on` (default) or `off` |
+//! | `KEY_FORMAT` | how registry tables read record keys: `raw` (default) or `registry` (keys framed for the schema registry, decoded into the struct column `key_fields`; a record whose key is not goes to `<table>__dlq`) |
 //! | `SCHEMA_REGISTRY_URL` | with `VALUE_FORMAT=registry`: the schema registry the values' schema ids are looked up in: `https://…` for the Confluent REST API, `glue://` (or `glue://REGION`) for the AWS Glue Schema Registry, read with the function's role |
 //! | `SCHEMA_REGISTRY_SECRET_ARN` | Secrets Manager secret, or SSM parameter, holding the registry's credentials as JSON: `{"username", "password"}` (Confluent Cloud: API key and secret) or `{"token"}`; read at cold start, never logged |
 //! | `VALUE_COLUMNS` | declared columns of new JSON tables, a JSON object `{"<topic>": "name type, ..."}` (types boolean, int, long, float, double, string); other topics infer theirs |

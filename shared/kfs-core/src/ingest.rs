@@ -4,6 +4,7 @@
 
 use crate::catalog::CatalogAccess;
 use crate::clock::now_ms;
+use crate::convert::Role;
 use crate::convert::{
     ConvertError, ConvertedSegment, SegmentInput, ValueColumns, convert_segment, scan_json_segment,
 };
@@ -18,7 +19,7 @@ use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::lfs::{LfsMode, LfsPolicy};
-use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
+use kfs_plan::naming::{KeyFormat, TableName, TableNaming, ValueFormat};
 use kfs_plan::sweep::{ListedSegment, TableProgress};
 use kfs_segment::DecodeLimits;
 use std::collections::HashSet;
@@ -50,6 +51,8 @@ pub struct TopicTable {
     pub progress: TableProgress,
     /// What is done with its topic's large-file claim checks.
     pub lfs: LfsPolicy,
+    /// How a registry table's keys are read.
+    pub keys: KeyFormat,
     /// The writer schemas of a registry table's values (`None`: no registry is
     /// configured).
     pub schemas: Option<std::sync::Arc<crate::convert::RegistrySchemas>>,
@@ -139,6 +142,7 @@ impl TopicTable {
             table,
             progress,
             lfs,
+            keys: naming.key_format,
             schemas: None,
         })
     }
@@ -542,20 +546,24 @@ async fn convert_registry_segment(
         )));
     };
     let open = || source.open(&object.key, object.etag.as_deref());
-    let ids = {
+    let keys = target.keys == KeyFormat::Registry;
+    let (values, named_keys) = {
         let reader = crate::convert::StreamReader::new(open().await?);
         let key = input.key.clone();
         let scanned = scanning(&target.name, move || {
-            crate::convert::scan_schema_ids(reader, &key, limits)
+            crate::convert::scan_schema_ids(reader, &key, limits, keys)
         })
         .await?;
         match scanned {
-            Ok(ids) => ids,
+            Ok(named) => named,
             Err(e) => return Ok(Err(e)),
         }
     };
-    let mut parsed = Vec::with_capacity(ids.len());
-    for (id, messages) in ids {
+    // Values' schemas first, then keys', each in the order the segment names them.
+    let named = (values.into_named().into_iter().map(|n| (Role::Value, n)))
+        .chain(named_keys.into_named().into_iter().map(|n| (Role::Key, n)));
+    let mut parsed = Vec::new();
+    for (role, (id, messages)) in named {
         let resolved = schemas
             .get(id, crate::convert::WriterSchema::parse)
             .await
@@ -566,8 +574,12 @@ async fn convert_registry_segment(
             })?;
         // The columns of its values, or why they have none.
         let resolved = resolved.and_then(|writer| Ok((writer.shapes(&messages)?, writer)));
-        parsed.push((id, resolved));
+        parsed.push((role, id, resolved));
     }
+    let whose = |role: Role, id: &crate::registry::SchemaId| match role {
+        Role::Value => format!("schema {id}"),
+        Role::Key => format!("key schema {id}"),
+    };
     let mut table = target.table.clone();
     for _ in 0..SCHEMA_ATTEMPTS {
         let current = table.metadata().current_schema().clone();
@@ -577,20 +589,20 @@ async fn convert_registry_segment(
             .last_column_id()
             .max(current.highest_field_id())
             + 1;
-        let mut writers = crate::convert::WriterSchemas::new();
-        for (id, resolved) in &parsed {
+        let mut writers = RegistryWriters::default();
+        for (role, id, resolved) in &parsed {
             let writer = resolved.clone().and_then(|(shapes, writer)| {
                 let mut absorbed = fields.clone();
                 for shape in &shapes {
                     if let Some(grown) =
-                        crate::convert::absorb(&absorbed, shape, true, &mut next_id).map_err(
-                            |why| {
+                        crate::convert::absorb_as((*role, keys), &absorbed, shape, &mut next_id)
+                            .map_err(|why| {
                                 format!(
-                                    "schema {id} cannot be written to table {}: {why}",
+                                    "{} cannot be written to table {}: {why}",
+                                    whose(*role, id),
                                     target.name
                                 )
-                            },
-                        )?
+                            })?
                     {
                         absorbed = grown;
                     }
@@ -598,7 +610,7 @@ async fn convert_registry_segment(
                 fields = absorbed;
                 Ok(writer)
             });
-            writers.insert(*id, writer);
+            writers.of(*role).insert(*id, writer);
         }
         if fields.as_slice() != current.as_struct().fields() {
             let evolved = iceberg::spec::Schema::builder()
@@ -620,7 +632,7 @@ async fn convert_registry_segment(
                 // field): the writer schemas are added one at a time, and those
                 // whose columns it refuses are dead letters.
                 Err(e) if crate::fault::iceberg_error_kind(&e).quarantines() => {
-                    for (id, resolved) in &parsed {
+                    for (role, id, resolved) in &parsed {
                         let Ok((shapes, _)) = resolved else { continue };
                         let current = table.metadata().current_schema().clone();
                         let mut next_id = table
@@ -631,7 +643,12 @@ async fn convert_registry_segment(
                         let mut grown = current.as_struct().fields().to_vec();
                         for shape in shapes {
                             // Refused already (`writers` says why): stop here.
-                            match crate::convert::absorb(&grown, shape, true, &mut next_id) {
+                            match crate::convert::absorb_as(
+                                (*role, keys),
+                                &grown,
+                                shape,
+                                &mut next_id,
+                            ) {
                                 Ok(Some(more)) => grown = more,
                                 Ok(None) => {}
                                 Err(_) => break,
@@ -650,10 +667,11 @@ async fn convert_registry_segment(
                         match crate::table::evolve_schema(swap, &table, evolved).await {
                             Ok(updated) => table = updated,
                             Err(e) if crate::fault::iceberg_error_kind(&e).quarantines() => {
-                                writers.insert(
+                                writers.of(*role).insert(
                                     *id,
                                     Err(format!(
-                                        "schema {id} needs columns table {} refuses: {e}",
+                                        "{} needs columns table {} refuses: {e}",
+                                        whose(*role, id),
                                         target.name
                                     )),
                                 );
@@ -674,7 +692,8 @@ async fn convert_registry_segment(
             open().await?,
             limits,
             ValueColumns::Registry {
-                writers,
+                writers: writers.values,
+                key_writers: keys.then_some(writers.keys),
                 dead_letters: Some(&dead_letter_table),
             },
         )
@@ -689,6 +708,22 @@ async fn convert_registry_segment(
         )
         .with_retryable(true),
     ))
+}
+
+/// The writer schemas of a segment's values and keys, as the table absorbed them.
+#[derive(Default)]
+struct RegistryWriters {
+    values: crate::convert::WriterSchemas,
+    keys: crate::convert::WriterSchemas,
+}
+
+impl RegistryWriters {
+    fn of(&mut self, role: Role) -> &mut crate::convert::WriterSchemas {
+        match role {
+            Role::Value => &mut self.values,
+            Role::Key => &mut self.keys,
+        }
+    }
 }
 
 /// Runs `scan` (a pass over a segment before its conversion) on a blocking thread; a

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use kfs_plan::crosscheck::{CrossCheckPolicy, UnreachablePolicy};
 use kfs_plan::duration::parse_duration;
 use kfs_plan::layout::{PartitionField, parse_partition_spec};
-use kfs_plan::naming::{TableName, TableNaming, TablePattern, TopicSelection, ValueFormat};
+use kfs_plan::naming::{
+    KeyFormat, TableName, TableNaming, TablePattern, TopicSelection, ValueFormat,
+};
 use serde::Deserialize;
 
 use crate::catalog::{CatalogKind, RestCredentials, RestSettings, S3TablesSettings};
@@ -56,6 +58,10 @@ pub struct Settings {
     /// How new tables store record values: `"raw"` (default) or `"json"`
     /// (`VALUE_FORMAT`).
     pub value_format: Option<String>,
+    /// How registry tables read record keys: `"raw"` (default) or `"registry"` (keys
+    /// framed for the schema registry, decoded into the struct column `key_fields`)
+    /// (`KEY_FORMAT`).
+    pub key_format: Option<String>,
     /// `topic = "name type, ..."`: declared columns of that topic's new JSON table
     /// (`VALUE_COLUMNS`, a JSON object).
     #[serde(default)]
@@ -100,6 +106,7 @@ const VARIABLES: &[(&str, &str)] = &[
     ("partition_by", "PARTITION_BY"),
     ("table_properties", "TABLE_PROPERTIES"),
     ("value_format", "VALUE_FORMAT"),
+    ("key_format", "KEY_FORMAT"),
     ("value_columns", "VALUE_COLUMNS"),
     ("snapshot_retention", "SNAPSHOT_RETENTION"),
     ("orphan_age", "ORPHAN_AGE"),
@@ -354,6 +361,7 @@ impl Settings {
                 "a JSON object of strings",
             )?,
             value_format: var("VALUE_FORMAT"),
+            key_format: var("KEY_FORMAT"),
             value_columns: json(
                 "VALUE_COLUMNS",
                 var("VALUE_COLUMNS"),
@@ -447,6 +455,13 @@ impl Settings {
                 .map(ValueFormat::parse)
                 .transpose()
                 .map_err(|e| fail("value_format", &e))?
+                .unwrap_or_default(),
+            key_format: self
+                .key_format
+                .as_deref()
+                .map(KeyFormat::parse)
+                .transpose()
+                .map_err(|e| fail("key_format", &e))?
                 .unwrap_or_default(),
             topics: TopicSelection::new(&self.include_topics, &self.exclude_topics)
                 .map_err(|e| fail("topics", &e))?,

@@ -84,6 +84,9 @@ pub struct TableNaming {
     pub properties: BTreeMap<String, String>,
     /// How record values are stored in new tables.
     pub value_format: ValueFormat,
+    /// How record keys are read in registry tables: `Registry` decodes keys framed
+    /// for the schema registry into the struct column `key_fields`.
+    pub key_format: KeyFormat,
     /// Declared columns of new JSON tables, per topic: their schema is these (the
     /// values' other fields are not written); topics without an entry infer theirs.
     pub value_columns: BTreeMap<String, Vec<crate::value_columns::ValueColumn>>,
@@ -184,6 +187,38 @@ impl ValueFormat {
     }
 }
 
+/// How record keys are read (the raw `key` column always holds their bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KeyFormat {
+    /// Bytes only (the default).
+    #[default]
+    Raw,
+    /// Keys framed for the schema registry, as a registry table's values are,
+    /// decoded into the struct column `key_fields` as well; a key that is not (no
+    /// framing, an unknown schema, a payload that does not decode) sends its record to
+    /// the dead-letter table. A null key is a null `key_fields`.
+    Registry,
+}
+
+impl KeyFormat {
+    /// The format's name, as configured.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Raw => "raw",
+            Self::Registry => "registry",
+        }
+    }
+
+    /// Parses `raw` or `registry`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "raw" => Ok(Self::Raw),
+            "registry" => Ok(Self::Registry),
+            other => Err(format!("key format {other:?}: expected raw or registry")),
+        }
+    }
+}
+
 /// Suffix of a table's dead-letter table.
 pub const DEAD_LETTER_SUFFIX: &str = "__dlq";
 
@@ -250,6 +285,12 @@ impl TableNaming {
             }
         }
         self.lfs.validate()?;
+        if self.key_format == KeyFormat::Registry && self.value_format != ValueFormat::Registry {
+            return Err(format!(
+                "key_format registry: keys are decoded in registry tables only; value_format is {}",
+                self.value_format.name()
+            ));
+        }
         if self.value_format != ValueFormat::Raw && self.lfs.any() {
             return Err(format!(
                 "lfs: claim-check records are handled in raw tables only; value_format {} takes lfs mode off",

@@ -42,6 +42,7 @@ async fn glue_tables_take_commits_with_the_offset_map() {
             progress: table_progress(&table).unwrap_or_else(|e| panic!("progress: {e}")),
             table,
             lfs: Default::default(),
+            keys: Default::default(),
             schemas: None,
         };
         let object = SourceObject {

@@ -101,6 +101,7 @@ impl BenchTable {
             table: self.table.clone(),
             progress: table_progress(&self.table)?,
             lfs: Default::default(),
+            keys: Default::default(),
             schemas: None,
         };
         let entry = ingest_segment(

@@ -110,6 +110,60 @@ pub fn absorb(
     Ok(changed.then_some(grown))
 }
 
+/// Whose fields a writer schema describes: a record's value (the table's top-level
+/// columns) or its key (the fields of the struct column `key_fields`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The value.
+    Value,
+    /// The key.
+    Key,
+}
+
+/// `fields` (a table's columns) grown by `shape`, a writer schema's fields in
+/// `role` (`keys`: the table's keys are decoded, into `key_fields`); new ids from
+/// `next_id`. `None` when nothing changes.
+pub fn absorb_as(
+    (role, keys): (Role, bool),
+    fields: &[NestedFieldRef],
+    shape: &[(String, Shape)],
+    next_id: &mut i32,
+) -> Result<Option<Vec<NestedFieldRef>>, String> {
+    let column = crate::table::KEY_FIELDS_COLUMN;
+    if role == Role::Value {
+        if keys
+            && let Some((name, _)) = shape
+                .iter()
+                .find(|(name, _)| crate::table::column_for(name, true) == column)
+        {
+            return Err(format!(
+                "field {name} collides with {column}, the column of the decoded keys"
+            ));
+        }
+        return absorb(fields, shape, true, next_id);
+    }
+    let key = Shape::Struct(shape.to_vec());
+    let mut grown: Vec<NestedFieldRef> = fields.to_vec();
+    match grown.iter().position(|f| f.name == column) {
+        Some(at) => {
+            let Some(field_type) = grow(&grown[at].field_type, &key, next_id)? else {
+                return Ok(None);
+            };
+            let mut widened = grown[at].as_ref().clone();
+            widened.field_type = Box::new(field_type);
+            grown[at] = Arc::new(widened);
+        }
+        None => {
+            let id = take(next_id);
+            grown.push(Arc::new(
+                NestedField::optional(id, column, type_of(&key, next_id))
+                    .with_doc("kfs: the record's key, decoded with its registry schema"),
+            ));
+        }
+    }
+    Ok(Some(grown))
+}
+
 fn take(next_id: &mut i32) -> i32 {
     let id = *next_id;
     *next_id += 1;

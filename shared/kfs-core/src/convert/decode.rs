@@ -249,27 +249,26 @@ pub fn scan_json_segment(
     Ok(JsonScan { evolved, rejected })
 }
 
-/// The schemas named by the registry framing of a segment's values, with the
-/// Protobuf messages their payloads name, read from `segment` as it
-/// arrives (values without the framing are left to the conversion, which sends them
-/// to the dead-letter table). Blocking work: run it on a blocking thread.
+/// The schemas named by the registry framing of a segment's values (and of its keys,
+/// with `keys`), with the Protobuf messages their payloads name, read from `segment`
+/// as it arrives (values without the framing are left to the conversion, which sends
+/// them to the dead-letter table). Blocking work: run it on a blocking thread.
 pub fn scan_schema_ids(
     segment: impl std::io::Read,
     key: &SegmentKey,
     limits: DecodeLimits,
-) -> Result<super::NamedSchemas, ConvertError> {
-    let mut named = super::NamedSchemas::new();
+    keys: bool,
+) -> Result<(super::NamedSchemas, super::NamedSchemas), ConvertError> {
+    let mut values = super::NamedSchemas::default();
+    let mut named_keys = super::NamedSchemas::default();
     decode_records(segment, key, limits, |record| {
         if let Some(Ok(framed)) = record.value.map(crate::registry::frame) {
-            let lists = named.entry(framed.id).or_default();
-            if lists.len() < super::registry::MAX_MESSAGE_LISTS
-                && let Ok((selector, _)) =
-                    super::protobuf::message_selector(&framed.id, &framed.payload)
-            {
-                lists.insert(selector);
-            }
+            values.note(&framed);
+        }
+        if keys && let Some(Ok(framed)) = record.key.map(crate::registry::frame) {
+            named_keys.note(&framed);
         }
         Ok(true)
     })?;
-    Ok(named)
+    Ok((values, named_keys))
 }

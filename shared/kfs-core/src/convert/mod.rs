@@ -26,7 +26,7 @@ mod route;
 mod run;
 mod writer;
 
-pub(crate) use cells::absorb;
+pub(crate) use cells::{Role, absorb_as};
 pub use columns::RecordColumns;
 pub use decode::{scan_json_segment, scan_schema_ids};
 pub use lfs::LfsValues;
@@ -153,6 +153,9 @@ pub enum ValueColumns<'a> {
     Registry {
         /// The writer schemas of the segment's values.
         writers: WriterSchemas,
+        /// The writer schemas of its keys, when keys are decoded (`key_format =
+        /// "registry"`).
+        key_writers: Option<WriterSchemas>,
         /// The dead-letter table.
         dead_letters: Option<&'a Table>,
     },
@@ -204,11 +207,17 @@ pub async fn convert_segment(
         ),
         ValueColumns::Registry {
             writers,
+            key_writers,
             dead_letters,
         } => (
             Box::new(
-                registry::RegistryRouter::new(table, writers, dead_letters, segment.clone())
-                    .map_err(write_error)?,
+                registry::RegistryRouter::new(
+                    table,
+                    (writers, key_writers),
+                    dead_letters,
+                    segment.clone(),
+                )
+                .map_err(write_error)?,
             ),
             dead_letters,
         ),

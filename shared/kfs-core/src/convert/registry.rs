@@ -18,7 +18,7 @@ use arrow_array::ArrayRef;
 use arrow_schema::{DataType, Fields};
 use iceberg::table::Table;
 use kfs_segment::Record;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// A writer schema the registry holds, parsed.
@@ -79,8 +79,36 @@ pub type MessageLists = BTreeSet<MessageSelector>;
 /// letters with the reason, never lose a field.
 pub const MAX_MESSAGE_LISTS: usize = 16;
 
-/// The schemas a segment's values name, with the Protobuf messages they name.
-pub type NamedSchemas = BTreeMap<SchemaId, MessageLists>;
+/// The schemas a segment's values (or keys) name, in the order they first appear
+/// (the order they are absorbed in: the table's columns never depend on how ids
+/// sort, Glue's being random), with the Protobuf messages they name.
+#[derive(Debug, Default)]
+pub struct NamedSchemas {
+    named: Vec<(SchemaId, MessageLists)>,
+    at: HashMap<SchemaId, usize>,
+}
+
+impl NamedSchemas {
+    /// Notes the schema a framed value names, and the message it would name.
+    pub fn note(&mut self, framed: &crate::registry::Framed<'_>) {
+        let at = *self.at.entry(framed.id).or_insert_with(|| {
+            self.named.push((framed.id, MessageLists::new()));
+            self.named.len() - 1
+        });
+        let lists = &mut self.named[at].1;
+        if lists.len() < MAX_MESSAGE_LISTS
+            && let Ok((selector, _)) =
+                super::protobuf::message_selector(&framed.id, &framed.payload)
+        {
+            lists.insert(selector);
+        }
+    }
+
+    /// The schemas in the order they first appear, with their messages.
+    pub fn into_named(self) -> Vec<(SchemaId, MessageLists)> {
+        self.named
+    }
+}
 
 /// Writer schemas by id, fetched from the registry once and parsed once for the
 /// process.
@@ -90,7 +118,7 @@ pub type RegistrySchemas = crate::registry::SchemaCache<WriterSchema>;
 /// or why their records are dead letters.
 pub type WriterSchemas = HashMap<SchemaId, Result<Arc<WriterSchema>, String>>;
 
-/// Registry-encoded values: rows of the payload columns, or dead letters.
+/// Registry-encoded values (and keys): rows of the payload columns, or dead letters.
 pub(crate) struct RegistryRouter {
     table: RecordColumns,
     payload: Fields,
@@ -98,30 +126,53 @@ pub(crate) struct RegistryRouter {
     rows: Vec<Cell>,
     value_bytes: usize,
     writers: WriterSchemas,
+    /// The writer schemas of keys, when keys are decoded.
+    key_writers: Option<WriterSchemas>,
+    /// The table's `key_fields` column, when keys are decoded: its type, and a cell
+    /// per row.
+    key_column: Option<(DataType, Vec<Cell>)>,
+    /// The columns besides the record's, in the table's order: a payload column (by
+    /// its index in `payload`), or `None` for `key_fields`.
+    order: Vec<Option<usize>>,
     dead: Option<DeadLetterColumns>,
 }
 
 impl RegistryRouter {
     pub(crate) fn new(
         table: &Table,
-        writers: WriterSchemas,
+        (writers, key_writers): (WriterSchemas, Option<WriterSchemas>),
         dead_letters: Option<&Table>,
         segment: String,
     ) -> iceberg::Result<Self> {
         let arrow = arrow_schema(table.metadata().current_schema())?;
-        let payload: Fields = arrow
-            .fields()
-            .iter()
-            .filter(|f| !crate::table::METADATA_COLUMNS.contains(&f.name().as_str()))
-            .cloned()
-            .collect();
+        let keys = key_writers.is_some();
+        let mut payload = Vec::new();
+        let mut order = Vec::new();
+        let mut key_column = None;
+        for field in arrow.fields() {
+            let name = field.name().as_str();
+            if crate::table::METADATA_COLUMNS.contains(&name) {
+                continue;
+            }
+            if keys && name == crate::table::KEY_FIELDS_COLUMN {
+                key_column = Some((field.data_type().clone(), Vec::new()));
+                order.push(None);
+            } else {
+                order.push(Some(payload.len()));
+                payload.push(field.clone());
+            }
+        }
+        let payload = Fields::from(payload);
         Ok(Self {
+            order,
             payload_type: DataType::Struct(payload.clone()),
             payload,
             table: RecordColumns::new(arrow)?,
             rows: Vec::with_capacity(ROWS_PER_BATCH),
             value_bytes: 0,
             writers,
+            key_writers,
+            key_column,
             dead: dead_letters
                 .map(|dlq| DeadLetterColumns::new(dlq, segment))
                 .transpose()?,
@@ -134,24 +185,52 @@ impl RegistryRouter {
             // A tombstone: its payload columns are null.
             return Ok(Cell::Struct(vec![Cell::Null; self.payload.len()]));
         };
-        let framed = crate::registry::frame(value)?;
-        let id = framed.id;
-        match self.writers.get(&id) {
-            Some(Ok(writer)) => writer
-                .decode(&id, &framed.payload, &self.payload_type)
-                .map_err(|e| format!("schema {id}: {e}")),
-            Some(Err(why)) => Err(why.clone()),
-            None => Err(format!("schema {id} was not resolved before conversion")),
+        decode(&self.writers, value, &self.payload_type)
+    }
+
+    /// The `key_fields` cell of `key` (null when keys are not decoded, or the key is
+    /// null), or why the record has none.
+    fn key_cell(&self, key: Option<&[u8]>) -> Result<Cell, String> {
+        match (&self.key_writers, &self.key_column, key) {
+            (Some(writers), Some((key_type, _)), Some(key)) => {
+                decode(writers, key, key_type).map_err(|e| format!("key: {e}"))
+            }
+            // A key with no column yet: its schema was refused (the writers say why).
+            (Some(writers), None, Some(key)) => match decode(writers, key, &DataType::Null) {
+                Err(e) => Err(format!("key: {e}")),
+                Ok(_) => Err("key: the table has no key_fields column".into()),
+            },
+            _ => Ok(Cell::Null),
         }
+    }
+}
+
+/// A framed value (or key) decoded with the writer schema it names into a cell of
+/// `columns`, or why not.
+fn decode(writers: &WriterSchemas, value: &[u8], columns: &DataType) -> Result<Cell, String> {
+    let framed = crate::registry::frame(value)?;
+    let id = framed.id;
+    match writers.get(&id) {
+        Some(Ok(writer)) => writer
+            .decode(&id, &framed.payload, columns)
+            .map_err(|e| format!("schema {id}: {e}")),
+        Some(Err(why)) => Err(why.clone()),
+        None => Err(format!("schema {id} was not resolved before conversion")),
     }
 }
 
 impl RecordRouter for RegistryRouter {
     fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError> {
-        match self.row(record.value) {
-            Ok(row) => {
+        match self
+            .row(record.value)
+            .and_then(|row| Ok((row, self.key_cell(record.key)?)))
+        {
+            Ok((row, key)) => {
                 self.table.push(topic, partition, record)?;
                 self.rows.push(row);
+                if let Some((_, keys)) = &mut self.key_column {
+                    keys.push(key);
+                }
                 // Decoded values take a few times their encoded bytes.
                 self.value_bytes += 4 * record.value.map_or(0, <[u8]>::len);
                 Ok(())
@@ -176,16 +255,36 @@ impl RecordRouter for RegistryRouter {
             || {
                 let rows = std::mem::take(&mut self.rows);
                 self.value_bytes = 0;
-                let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.payload.len());
-                for (i, field) in self.payload.iter().enumerate() {
-                    let cells: Vec<&Cell> = rows
-                        .iter()
-                        .map(|row| match row {
-                            Cell::Struct(values) => values.get(i).unwrap_or(&NULL),
-                            _ => &NULL,
-                        })
-                        .collect();
-                    columns.push(column(field.data_type(), &cells)?);
+                let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.order.len());
+                for slot in &self.order {
+                    columns.push(match (slot, &mut self.key_column) {
+                        (Some(i), _) => {
+                            let cells: Vec<&Cell> = rows
+                                .iter()
+                                .map(|row| match row {
+                                    Cell::Struct(values) => values.get(*i).unwrap_or(&NULL),
+                                    _ => &NULL,
+                                })
+                                .collect();
+                            let field = self.payload.get(*i).ok_or_else(|| {
+                                iceberg::Error::new(
+                                    iceberg::ErrorKind::Unexpected,
+                                    "a payload column out of range",
+                                )
+                            })?;
+                            column(field.data_type(), &cells)?
+                        }
+                        (None, Some((key_type, keys))) => {
+                            let keys = std::mem::take(keys);
+                            column(key_type, &keys.iter().collect::<Vec<_>>())?
+                        }
+                        (None, None) => {
+                            return Err(iceberg::Error::new(
+                                iceberg::ErrorKind::Unexpected,
+                                "the key_fields column without its keys",
+                            ));
+                        }
+                    });
                 }
                 Ok(columns)
             },

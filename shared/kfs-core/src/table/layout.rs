@@ -396,6 +396,11 @@ pub const METADATA_COLUMNS: [&str; 9] = [
     "timestamp",
 ];
 
+/// The struct column of a registry table whose keys are decoded (`key_format =
+/// "registry"`): the key's fields. While keys are decoded, a value field of this name
+/// is refused (its records are dead letters with the reason).
+pub const KEY_FIELDS_COLUMN: &str = "key_fields";
+
 /// True when `name` is a Kafka metadata column's, in any case (`Offset` too: Glue and
 /// Hive-style engines do not tell names apart by case).
 fn is_metadata_name(name: &str) -> bool {
