@@ -224,6 +224,64 @@ fn protobuf_values_of_three_schema_versions_become_typed_columns() {
 }
 
 #[test]
+fn keys_framed_for_the_registry_become_a_typed_struct() {
+    let dir = tempdir();
+    let registry = Registry::start(dir.path());
+    let credentials = dir.path().join("registry.json");
+    std::fs::write(
+        &credentials,
+        r#"{"username": "kfs", "password": "s3cret-registry"}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let source = dir.path().join("segments");
+    let warehouse = dir.path().join("warehouse");
+    make(&source, "5");
+    let out = succeed(
+        kfs()
+            .args(["run", "--quiet", "--value-format", "registry"])
+            .args(["--key-format", "registry"])
+            .args([
+                "--schema-registry-url",
+                &registry.url,
+                "--schema-registry-credentials",
+            ])
+            .arg(&credentials)
+            .arg("--source")
+            .arg(&source)
+            .arg("--warehouse")
+            .arg(&warehouse),
+        "kfs-iceberg run --key-format registry",
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("0 quarantined"), "{summary}");
+    let out = succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/python/check_registry.py"))
+            .arg("check-keys")
+            .arg("--warehouse")
+            .arg(&warehouse),
+        "check_registry.py check-keys",
+    );
+    let facts = String::from_utf8_lossy(&out.stdout);
+    println!("{facts}");
+    assert!(facts.contains(r#""keyed_rows": 3"#), "{facts}");
+
+    // Keys are decoded in registry tables only: refused at load otherwise.
+    let refused = output_of(
+        kfs()
+            .args(["run", "--quiet", "--key-format", "registry", "--source"])
+            .arg(&source)
+            .arg("--warehouse")
+            .arg(dir.path().join("raw")),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("key_format registry"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_registry_table_without_a_registry_is_refused_at_the_start() {
     let dir = tempdir();
     let out = output_of(

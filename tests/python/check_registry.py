@@ -11,14 +11,16 @@ read back by pyiceberg and DuckDB.
         on 127.0.0.1 (a free port, written to FILE) with basic authentication when a
         user is given, until killed.
 
-    check_registry.py make DIR --part 1|2|3|4
+    check_registry.py make DIR --part 1|2|3|4|5
         Writes the segment of part 1 (schema v1) or part 2 (v2, v3, an incompatible
         version, an unknown id, a value without the framing, a payload cut short, a
         tombstone) of topic `orders`, namespace `ns`, partition 0, under DIR; part 3
         is topic `events`, JSON values of three JSON Schema versions and what a table
         of them cannot hold; part 4 is topic `payments`, Protobuf values of three
         versions (the third importing a file by a registry reference) and what a table
-        of them cannot hold.
+        of them cannot hold; part 5 is topic `keyed`, Avro keys of two key schema
+        versions (`--key-format registry`), a null key, and keys that are not framed,
+        name an unknown id or are cut short.
 
     check_registry.py check --warehouse WH
         Checks `kafscale.orders` and its `__dlq`: every record once in one of them, the
@@ -27,6 +29,10 @@ read back by pyiceberg and DuckDB.
 
     check_registry.py check-protobuf --warehouse WH
         The same for `kafscale.payments` and its `__dlq` (part 4).
+
+    check_registry.py check-keys --warehouse WH
+        The same for `kafscale.keyed` and its `__dlq` (part 5): `key_fields` as
+        encoded, the raw key kept.
 """
 
 import argparse
@@ -74,7 +80,13 @@ V3 = {"type": "record", "name": "Order", "fields": [
         {"name": "city", "type": "string"}, {"name": "zip", "type": ["null", "int"]}]}]},
 ]}
 INCOMPATIBLE = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}
-SCHEMAS = {101: V1, 102: V2, 103: V3, 104: INCOMPATIBLE}
+# Key schemas of topic `keyed` (`--key-format registry`): v2 adds region and promotes n.
+KEY_V1 = {"type": "record", "name": "Key", "fields": [
+    {"name": "tenant", "type": "string"}, {"name": "n", "type": "int"}]}
+KEY_V2 = {"type": "record", "name": "Key", "fields": [
+    {"name": "tenant", "type": "string"}, {"name": "n", "type": "long"},
+    {"name": "region", "type": ["null", "string"], "default": None}]}
+SCHEMAS = {101: V1, 102: V2, 103: V3, 104: INCOMPATIBLE, 120: KEY_V1, 121: KEY_V2}
 
 # JSON Schema versions of topic `events` (schemaType JSON): v2 adds tags and a nested
 # object by $ref and drops note; v3 adds a map; the incompatible one makes n a string.
@@ -388,10 +400,90 @@ def make(args):
         records = [kfs_writer.Record(i, i, f"k{i}".encode(), v) for i, v in enumerate(protobuf_values())]
         write_segment(args.dir, "payments", 0, records)
         return
+    if args.part == 5:
+        records = [kfs_writer.Record(i, i, k, v) for i, (k, v) in enumerate(keyed_records())]
+        write_segment(args.dir, "keyed", 0, records)
+        return
     base = 0 if args.part == 1 else 3
     values = part_values(args.part)
     records = [kfs_writer.Record(i, i, f"k{base + i}".encode(), v) for i, v in enumerate(values)]
     write_segment(args.dir, "orders", base, records)
+
+
+def keyed_records():
+    """Topic `keyed`: (key, value) by offset; every value is v1 of `orders`."""
+    value = lambda i: framed(101, V1, {"id": i, "name": f"n{i}", "amount": 0.5, "placed": PLACED})
+    unknown = bytearray(framed(120, KEY_V1, {"tenant": "t9", "n": 9}))
+    unknown[1:5] = struct.pack(">I", 998)
+    return [
+        (framed(120, KEY_V1, {"tenant": "t1", "n": 1}), value(0)),
+        (framed(121, KEY_V2, {"tenant": "t2", "n": 1 << 40, "region": "eu"}), value(1)),
+        (None, value(2)),
+        (b"plain", value(3)),
+        (bytes(unknown), value(4)),
+        (framed(120, KEY_V1, {"tenant": "t5", "n": 5})[:7], value(5)),
+    ]
+
+
+KEYED_EXPECTED = {
+    0: {"tenant": "t1", "n": 1, "region": None},
+    1: {"tenant": "t2", "n": 1 << 40, "region": "eu"},
+    2: None,
+}
+KEYED_DEAD = {
+    3: "key: value does not start with the schema registry's magic byte",
+    4: "key: schema id 998 is not in the schema registry",
+    5: "key: schema id 120: Avro payload does not decode",
+}
+
+
+def check_keys(args):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    wh = os.path.abspath(args.warehouse)
+    catalog = SqlCatalog("local", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+    table = catalog.load_table("kafscale.keyed")
+    rows = {r["offset"]: r for r in table.scan().to_arrow().to_pylist()}
+    if sorted(rows) != sorted(KEYED_EXPECTED):
+        fail(f"keyed: table holds offsets {sorted(rows)}, expected {sorted(KEYED_EXPECTED)}")
+    records = keyed_records()
+    for offset, want in KEYED_EXPECTED.items():
+        row = rows[offset]
+        if row["key_fields"] != want:
+            fail(f"keyed offset {offset} key_fields: {row['key_fields']!r}, encoded {want!r}")
+        if row["key"] != records[offset][0]:
+            fail(f"keyed offset {offset}: the raw key is not the record's own")
+        if (row["id"], row["name"]) != (offset, f"n{offset}"):
+            fail(f"keyed offset {offset} value: {(row['id'], row['name'])!r}")
+    key_type = str(table.schema().find_field("key_fields").field_type)
+    if "n: optional long" not in key_type:
+        fail(f"key_fields is {key_type}: n not promoted to long")
+    dead = {r["offset"]: r for r in catalog.load_table("kafscale.keyed__dlq").scan().to_arrow().to_pylist()}
+    if sorted(dead) != sorted(KEYED_DEAD):
+        fail(f"keyed: dead-letter table holds {sorted(dead)}, expected {sorted(KEYED_DEAD)}")
+    for offset, needle in KEYED_DEAD.items():
+        if needle not in dead[offset]["error"]:
+            fail(f"keyed dead letter {offset}: reason {dead[offset]['error']!r} lacks {needle!r}")
+        if (dead[offset]["key"], dead[offset]["value"]) != records[offset]:
+            fail(f"keyed dead letter {offset}: not the record's own key and value")
+    sys.path.insert(0, os.path.dirname(__file__))
+    from verify_tables import open_duckdb
+
+    con = open_duckdb()
+    duckdb_rows = None
+    if con is not None:
+        found = con.execute(
+            "SELECT \"offset\", key_fields.tenant, key_fields.n FROM iceberg_scan(?) ORDER BY \"offset\"",
+            [table.metadata_location]).fetchall()
+        duckdb_rows = len(found)
+        for offset, tenant, n in found:
+            want = KEYED_EXPECTED[offset] or {}
+            if (tenant, n) != (want.get("tenant"), want.get("n")):
+                fail(f"DuckDB: keyed offset {offset} key_fields: {(tenant, n)!r}")
+        if duckdb_rows != len(KEYED_EXPECTED):
+            fail(f"DuckDB reads {duckdb_rows} keyed rows, expected {len(KEYED_EXPECTED)}")
+    print(json.dumps({"keyed_rows": len(rows), "keyed_dead_letters": len(dead),
+                      "key_fields": key_type, "duckdb_rows": duckdb_rows}))
 
 
 def fail(message):
@@ -635,13 +727,16 @@ def main():
     s.add_argument("--password")
     m = sub.add_parser("make")
     m.add_argument("dir")
-    m.add_argument("--part", type=int, choices=(1, 2, 3, 4), required=True)
+    m.add_argument("--part", type=int, choices=(1, 2, 3, 4, 5), required=True)
     c = sub.add_parser("check")
     c.add_argument("--warehouse", required=True)
     p = sub.add_parser("check-protobuf")
     p.add_argument("--warehouse", required=True)
+    k = sub.add_parser("check-keys")
+    k.add_argument("--warehouse", required=True)
     args = parser.parse_args()
-    {"serve": serve, "make": make, "check": check, "check-protobuf": check_protobuf}[args.command](args)
+    {"serve": serve, "make": make, "check": check, "check-protobuf": check_protobuf,
+     "check-keys": check_keys}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -773,6 +773,9 @@ mod tests {
                 r#"{"write.parquet.compression-codec": "lzma"}"#,
             ),
             ("VALUE_FORMAT", "avro"),
+            ("KEY_FORMAT", "avro"),
+            ("SCHEMA_REGISTRY_URL", "ftp://registry"),
+            ("SCHEMA_REGISTRY_URL", "glue://Not A Region"),
             ("PARTITION_BY", "week(timestamp)"),
             ("MAINTENANCE", "sometimes"),
             ("MAX_SNAPSHOTS", "many"),
@@ -792,6 +795,24 @@ mod tests {
             );
         }
         assert!(toml::from_str::<Settings>("unknown = 1").is_err());
+        // Keys are decoded in registry tables only.
+        let error = env(&[("KEY_FORMAT", "registry")]).err();
+        assert!(
+            error
+                .as_ref()
+                .is_some_and(|e| e.0.contains("registry tables only")),
+            "{error:?}"
+        );
+        let glue = env(&[
+            ("VALUE_FORMAT", "registry"),
+            ("KEY_FORMAT", "registry"),
+            ("SCHEMA_REGISTRY_URL", "glue://eu-west-1"),
+        ]);
+        assert!(glue.is_ok_and(|valid| valid.schema_registry
+            == Some(crate::registry::RegistryLocation::Glue {
+                region: Some("eu-west-1".into())
+            })
+            && valid.naming.key_format == KeyFormat::Registry),);
         // Claim checks are handled in raw tables only.
         let error = env(&[("VALUE_FORMAT", "json"), ("LFS_MODE", "resolve")]).err();
         assert!(
