@@ -14,7 +14,7 @@
 use crate::support;
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use support::{kfs, output_of, repo, succeed, tempdir};
@@ -77,33 +77,49 @@ fn make(dir: &Path, part: &str) {
     );
 }
 
-#[test]
-fn avro_values_of_three_schema_versions_become_typed_columns() {
-    let dir = tempdir();
-    let registry = Registry::start(dir.path());
-    let credentials = dir.path().join("registry.json");
-    std::fs::write(
-        &credentials,
-        r#"{"username": "kfs", "password": "s3cret-registry"}"#,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let source = dir.path().join("segments");
-    let warehouse = dir.path().join("warehouse");
-    let run = || {
-        let out = succeed(
+/// A registry wanting basic authentication, its credentials' file, a source and a
+/// warehouse.
+struct Setup {
+    dir: tempfile::TempDir,
+    registry: Registry,
+    credentials: std::path::PathBuf,
+    source: std::path::PathBuf,
+    warehouse: std::path::PathBuf,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let dir = tempdir();
+        let registry = Registry::start(dir.path());
+        let credentials = dir.path().join("registry.json");
+        std::fs::write(
+            &credentials,
+            r#"{"username": "kfs", "password": "s3cret-registry"}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        Self {
+            source: dir.path().join("segments"),
+            warehouse: dir.path().join("warehouse"),
+            dir,
+            registry,
+            credentials,
+        }
+    }
+
+    /// `kfs-iceberg run --value-format registry` with `extra` flags and `credentials`:
+    /// its output, which never holds the password.
+    fn run(&self, extra: &[&str], credentials: &Path, warehouse: &Path) -> Output {
+        let out = output_of(
             kfs()
                 .args(["run", "--quiet", "--value-format", "registry"])
-                .args([
-                    "--schema-registry-url",
-                    &registry.url,
-                    "--schema-registry-credentials",
-                ])
-                .arg(&credentials)
+                .args(extra)
+                .args(["--schema-registry-url", &self.registry.url])
+                .arg("--schema-registry-credentials")
+                .arg(credentials)
                 .arg("--source")
-                .arg(&source)
+                .arg(&self.source)
                 .arg("--warehouse")
-                .arg(&warehouse),
-            "kfs-iceberg run --value-format registry",
+                .arg(warehouse),
         );
         let text = format!(
             "{}{}",
@@ -111,27 +127,49 @@ fn avro_values_of_three_schema_versions_become_typed_columns() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            !text.contains("s3cret-registry"),
+            !text.contains("s3cret-registry") && !text.contains("nope"),
             "credentials printed: {text}"
         );
+        out
+    }
+
+    /// A run that succeeds, with no segment quarantined: its output.
+    fn converts(&self, extra: &[&str]) -> String {
+        let out = self.run(extra, &self.credentials, &self.warehouse);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success() && text.contains("0 quarantined"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         text
-    };
-    make(&source, "1");
-    make(&source, "3");
-    run();
-    make(&source, "2");
-    let summary = run();
-    assert!(summary.contains("0 quarantined"), "{summary}");
-    let out = succeed(
-        Command::new("python3")
-            .arg(repo().join("tests/python/check_registry.py"))
-            .arg("check")
-            .arg("--warehouse")
-            .arg(&warehouse),
-        "check_registry.py check",
-    );
-    let facts = String::from_utf8_lossy(&out.stdout);
-    println!("{facts}");
+    }
+
+    /// `check_registry.py CHECK --warehouse`: the facts it prints.
+    fn check(&self, check: &str) -> String {
+        let out = succeed(
+            Command::new("python3")
+                .arg(repo().join("tests/python/check_registry.py"))
+                .arg(check)
+                .arg("--warehouse")
+                .arg(&self.warehouse),
+            "check_registry.py",
+        );
+        let facts = String::from_utf8_lossy(&out.stdout).into_owned();
+        println!("{facts}");
+        facts
+    }
+}
+
+#[test]
+fn avro_values_of_three_schema_versions_become_typed_columns() {
+    let setup = Setup::new();
+    make(&setup.source, "1");
+    make(&setup.source, "3");
+    setup.converts(&[]);
+    make(&setup.source, "2");
+    setup.converts(&[]);
+    let facts = setup.check("check");
     assert!(
         facts.contains(r#""rows": 6"#) && facts.contains(r#""duckdb_rows": 6"#),
         "{facts}"
@@ -139,30 +177,16 @@ fn avro_values_of_three_schema_versions_become_typed_columns() {
 
     // Refused credentials are for the operator: the run fails and says so, and the
     // segment waits (nothing is dead-lettered or quarantined for it).
-    let wrong = dir.path().join("wrong.json");
+    let wrong = setup.dir.path().join("wrong.json");
     std::fs::write(&wrong, r#"{"username": "kfs", "password": "nope"}"#)
         .unwrap_or_else(|e| panic!("{e}"));
-    let other = dir.path().join("other-warehouse");
-    let refused = output_of(
-        kfs()
-            .args(["run", "--quiet", "--value-format", "registry"])
-            .args([
-                "--schema-registry-url",
-                &registry.url,
-                "--schema-registry-credentials",
-            ])
-            .arg(&wrong)
-            .arg("--source")
-            .arg(&source)
-            .arg("--warehouse")
-            .arg(&other),
-    );
+    let refused = setup.run(&[], &wrong, &setup.dir.path().join("other-warehouse"));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&refused.stdout),
         String::from_utf8_lossy(&refused.stderr)
     );
-    assert!(text.contains("401") && !text.contains("nope"), "{text}");
+    assert!(!refused.status.success() && text.contains("401"), "{text}");
     assert!(
         !text.contains(" 1 quarantined") && !text.contains("dead letter"),
         "{text}"
@@ -171,52 +195,10 @@ fn avro_values_of_three_schema_versions_become_typed_columns() {
 
 #[test]
 fn protobuf_values_of_three_schema_versions_become_typed_columns() {
-    let dir = tempdir();
-    let registry = Registry::start(dir.path());
-    let credentials = dir.path().join("registry.json");
-    std::fs::write(
-        &credentials,
-        r#"{"username": "kfs", "password": "s3cret-registry"}"#,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let source = dir.path().join("segments");
-    let warehouse = dir.path().join("warehouse");
-    make(&source, "4");
-    let out = succeed(
-        kfs()
-            .args(["run", "--quiet", "--value-format", "registry"])
-            .args([
-                "--schema-registry-url",
-                &registry.url,
-                "--schema-registry-credentials",
-            ])
-            .arg(&credentials)
-            .arg("--source")
-            .arg(&source)
-            .arg("--warehouse")
-            .arg(&warehouse),
-        "kfs-iceberg run --value-format registry",
-    );
-    let summary = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !summary.contains("s3cret-registry"),
-        "credentials printed: {summary}"
-    );
-    assert!(summary.contains("0 quarantined"), "{summary}");
-    let out = succeed(
-        Command::new("python3")
-            .arg(repo().join("tests/python/check_registry.py"))
-            .arg("check-protobuf")
-            .arg("--warehouse")
-            .arg(&warehouse),
-        "check_registry.py check-protobuf",
-    );
-    let facts = String::from_utf8_lossy(&out.stdout);
-    println!("{facts}");
+    let setup = Setup::new();
+    make(&setup.source, "4");
+    setup.converts(&[]);
+    let facts = setup.check("check-protobuf");
     assert!(
         facts.contains(r#""protobuf_rows": 7"#) && facts.contains(r#""duckdb_rows": 7"#),
         "{facts}"
@@ -225,54 +207,22 @@ fn protobuf_values_of_three_schema_versions_become_typed_columns() {
 
 #[test]
 fn keys_framed_for_the_registry_become_a_typed_struct() {
-    let dir = tempdir();
-    let registry = Registry::start(dir.path());
-    let credentials = dir.path().join("registry.json");
-    std::fs::write(
-        &credentials,
-        r#"{"username": "kfs", "password": "s3cret-registry"}"#,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let source = dir.path().join("segments");
-    let warehouse = dir.path().join("warehouse");
-    make(&source, "5");
-    let out = succeed(
-        kfs()
-            .args(["run", "--quiet", "--value-format", "registry"])
-            .args(["--key-format", "registry"])
-            .args([
-                "--schema-registry-url",
-                &registry.url,
-                "--schema-registry-credentials",
-            ])
-            .arg(&credentials)
-            .arg("--source")
-            .arg(&source)
-            .arg("--warehouse")
-            .arg(&warehouse),
-        "kfs-iceberg run --key-format registry",
+    let setup = Setup::new();
+    make(&setup.source, "5");
+    setup.converts(&["--key-format", "registry"]);
+    let facts = setup.check("check-keys");
+    assert!(
+        facts.contains(r#""keyed_rows": 3"#) && facts.contains(r#""duckdb_rows": 3"#),
+        "{facts}"
     );
-    let summary = String::from_utf8_lossy(&out.stdout);
-    assert!(summary.contains("0 quarantined"), "{summary}");
-    let out = succeed(
-        Command::new("python3")
-            .arg(repo().join("tests/python/check_registry.py"))
-            .arg("check-keys")
-            .arg("--warehouse")
-            .arg(&warehouse),
-        "check_registry.py check-keys",
-    );
-    let facts = String::from_utf8_lossy(&out.stdout);
-    println!("{facts}");
-    assert!(facts.contains(r#""keyed_rows": 3"#), "{facts}");
 
     // Keys are decoded in registry tables only: refused at load otherwise.
     let refused = output_of(
         kfs()
             .args(["run", "--quiet", "--key-format", "registry", "--source"])
-            .arg(&source)
+            .arg(&setup.source)
             .arg("--warehouse")
-            .arg(dir.path().join("raw")),
+            .arg(setup.dir.path().join("raw")),
     );
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(

@@ -105,15 +105,9 @@ def avro(schema, record):
 
 def varint(n):
     """An unsigned base-128 varint (Glue's Protobuf message index)."""
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    import kfs_writer
+
+    return kfs_writer.uvarint(n)
 
 
 _PAYMENTS = {}

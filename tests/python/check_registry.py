@@ -323,17 +323,10 @@ def protobuf_class(schema_id):
 
 
 def zigzag_varint(n):
-    """A protobuf sint32: zig-zag, then a base-128 varint."""
-    n = (n << 1) ^ (n >> 31)
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    """A protobuf sint32 (zig-zag, then a base-128 varint), as Kafka's varints are."""
+    import kfs_writer
+
+    return kfs_writer.varint(n)
 
 
 def protobuf_framed(schema_id, fields, indexes=(0,)):
@@ -438,14 +431,7 @@ KEYED_DEAD = {
 
 
 def check_keys(args):
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    wh = os.path.abspath(args.warehouse)
-    catalog = SqlCatalog("local", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
-    table = catalog.load_table("kafscale.keyed")
-    rows = {r["offset"]: r for r in table.scan().to_arrow().to_pylist()}
-    if sorted(rows) != sorted(KEYED_EXPECTED):
-        fail(f"keyed: table holds offsets {sorted(rows)}, expected {sorted(KEYED_EXPECTED)}")
+    catalog, table, rows = open_table(args.warehouse, "keyed", KEYED_EXPECTED)
     records = keyed_records()
     for offset, want in KEYED_EXPECTED.items():
         row = rows[offset]
@@ -455,27 +441,14 @@ def check_keys(args):
             fail(f"keyed offset {offset}: the raw key is not the record's own")
         if (row["id"], row["name"]) != (offset, f"n{offset}"):
             fail(f"keyed offset {offset} value: {(row['id'], row['name'])!r}")
+    check_field_ids(table, "keyed")
     key_type = str(table.schema().find_field("key_fields").field_type)
     if "n: optional long" not in key_type:
         fail(f"key_fields is {key_type}: n not promoted to long")
-    dead = {r["offset"]: r for r in catalog.load_table("kafscale.keyed__dlq").scan().to_arrow().to_pylist()}
-    if sorted(dead) != sorted(KEYED_DEAD):
-        fail(f"keyed: dead-letter table holds {sorted(dead)}, expected {sorted(KEYED_DEAD)}")
-    for offset, needle in KEYED_DEAD.items():
-        if needle not in dead[offset]["error"]:
-            fail(f"keyed dead letter {offset}: reason {dead[offset]['error']!r} lacks {needle!r}")
-        if (dead[offset]["key"], dead[offset]["value"]) != records[offset]:
-            fail(f"keyed dead letter {offset}: not the record's own key and value")
-    sys.path.insert(0, os.path.dirname(__file__))
-    from verify_tables import open_duckdb
-
-    con = open_duckdb()
-    duckdb_rows = None
-    if con is not None:
-        found = con.execute(
-            "SELECT \"offset\", key_fields.tenant, key_fields.n FROM iceberg_scan(?) ORDER BY \"offset\"",
-            [table.metadata_location]).fetchall()
-        duckdb_rows = len(found)
+    dead = check_dead_letters(catalog, "keyed", KEYED_DEAD, records)
+    found = duckdb_scan(table, "key_fields.tenant, key_fields.n")
+    duckdb_rows = None if found is None else len(found)
+    if found is not None:
         for offset, tenant, n in found:
             want = KEYED_EXPECTED[offset] or {}
             if (tenant, n) != (want.get("tenant"), want.get("n")):
@@ -568,16 +541,9 @@ def check(args):
         if dead[offset]["value"] != part_values(2)[offset - 3]:
             fail(f"dead letter {offset}: its value is not the record's own")
 
-    sys.path.insert(0, os.path.dirname(__file__))
-    from verify_tables import open_duckdb
-
-    con = open_duckdb()
-    duckdb_rows = None
-    if con is not None:
-        found = con.execute(
-            "SELECT \"offset\", id, name, amount, epoch_us(placed), price, \"day\", kind, ship.city "
-            "FROM iceberg_scan(?) ORDER BY \"offset\"", [table.metadata_location]).fetchall()
-        duckdb_rows = len(found)
+    found = duckdb_scan(table, "id, name, amount, epoch_us(placed), price, \"day\", kind, ship.city")
+    duckdb_rows = None if found is None else len(found)
+    if found is not None:
         for offset, id_, name, amount, placed, price, day, kind, city in found:
             want = EXPECTED[offset]
             got = {"id": id_, "name": name, "amount": amount, "placed": placed, "price": price, "day": day,
@@ -648,15 +614,60 @@ PROTOBUF_DEAD = {
 }
 
 
-def check_protobuf(args):
+def duckdb_scan(table, columns):
+    """`table`'s rows as DuckDB's iceberg_scan reads them: the offset and `columns`,
+    by offset; `None` without DuckDB's Iceberg extension."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from verify_tables import open_duckdb
+
+    con = open_duckdb()
+    if con is None:
+        return None
+    return con.execute(f'SELECT "offset", {columns} FROM iceberg_scan(?) ORDER BY "offset"',
+                       [table.metadata_location]).fetchall()
+
+
+def open_table(warehouse, name, expected):
+    """The SQL catalog of `warehouse`, table `kafscale.<name>` and its rows by offset;
+    fails unless it holds exactly the offsets of `expected`."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    wh = os.path.abspath(args.warehouse)
+    wh = os.path.abspath(warehouse)
     catalog = SqlCatalog("local", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
-    table = catalog.load_table("kafscale.payments")
+    table = catalog.load_table(f"kafscale.{name}")
     rows = {r["offset"]: r for r in table.scan().to_arrow().to_pylist()}
-    if sorted(rows) != sorted(PROTOBUF_EXPECTED):
-        fail(f"payments: table holds offsets {sorted(rows)}, expected {sorted(PROTOBUF_EXPECTED)}")
+    if sorted(rows) != sorted(expected):
+        fail(f"{name}: table holds offsets {sorted(rows)}, expected {sorted(expected)}")
+    return catalog, table, rows
+
+
+def check_dead_letters(catalog, name, needles, records):
+    """`kafscale.<name>__dlq` holds exactly the offsets of `needles`, each with its
+    reason's needle and its record's own (key, value) from `records`; returns them."""
+    dead = {r["offset"]: r for r in catalog.load_table(f"kafscale.{name}__dlq").scan().to_arrow().to_pylist()}
+    if sorted(dead) != sorted(needles):
+        fail(f"{name}: dead-letter table holds offsets {sorted(dead)}, expected {sorted(needles)}")
+    for offset, needle in needles.items():
+        if needle not in dead[offset]["error"]:
+            fail(f"{name} dead letter {offset}: reason {dead[offset]['error']!r} lacks {needle!r}")
+        key, value = records[offset]
+        if dead[offset]["value"] != value or (key is not None and dead[offset]["key"] != key):
+            fail(f"{name} dead letter {offset}: not the record's own key and value")
+    return dead
+
+
+def check_field_ids(table, name):
+    """Each column of `table` kept the id the first schema that had it gave it."""
+    current = {f.name: f.field_id for f in table.schema().fields}
+    for schema in table.metadata.schemas:
+        for f in schema.fields:
+            if current.get(f.name) != f.field_id:
+                fail(f"{name} column {f.name} had id {f.field_id} in schema {schema.schema_id}, "
+                     f"now {current.get(f.name)}")
+
+
+def check_protobuf(args):
+    catalog, table, rows = open_table(args.warehouse, "payments", PROTOBUF_EXPECTED)
     for offset, want in PROTOBUF_EXPECTED.items():
         for column in PROTOBUF_COLUMNS:
             got = normalize(column, rows[offset].get(column))
@@ -667,39 +678,17 @@ def check_protobuf(args):
                 expected = None
             if got != expected:
                 fail(f"payments offset {offset} column {column}: {got!r}, encoded {expected!r}")
-
     schemas = table.metadata.schemas
-    current = {f.name: f.field_id for f in table.schema().fields}
-    for schema in schemas:
-        for f in schema.fields:
-            if current.get(f.name) != f.field_id:
-                fail(f"payments column {f.name} had id {f.field_id} in schema {schema.schema_id}, "
-                     f"now {current.get(f.name)}")
+    check_field_ids(table, "payments")
     for column, kind in [("id", "long"), ("amount", "double")]:
         if str(table.schema().find_field(column).field_type) != kind:
             fail(f"payments: {column} is {table.schema().find_field(column).field_type}, not {kind}")
+    records = [(None, value) for value in protobuf_values()]
+    dead = check_dead_letters(catalog, "payments", PROTOBUF_DEAD, records)
 
-    values = protobuf_values()
-    dead = {r["offset"]: r for r in catalog.load_table("kafscale.payments__dlq").scan().to_arrow().to_pylist()}
-    if sorted(dead) != sorted(PROTOBUF_DEAD):
-        fail(f"payments: dead-letter table holds offsets {sorted(dead)}, expected {sorted(PROTOBUF_DEAD)}")
-    for offset, needle in PROTOBUF_DEAD.items():
-        if needle not in dead[offset]["error"]:
-            fail(f"payments dead letter {offset}: reason {dead[offset]['error']!r} lacks {needle!r}")
-        if dead[offset]["value"] != values[offset]:
-            fail(f"payments dead letter {offset}: its value {dead[offset]['value']!r} is not the record's "
-                 f"own {values[offset]!r}")
-
-    sys.path.insert(0, os.path.dirname(__file__))
-    from verify_tables import open_duckdb
-
-    con = open_duckdb()
-    duckdb_rows = None
-    if con is not None:
-        found = con.execute(
-            "SELECT \"offset\", id, amount, epoch_us(placed), kind, ship.city, phone "
-            "FROM iceberg_scan(?) ORDER BY \"offset\"", [table.metadata_location]).fetchall()
-        duckdb_rows = len(found)
+    found = duckdb_scan(table, "id, amount, epoch_us(placed), kind, ship.city, phone")
+    duckdb_rows = None if found is None else len(found)
+    if found is not None:
         for offset, id_, amount, placed, kind, city, phone in found:
             want = PROTOBUF_EXPECTED.get(offset)
             if want is None:
