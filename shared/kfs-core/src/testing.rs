@@ -10,7 +10,7 @@ pub use crate::catalog::{
 pub use crate::commit::commit_table;
 pub use crate::convert::json::{EvolvingSchema, conform, fits, parse_value, payload_columns};
 pub use crate::convert::{
-    ROWS_PER_BATCH, RecordColumns, SegmentInput, ValueColumns, convert_segment,
+    ROWS_PER_BATCH, RecordColumns, SegmentInput, ValueColumns, convert_segment, registry_columns,
 };
 pub use crate::ingest::{
     NewSegment, RunLimits, RunsOutcome, TopicTable, ingest_runs, ingest_segment,

@@ -35,7 +35,6 @@ const MAX_DEPTH: usize = 32;
 const MAX_AVRO_ALLOCATION: usize = 64 << 20;
 
 /// An Avro writer schema, with its table form.
-#[derive(Debug)]
 pub struct AvroWriter {
     /// The schema values are decoded with.
     pub schema: Schema,
@@ -43,6 +42,27 @@ pub struct AvroWriter {
     pub references: Vec<Schema>,
     /// Its top-level fields as columns.
     pub shape: Vec<(String, Shape)>,
+    /// The schema with its names resolved once, when it references no other: a
+    /// reader of bare datums (a single-object reader whose header is empty).
+    resolved: Option<apache_avro::GenericSingleObjectReader>,
+}
+
+impl std::fmt::Debug for AvroWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AvroWriter")
+            .field("schema", &self.schema)
+            .field("references", &self.references.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// No header: values are bare datums (the registry's framing is read before).
+struct NoHeader;
+
+impl apache_avro::headers::HeaderBuilder for NoHeader {
+    fn build_header(&self) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 impl AvroWriter {
@@ -66,10 +86,21 @@ impl AvroWriter {
                 );
             }
         };
+        let resolved = references
+            .is_empty()
+            .then(|| {
+                apache_avro::GenericSingleObjectReader::new_with_header_builder(
+                    schema.clone(),
+                    NoHeader,
+                )
+                .ok()
+            })
+            .flatten();
         Ok(Self {
             schema,
             references,
             shape,
+            resolved,
         })
     }
 
@@ -77,14 +108,18 @@ impl AvroWriter {
     /// (the table's payload columns).
     pub fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
         let mut reader = payload;
-        let value = apache_avro::from_avro_datum_schemata(
-            &self.schema,
-            std::iter::once(&self.schema)
-                .chain(&self.references)
-                .collect(),
-            &mut reader,
-            None,
-        )
+        let value = match &self.resolved {
+            // Names resolved once, not per value.
+            Some(resolved) => resolved.read_value(&mut reader),
+            None => apache_avro::from_avro_datum_schemata(
+                &self.schema,
+                std::iter::once(&self.schema)
+                    .chain(&self.references)
+                    .collect(),
+                &mut reader,
+                None,
+            ),
+        }
         .map_err(|e| format!("Avro payload does not decode: {e}"))?;
         if !reader.is_empty() {
             return Err(format!(

@@ -516,7 +516,7 @@ pub fn column(data_type: &DataType, cells: &[&Cell]) -> Result<ArrayRef, ArrowEr
 
 /// The columns of a new table holding `shape`, and its row type (a struct of them):
 /// what the decoders' tests write rows into.
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 pub(crate) fn new_table_row(
     shape: &[(String, Shape)],
 ) -> Result<(arrow_schema::Fields, DataType), String> {

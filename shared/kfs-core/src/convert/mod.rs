@@ -31,6 +31,8 @@ pub use columns::RecordColumns;
 pub use decode::{scan_json_segment, scan_schema_ids};
 pub use lfs::LfsValues;
 pub(crate) use lfs::{blob_channel, serve_blobs};
+#[cfg(feature = "test-support")]
+pub use registry::registry_columns;
 pub use registry::{NamedSchemas, RegistrySchemas, WriterSchema, WriterSchemas};
 pub use run::{RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
 pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};

@@ -205,6 +205,52 @@ impl RegistryRouter {
     }
 }
 
+/// Decodes `values`, framed for `writer` (the schema `id`), into the Arrow columns of
+/// `writer`'s table form, as a registry table's conversion does: the decoding and
+/// column building of the converter without the segment and the Parquet writer
+/// (benchmarks). A value that does not decode is an error.
+#[cfg(feature = "test-support")]
+pub fn registry_columns(
+    writer: &Arc<WriterSchema>,
+    id: SchemaId,
+    values: &[&[u8]],
+) -> Result<Vec<ArrayRef>, String> {
+    let mut writers = WriterSchemas::new();
+    writers.insert(id, Ok(writer.clone()));
+    let mut named = NamedSchemas::default();
+    for value in values.iter().take(1) {
+        named.note(&crate::registry::frame(value)?);
+    }
+    let messages = named.into_named().pop().map(|(_, m)| m).unwrap_or_default();
+    let shape = writer.shapes(&messages)?.pop().unwrap_or_default();
+    let (fields, row_type) = super::cells::new_table_row(&shape)?;
+    let rows: Vec<Cell> = values
+        .iter()
+        .map(|value| decode(&writers, value, &row_type))
+        .collect::<Result<_, _>>()?;
+    fields
+        .iter()
+        .enumerate()
+        .map(|(i, field)| row_column(&rows, i, field.data_type()).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// The Arrow column of type `data_type` of the `i`th field of each of `rows`.
+fn row_column(
+    rows: &[Cell],
+    i: usize,
+    data_type: &DataType,
+) -> Result<ArrayRef, arrow_schema::ArrowError> {
+    let cells: Vec<&Cell> = rows
+        .iter()
+        .map(|row| match row {
+            Cell::Struct(values) => values.get(i).unwrap_or(&NULL),
+            _ => &NULL,
+        })
+        .collect();
+    column(data_type, &cells)
+}
+
 /// A framed value (or key) decoded with the writer schema it names into a cell of
 /// `columns`, or why not.
 fn decode(writers: &WriterSchemas, value: &[u8], columns: &DataType) -> Result<Cell, String> {
@@ -259,20 +305,13 @@ impl RecordRouter for RegistryRouter {
                 for slot in &self.order {
                     columns.push(match (slot, &mut self.key_column) {
                         (Some(i), _) => {
-                            let cells: Vec<&Cell> = rows
-                                .iter()
-                                .map(|row| match row {
-                                    Cell::Struct(values) => values.get(*i).unwrap_or(&NULL),
-                                    _ => &NULL,
-                                })
-                                .collect();
                             let field = self.payload.get(*i).ok_or_else(|| {
                                 iceberg::Error::new(
                                     iceberg::ErrorKind::Unexpected,
                                     "a payload column out of range",
                                 )
                             })?;
-                            column(field.data_type(), &cells)?
+                            row_column(&rows, *i, field.data_type())?
                         }
                         (None, Some((key_type, keys))) => {
                             let keys = std::mem::take(keys);
