@@ -25,7 +25,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub enum WriterSchema {
     /// An Avro schema.
-    Avro(AvroWriter),
+    Avro(Box<AvroWriter>),
     /// A JSON Schema (the values are JSON text).
     JsonSchema(JsonSchemaWriter),
     /// A Protobuf schema (a `.proto` file; its values name one of its messages).
@@ -37,7 +37,8 @@ impl WriterSchema {
     pub fn parse(schema: crate::registry::RegisteredSchema) -> Result<Self, String> {
         use crate::registry::SchemaKind;
         match schema.kind {
-            SchemaKind::Avro => AvroWriter::parse(&schema.text, &schema.references).map(Self::Avro),
+            SchemaKind::Avro => AvroWriter::parse(&schema.text, &schema.references)
+                .map(|avro| Self::Avro(Box::new(avro))),
             SchemaKind::Json => JsonSchemaWriter::parse(&schema.text).map(Self::JsonSchema),
             SchemaKind::Protobuf => {
                 ProtobufWriter::parse(&schema.text, &schema.references).map(Self::Protobuf)
