@@ -171,7 +171,9 @@ fn avro_values_of_three_schema_versions_become_typed_columns() {
     setup.converts(&[]);
     let facts = setup.check("check");
     assert!(
-        facts.contains(r#""rows": 6"#) && facts.contains(r#""duckdb_rows": 6"#),
+        facts.contains(r#""rows": 6"#)
+            && facts.contains(r#""duckdb_rows": 6"#)
+            && facts.contains(r#""json_schema_duckdb_rows": 3"#),
         "{facts}"
     );
 

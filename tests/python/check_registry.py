@@ -555,10 +555,10 @@ def check(args):
                 fail(f"DuckDB: offset {offset} ship.city {city!r}")
         if duckdb_rows != len(EXPECTED):
             fail(f"DuckDB reads {duckdb_rows} rows, expected {len(EXPECTED)}")
-    json_rows, json_dead = check_json_schema_table(catalog)
+    json_rows, json_dead, json_duckdb = check_json_schema_table(catalog)
     print(json.dumps({"rows": len(rows), "dead_letters": len(dead), "schemas": len(schemas),
                       "duckdb_rows": duckdb_rows, "first_ids": first, "json_schema_rows": json_rows,
-                      "json_schema_dead_letters": json_dead}))
+                      "json_schema_dead_letters": json_dead, "json_schema_duckdb_rows": json_duckdb}))
 
 
 def check_json_schema_table(catalog):
@@ -573,18 +573,22 @@ def check_json_schema_table(catalog):
                 got = None
             if got != want.get(column):
                 fail(f"events offset {offset} column {column}: {got!r}, encoded {want.get(column)!r}")
-    current = {f.name: f.field_id for f in table.schema().fields}
-    for schema in table.metadata.schemas:
-        for f in schema.fields:
-            if current.get(f.name) != f.field_id:
-                fail(f"events column {f.name} had id {f.field_id} in schema {schema.schema_id}")
-    dead = {r["offset"]: r for r in catalog.load_table("kafscale.events__dlq").scan().to_arrow().to_pylist()}
-    if sorted(dead) != sorted(JSON_DEAD):
-        fail(f"events: dead-letter table holds {sorted(dead)}, expected {sorted(JSON_DEAD)}")
-    for offset, needle in JSON_DEAD.items():
-        if needle not in dead[offset]["error"]:
-            fail(f"events dead letter {offset}: reason {dead[offset]['error']!r} lacks {needle!r}")
-    return len(rows), len(dead)
+    check_field_ids(table, "events")
+    records = [(None, value) for value in JSON_VALUES]
+    dead = check_dead_letters(catalog, "events", JSON_DEAD, records)
+    found = duckdb_scan(table, "n, note, score, \"where\".city, kind")
+    if found is not None:
+        for offset, n, note, score, city, kind in found:
+            want = JSON_EXPECTED.get(offset, {})
+            got = {"n": n, "note": note, "score": score, "kind": kind}
+            for column, value in got.items():
+                if value != want.get(column):
+                    fail(f"DuckDB: events offset {offset} column {column}: {value!r}, encoded {want.get(column)!r}")
+            if city != (want.get("where") or {}).get("city"):
+                fail(f"DuckDB: events offset {offset} where.city {city!r}")
+        if len(found) != len(JSON_EXPECTED):
+            fail(f"DuckDB reads {len(found)} events rows, expected {len(JSON_EXPECTED)}")
+    return len(rows), len(dead), None if found is None else len(found)
 
 
 PROTOBUF_COLUMNS = ["id", "name", "amount", "placed", "tags", "email", "nick", "attrs", "kind", "ship",
