@@ -88,10 +88,12 @@ KEY_V2 = {"type": "record", "name": "Key", "fields": [
     {"name": "region", "type": ["null", "string"], "default": None}]}
 SCHEMAS = {101: V1, 102: V2, 103: V3, 104: INCOMPATIBLE, 120: KEY_V1, 121: KEY_V2}
 
-# JSON Schema versions of topic `events` (schemaType JSON): v2 adds tags and a nested
-# object by $ref and drops note; v3 adds a map; the incompatible one makes n a string.
-J1 = {"type": "object", "properties": {"n": {"type": "integer"}, "note": {"type": ["string", "null"]},
-                                       "score": {"type": "number"}}}
+# JSON Schema versions of topic `events` (schemaType JSON): v1's n is an int32 and its
+# score a float32; v2 promotes them (integer, number), adds tags and a nested object by
+# $ref and drops note; v3 adds a map; the incompatible one makes n a string.
+J1 = {"type": "object", "properties": {"n": {"type": "integer", "format": "int32"},
+                                       "note": {"type": ["string", "null"]},
+                                       "score": {"type": "number", "connect.type": "float32"}}}
 J2 = {"type": "object", "properties": {"n": {"type": "integer"}, "score": {"type": "number"},
                                        "tags": {"type": "array", "items": {"type": "string"}},
                                        "where": {"$ref": "#/definitions/Place"}},
@@ -574,6 +576,9 @@ def check_json_schema_table(catalog):
             if got != want.get(column):
                 fail(f"events offset {offset} column {column}: {got!r}, encoded {want.get(column)!r}")
     check_field_ids(table, "events")
+    for column, kind in [("n", "long"), ("score", "double")]:
+        if str(table.schema().find_field(column).field_type) != kind:
+            fail(f"events: {column} is {table.schema().find_field(column).field_type}, not {kind}")
     records = [(None, value) for value in JSON_VALUES]
     dead = check_dead_letters(catalog, "events", JSON_DEAD, records)
     found = duckdb_scan(table, "n, note, score, \"where\".city, kind")

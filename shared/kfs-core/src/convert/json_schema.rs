@@ -5,6 +5,8 @@
 //! | JSON Schema | Iceberg |
 //! |---|---|
 //! | `boolean`, `integer`, `number`, `string` (and a string `enum`) | boolean, long, double, string |
+//! | `integer` with `format: int32` (or Kafka Connect's `connect.type` `int8`, `int16`, `int32`) | int |
+//! | `number` with `format: float` (or `connect.type: float32`) | float |
 //! | `object` with `properties` | struct (its properties by name, in name order) |
 //! | `object` with only `additionalProperties` (a schema) | map with string keys |
 //! | `array` with `items` | list |
@@ -124,7 +126,13 @@ fn shape_of(schema: &Value, root: &Value, depth: usize) -> Result<Option<Shape>,
     match kind {
         "null" => Ok(None),
         "boolean" => primitive(PrimitiveType::Boolean),
+        // A narrower width, as OpenAPI's `format` or Kafka Connect's JSON Schema
+        // converter (`connect.type`) declares it: a later version may widen it.
+        "integer" if narrow(object, &["int32"], &["int8", "int16", "int32"]) => {
+            primitive(PrimitiveType::Int)
+        }
         "integer" => primitive(PrimitiveType::Long),
+        "number" if narrow(object, &["float"], &["float32"]) => primitive(PrimitiveType::Float),
         "number" => primitive(PrimitiveType::Double),
         "string" => primitive(PrimitiveType::String),
         "array" => match object.get("items") {
@@ -155,6 +163,17 @@ fn shape_of(schema: &Value, root: &Value, depth: usize) -> Result<Option<Shape>,
         },
         other => Err(format!("JSON Schema type {other:?} is not known")),
     }
+}
+
+/// Whether `object` declares one of the narrow `formats` or Kafka Connect `types`.
+fn narrow(object: &serde_json::Map<String, Value>, formats: &[&str], types: &[&str]) -> bool {
+    let is = |key: &str, names: &[&str]| {
+        object
+            .get(key)
+            .and_then(Value::as_str)
+            .is_some_and(|name| names.contains(&name))
+    };
+    is("format", formats) || is("connect.type", types)
 }
 
 /// What a value is, for messages.
@@ -239,6 +258,32 @@ mod tests {
         ] {
             assert!(JsonSchemaWriter::parse(refused).is_err(), "{refused}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn declared_widths_are_kept() -> Result<(), String> {
+        let writer = JsonSchemaWriter::parse(
+            r#"{"type": "object", "properties": {
+                "a": {"type": "integer", "format": "int32"},
+                "b": {"type": "integer", "connect.type": "int16"},
+                "c": {"type": "integer", "format": "int64"},
+                "d": {"type": "number", "format": "float"},
+                "e": {"type": "number", "connect.type": "float64"}
+            }}"#,
+        )?;
+        let types: Vec<&Shape> = writer.shape.iter().map(|(_, shape)| shape).collect();
+        let p = |p| Shape::Primitive(p);
+        assert_eq!(
+            types,
+            [
+                &p(PrimitiveType::Int),
+                &p(PrimitiveType::Int),
+                &p(PrimitiveType::Long),
+                &p(PrimitiveType::Float),
+                &p(PrimitiveType::Double)
+            ]
+        );
         Ok(())
     }
 
