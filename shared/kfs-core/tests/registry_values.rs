@@ -406,3 +406,134 @@ async fn a_schema_the_table_refuses_sends_only_its_records_to_dead_letters() -> 
     );
     Ok(())
 }
+
+/// Two converters growing the table's schema at once, both from the table as it was
+/// before either (as two invocations opened it): the second's schema change conflicts,
+/// it re-reads the table and grows it again. Both segments' rows land, with the
+/// columns of both versions; no record is dead-lettered for the race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_converters_growing_the_schema_at_once_both_land() -> Result<(), BoxError> {
+    use kfs_core::{Feed, Ledger, SegmentSource};
+    let local = Local::open().await?;
+    let config = config(Arc::new(registry()));
+    let v2 = |id: i64| {
+        framed(
+            2,
+            V2,
+            record(vec![
+                ("id", Value::Long(id)),
+                ("name", Value::String(format!("n{id}"))),
+                ("amount", Value::Double(2.25)),
+                ("placed", Value::TimestampMillis(1_764_669_600_000)),
+                ("tags", Value::Array(vec![Value::String("a".into())])),
+                ("email", Value::Union(0, Box::new(Value::Null))),
+            ]),
+        )
+    };
+    let v3 = |id: i64| {
+        framed(
+            3,
+            V3,
+            record(vec![
+                ("id", Value::Long(id)),
+                ("amount", Value::Double(-1.0)),
+                ("attrs", Value::Map(Default::default())),
+                (
+                    "price",
+                    Value::Decimal(apache_avro::Decimal::from(vec![0x01])),
+                ),
+                ("day", Value::Date(20_000)),
+                ("kind", Value::Enum(0, "NEW".into())),
+                ("offset", Value::Long(id)),
+            ]),
+        )
+    };
+    let first: Vec<Vec<u8>> = vec![v2(0)?, v2(1)?];
+    let second: Vec<Vec<u8>> = vec![v3(2)?, v3(3)?];
+    let a = local.put_records(
+        "orders",
+        kfs_workload::simple_records(0, 2, |o| first.get(o as usize).cloned()),
+    )?;
+    let b = local.put_records(
+        "orders",
+        kfs_workload::simple_records(2, 2, |o| second.get(o as usize - 2).cloned()),
+    )?;
+    let target = kfs_core::testing::TopicTable::open(
+        local.access(),
+        &config.naming,
+        Feed {
+            namespace: "ns",
+            topic: "orders",
+        },
+        &local.ledger.identity(),
+    )
+    .await?
+    .with_schemas(config.schemas.clone());
+    let convert = |key: kfs_plan::keys::SegmentKey| {
+        let (local, target) = (&local, &target);
+        async move {
+            let segment = key.object_key(kfs_plan::keys::SegmentFile::Data);
+            let object = local.source.stat(&segment).await?.ok_or("no segment")?;
+            Ok::<_, BoxError>(
+                kfs_core::testing::ingest_segment(
+                    local.access(),
+                    &local.source,
+                    target,
+                    &local.ledger,
+                    &key,
+                    &object,
+                    kfs_segment::DecodeLimits::default(),
+                )
+                .await?,
+            )
+        }
+    };
+    let (one, two) = tokio::join!(convert(a), convert(b));
+    let (one, two) = (one?, two?);
+    assert!(
+        one.dead_letters.is_empty() && two.dead_letters.is_empty(),
+        "{one:?} {two:?}"
+    );
+    let report = run_once(
+        &local.source,
+        &local.catalog,
+        &local.swap,
+        &local.ledger,
+        &config,
+        &|_| {},
+    )
+    .await?;
+    assert!(report.quarantined.is_empty(), "{report:?}");
+    let name = config.naming.table_for("orders");
+    let rows = offsets(&local.catalog, &name).await?;
+    assert_eq!(
+        rows,
+        (0..4).map(|o| ((0, o), 1)).collect::<BTreeMap<_, _>>()
+    );
+    let columns = field_ids(&local, &config).await?;
+    for column in [
+        "id",
+        "name",
+        "tags",
+        "email",
+        "attrs",
+        "price",
+        "kind",
+        "value_offset",
+    ] {
+        assert!(columns.contains_key(column), "{column}: {columns:?}");
+    }
+    // Each converter grew the table once: the first from the table it opened, the
+    // second after its change conflicted and it read the table again.
+    let table = local
+        .catalog
+        .load_table(&kfs_core::table_ident(&name))
+        .await?;
+    assert_eq!(table.metadata().schemas_iter().count(), 3);
+    // No id was given twice.
+    let mut ids: Vec<i32> = columns.values().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), columns.len());
+    Ok(())
+}
