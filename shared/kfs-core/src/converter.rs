@@ -137,7 +137,8 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
     }
 
     /// Waits until the memory budget has room for a conversion of `size` bytes of
-    /// segments that holds up to `blob_bytes` of large-file blobs besides (a
+    /// segments that holds up to `blob_bytes` besides (large-file blobs, a segment
+    /// held for several passes; a
     /// conversion larger than the whole budget waits for all of it); the permit is
     /// held until the conversion ends.
     async fn admit(&self, size: u64, blob_bytes: u64) -> Option<tokio::sync::SemaphorePermit<'_>> {
@@ -503,7 +504,10 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         kfs: &SourceObject,
     ) -> Result<ObjectOutcome, PipelineError> {
         let _admitted = self
-            .admit(kfs.size, target.lfs.blob_bytes_in_flight())
+            .admit(
+                kfs.size,
+                target.lfs.blob_bytes_in_flight() + target.held_bytes(kfs.size),
+            )
             .await;
         let entry = self
             .settings

@@ -168,6 +168,15 @@ fn late(progress: &TableProgress, key: &SegmentKey) -> Option<String> {
 }
 
 impl TopicTable {
+    /// Bytes of a segment of `size` bytes its conversion holds besides its decoding
+    /// (a JSON or registry table's segment read once for several passes).
+    pub fn held_bytes(&self, size: u64) -> u64 {
+        match crate::table::value_format_of(&self.table) {
+            Ok(ValueFormat::Json | ValueFormat::Registry) if size <= HELD_SEGMENT_BYTES => size,
+            _ => 0,
+        }
+    }
+
     /// The table, reading registry-encoded values with `schemas`.
     pub fn with_schemas(
         self,
@@ -429,7 +438,7 @@ async fn convert_json_segment(
         table: table.to_string(),
         source: Box::new(source),
     };
-    let open = || source.open(&object.key, object.etag.as_deref());
+    let mut passes = SegmentPasses::new(source, object);
     let mut table = target.table.clone();
     for _ in 0..SCHEMA_ATTEMPTS {
         let schema = table.metadata().current_schema().clone();
@@ -437,7 +446,7 @@ async fn convert_json_segment(
         let declared = crate::table::declared_columns(&table);
         let caps = crate::convert::json::ColumnCaps::of(&table);
         let scanned = {
-            let reader = crate::convert::StreamReader::new(open().await?);
+            let reader = crate::convert::StreamReader::new(passes.open().await?);
             let key = input.key.clone();
             let schema = schema.clone();
             scanning(&target.name, move || {
@@ -498,7 +507,7 @@ async fn convert_json_segment(
         let converted = convert_segment(
             &table,
             input,
-            open().await?,
+            passes.open().await?,
             limits,
             ValueColumns::Json {
                 dead_letters: dead_letter_table.as_ref(),
@@ -545,10 +554,10 @@ async fn convert_registry_segment(
             target.name
         )));
     };
-    let open = || source.open(&object.key, object.etag.as_deref());
+    let mut passes = SegmentPasses::new(source, object);
     let keys = target.keys == KeyFormat::Registry;
     let (values, named_keys) = {
-        let reader = crate::convert::StreamReader::new(open().await?);
+        let reader = crate::convert::StreamReader::new(passes.open().await?);
         let key = input.key.clone();
         let scanned = scanning(&target.name, move || {
             crate::convert::scan_schema_ids(reader, &key, limits, keys)
@@ -689,7 +698,7 @@ async fn convert_registry_segment(
         let converted = convert_segment(
             &table,
             input,
-            open().await?,
+            passes.open().await?,
             limits,
             ValueColumns::Registry {
                 writers: writers.values,
@@ -723,6 +732,58 @@ impl RegistryWriters {
             Role::Value => &mut self.values,
             Role::Key => &mut self.keys,
         }
+    }
+}
+
+/// Segments at most this large are read once and held for the passes a JSON or
+/// registry conversion makes over them (a scan, the conversion, again after a schema
+/// race): one read of the store, not one per pass.
+pub const HELD_SEGMENT_BYTES: u64 = 16 << 20;
+
+/// A segment read for several passes: held in memory after the first when it is at
+/// most [`HELD_SEGMENT_BYTES`], read again for each otherwise.
+struct SegmentPasses<'s, S> {
+    source: &'s S,
+    object: &'s SourceObject,
+    held: Option<bytes::Bytes>,
+}
+
+impl<'s, S: SegmentSource> SegmentPasses<'s, S> {
+    fn new(source: &'s S, object: &'s SourceObject) -> Self {
+        Self {
+            source,
+            object,
+            held: None,
+        }
+    }
+
+    /// The segment's bytes as they arrive: the held ones, else read from the store
+    /// (and held, when small).
+    async fn open(&mut self) -> Result<crate::source::SegmentStream, crate::source::SourceError> {
+        use futures::StreamExt;
+        if let Some(held) = &self.held {
+            return Ok(crate::source::in_memory(held.clone()));
+        }
+        let object = self.object;
+        let mut stream = self
+            .source
+            .open(&object.key, object.etag.as_deref())
+            .await?;
+        if object.size == 0 || object.size > HELD_SEGMENT_BYTES {
+            return Ok(stream);
+        }
+        let mut held = bytes::BytesMut::with_capacity(object.size as usize);
+        while let Some(chunk) = stream.next().await {
+            held.extend_from_slice(&chunk?);
+            if held.len() as u64 > HELD_SEGMENT_BYTES {
+                // Larger than its listing said: streamed, not held.
+                let read = futures::stream::once(std::future::ready(Ok(held.freeze())));
+                return Ok(Box::pin(read.chain(stream)));
+            }
+        }
+        let held = held.freeze();
+        self.held = Some(held.clone());
+        Ok(crate::source::in_memory(held))
     }
 }
 

@@ -374,11 +374,13 @@ impl SegmentSource for OpendalSource {
 const LIST_PAGE: usize = 1000;
 
 /// An in-memory source for tests and benchmarks; it counts its listing requests as
-/// S3 would bill them (one per call, one more per page of 1,000 keys read).
+/// S3 would bill them (one per call, one more per page of 1,000 keys read), and the
+/// segments it streams (`open`: one GET each).
 #[derive(Debug, Default)]
 pub struct MemorySource {
     objects: Mutex<BTreeMap<String, Vec<u8>>>,
     list_requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    opens: std::sync::atomic::AtomicU64,
 }
 
 impl MemorySource {
@@ -393,6 +395,11 @@ impl MemorySource {
     pub fn list_requests(&self) -> u64 {
         self.list_requests
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Objects streamed so far (`open`).
+    pub fn opens(&self) -> u64 {
+        self.opens.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn count_request(&self) {
@@ -505,6 +512,8 @@ impl SegmentSource for MemorySource {
     }
 
     async fn open(&self, key: &str, _etag: Option<&str>) -> Result<SegmentStream, SourceError> {
+        self.opens
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(in_memory(self.read(key).await?))
     }
 

@@ -523,6 +523,9 @@ async fn two_converters_growing_the_schema_at_once_both_land() -> Result<(), Box
     ] {
         assert!(columns.contains_key(column), "{column}: {columns:?}");
     }
+    // Each segment was read from the store once: held for its scan and conversion,
+    // and for the second converter's pass after its race.
+    assert_eq!(local.source.opens(), 2);
     // Each converter grew the table once: the first from the table it opened, the
     // second after its change conflicted and it read the table again.
     let table = local
