@@ -214,7 +214,7 @@ fn keys_framed_for_the_registry_become_a_typed_struct() {
     setup.converts(&["--key-format", "registry"]);
     let facts = setup.check("check-keys");
     assert!(
-        facts.contains(r#""keyed_rows": 3"#) && facts.contains(r#""duckdb_rows": 3"#),
+        facts.contains(r#""keyed_rows": 4"#) && facts.contains(r#""duckdb_rows": 4"#),
         "{facts}"
     );
 

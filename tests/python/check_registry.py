@@ -80,13 +80,17 @@ V3 = {"type": "record", "name": "Order", "fields": [
         {"name": "city", "type": "string"}, {"name": "zip", "type": ["null", "int"]}]}]},
 ]}
 INCOMPATIBLE = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}
-# Key schemas of topic `keyed` (`--key-format registry`): v2 adds region and promotes n.
+# Key schemas of topic `keyed` (`--key-format registry`): v2 adds region and a field named
+# like a metadata column (offset: kept as it is inside key_fields) and promotes n; 122 is
+# a plain string key schema (one field, value).
 KEY_V1 = {"type": "record", "name": "Key", "fields": [
     {"name": "tenant", "type": "string"}, {"name": "n", "type": "int"}]}
 KEY_V2 = {"type": "record", "name": "Key", "fields": [
     {"name": "tenant", "type": "string"}, {"name": "n", "type": "long"},
-    {"name": "region", "type": ["null", "string"], "default": None}]}
-SCHEMAS = {101: V1, 102: V2, 103: V3, 104: INCOMPATIBLE, 120: KEY_V1, 121: KEY_V2}
+    {"name": "region", "type": ["null", "string"], "default": None},
+    {"name": "offset", "type": ["null", "long"], "default": None}]}
+KEY_STRING = "string"
+SCHEMAS = {101: V1, 102: V2, 103: V3, 104: INCOMPATIBLE, 120: KEY_V1, 121: KEY_V2, 122: KEY_STRING}
 
 # JSON Schema versions of topic `events` (schemaType JSON): v1's n is an int32 and its
 # score a float32; v2 promotes them (integer, number), adds tags and a nested object by
@@ -412,18 +416,21 @@ def keyed_records():
     unknown[1:5] = struct.pack(">I", 998)
     return [
         (framed(120, KEY_V1, {"tenant": "t1", "n": 1}), value(0)),
-        (framed(121, KEY_V2, {"tenant": "t2", "n": 1 << 40, "region": "eu"}), value(1)),
+        (framed(121, KEY_V2, {"tenant": "t2", "n": 1 << 40, "region": "eu", "offset": 77}), value(1)),
         (None, value(2)),
         (b"plain", value(3)),
         (bytes(unknown), value(4)),
         (framed(120, KEY_V1, {"tenant": "t5", "n": 5})[:7], value(5)),
+        (framed(122, KEY_STRING, "plain-key"), value(6)),
     ]
 
 
+KEY_NONE = {"tenant": None, "n": None, "region": None, "offset": None, "value": None}
 KEYED_EXPECTED = {
-    0: {"tenant": "t1", "n": 1, "region": None},
-    1: {"tenant": "t2", "n": 1 << 40, "region": "eu"},
+    0: {**KEY_NONE, "tenant": "t1", "n": 1},
+    1: {**KEY_NONE, "tenant": "t2", "n": 1 << 40, "region": "eu", "offset": 77},
     2: None,
+    6: {**KEY_NONE, "value": "plain-key"},
 }
 KEYED_DEAD = {
     3: "key: value does not start with the schema registry's magic byte",

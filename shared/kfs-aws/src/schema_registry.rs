@@ -75,7 +75,7 @@ impl SchemaRegistry for GlueRegistry {
         let Some(text) = answer.schema_definition() else {
             return Err(RegistryError {
                 location,
-                kind: kfs_plan::fault::ErrorKind::Transient,
+                kind: kfs_plan::fault::ErrorKind::Config,
                 message: "answered no schema definition".into(),
             });
         };

@@ -15,11 +15,14 @@
 //! | `decimal(p, s)` (p ≤ 38) | decimal(p, s) |
 //! | `uuid` | uuid |
 //!
+//! A schema whose top level is not a record (a `"string"` key's) is one field,
+//! `value` (`cells::SCALAR_FIELD`).
+//!
 //! Not mapped (the writer schema's records go to the dead-letter table with the
 //! reason): unions of several non-null types, nanosecond timestamps, `duration`,
 //! decimals beyond 38 digits or without a scale, recursive records.
 
-use super::cells::{Cell, Shape, list_cell, map_cell, struct_cell};
+use super::cells::{Cell, SCALAR_FIELD, Shape, list_cell, map_cell, struct_cell};
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use arrow_schema::{DataType, TimeUnit};
@@ -42,6 +45,8 @@ pub struct AvroWriter {
     pub references: Vec<Schema>,
     /// Its top-level fields as columns.
     pub shape: Vec<(String, Shape)>,
+    /// Its top level is not a record: a value is the one field [`SCALAR_FIELD`].
+    scalar: bool,
     /// The schema with its names resolved once, when it references no other: a
     /// reader of bare datums (a single-object reader whose header is empty).
     resolved: Option<apache_avro::GenericSingleObjectReader>,
@@ -77,14 +82,10 @@ impl AvroWriter {
         let all: Vec<&Schema> = std::iter::once(&schema).chain(&references).collect();
         let names = apache_avro::schema::ResolvedSchema::try_from(all)
             .map_err(|e| format!("Avro schema does not resolve: {e}"))?;
-        let shape = match shape_of(&schema, names.get_names(), 0)? {
-            Some(Shape::Struct(fields)) => fields,
-            _ => {
-                return Err(
-                    "the Avro schema is not a record: its values have no fields to be columns"
-                        .into(),
-                );
-            }
+        let (shape, scalar) = match shape_of(&schema, names.get_names(), 0)? {
+            Some(Shape::Struct(fields)) => (fields, false),
+            Some(other) => (vec![(SCALAR_FIELD.to_owned(), other)], true),
+            None => return Err("the Avro schema is null: its values hold nothing".into()),
         };
         let resolved = references
             .is_empty()
@@ -100,13 +101,15 @@ impl AvroWriter {
             schema,
             references,
             shape,
+            scalar,
             resolved,
         })
     }
 
     /// Decodes one payload (the value after its framing) into the row of `columns`
-    /// (the table's payload columns).
-    pub fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
+    /// (`top`: the table's payload columns, whose names may differ from the fields';
+    /// else a struct column's fields, a decoded key's).
+    pub fn decode(&self, payload: &[u8], columns: &DataType, top: bool) -> Result<Cell, String> {
         let mut reader = payload;
         let value = match &self.resolved {
             // Names resolved once, not per value.
@@ -128,7 +131,11 @@ impl AvroWriter {
                 payload.len() - reader.len()
             ));
         }
-        cell(&value, columns, true)
+        if self.scalar {
+            let record = Value::Record(vec![(SCALAR_FIELD.to_owned(), value)]);
+            return cell(&record, columns, top);
+        }
+        cell(&value, columns, top)
     }
 }
 
@@ -328,8 +335,22 @@ mod tests {
             ]
         );
         assert_eq!(writer.shape[7].1, writer.shape[8].1);
+        // A schema that is not a record is one field.
+        let scalar = AvroWriter::parse(r#""long""#, &[])?;
+        assert_eq!(
+            scalar.shape,
+            [(
+                SCALAR_FIELD.to_owned(),
+                Shape::Primitive(PrimitiveType::Long)
+            )]
+        );
+        let (_, row_type) = super::super::cells::new_table_row(&scalar.shape)?;
+        assert_eq!(
+            scalar.decode(&[0x54], &row_type, true),
+            Ok(Cell::Struct(vec![Cell::Int(42)]))
+        );
         for refused in [
-            r#""long""#,
+            r#""null""#,
             r#"{"type": "record", "name": "R", "fields": [{"name": "u", "type": ["int", "string"]}]}"#,
             r#"{"type": "record", "name": "L", "fields": [{"name": "next", "type": ["null", "L"]}]}"#,
             r#"{"type": "record""#,
@@ -362,7 +383,7 @@ mod tests {
             let fail = proptest::test_runner::TestCaseError::fail;
             let writer = AvroWriter::parse(EVERY_TYPE, &[]).map_err(fail)?;
             let (fields, row_type) = super::super::cells::new_table_row(&writer.shape).map_err(fail)?;
-            if let Ok(row) = writer.decode(&payload, &row_type) {
+            if let Ok(row) = writer.decode(&payload, &row_type, true) {
                 super::super::cells::write_row(&fields, &row).map_err(fail)?;
             }
         }

@@ -110,6 +110,11 @@ pub fn absorb(
     Ok(changed.then_some(grown))
 }
 
+/// The one field of a writer schema whose top level is not a record (an Avro
+/// `"string"`, a JSON Schema `{"type": "long"}`): a value's column `value_value`, a
+/// key's `key_fields.value`.
+pub const SCALAR_FIELD: &str = "value";
+
 /// Whose fields a writer schema describes: a record's value (the table's top-level
 /// columns) or its key (the fields of the struct column `key_fields`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,11 +13,14 @@
 //! | `type: [T, "null"]`, `oneOf`/`anyOf` of `null` and one schema | that type (every column is optional) |
 //! | `$ref` to `#/definitions/…` or `#/$defs/…` | what it refers to |
 //!
+//! A schema whose top level is not an object is one field, `value`
+//! (`cells::SCALAR_FIELD`).
+//!
 //! Not mapped (the writer schema's records go to the dead-letter table with the
 //! reason): a schema without a type, unions of several non-null types, references
 //! outside the document, recursive schemas.
 
-use super::cells::{Cell, Shape, list_cell, map_cell, struct_cell};
+use super::cells::{Cell, SCALAR_FIELD, Shape, list_cell, map_cell, struct_cell};
 use arrow_schema::DataType;
 use iceberg::spec::PrimitiveType;
 use serde_json::Value;
@@ -30,6 +33,8 @@ const MAX_DEPTH: usize = 32;
 pub struct JsonSchemaWriter {
     /// Its top-level properties as columns.
     pub shape: Vec<(String, Shape)>,
+    /// Its top level is not an object: a value is the one field [`SCALAR_FIELD`].
+    scalar: bool,
 }
 
 impl JsonSchemaWriter {
@@ -38,17 +43,22 @@ impl JsonSchemaWriter {
         let root: Value =
             serde_json::from_str(text).map_err(|e| format!("JSON Schema does not parse: {e}"))?;
         match shape_of(&root, &root, 0)? {
-            Some(Shape::Struct(fields)) => Ok(Self { shape: fields }),
-            _ => Err(
-                "the JSON Schema is not an object with properties: its values have no fields to be columns"
-                    .into(),
-            ),
+            Some(Shape::Struct(fields)) => Ok(Self {
+                shape: fields,
+                scalar: false,
+            }),
+            Some(other) => Ok(Self {
+                shape: vec![(SCALAR_FIELD.to_owned(), other)],
+                scalar: true,
+            }),
+            None => Err("the JSON Schema is null: its values hold nothing".into()),
         }
     }
 
     /// Decodes one payload (the JSON text after its framing) into the row of `columns`
-    /// (the table's payload columns).
-    pub fn decode(&self, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
+    /// (`top`: the table's payload columns, whose names may differ from the
+    /// properties'; else a struct column's fields, a decoded key's).
+    pub fn decode(&self, payload: &[u8], columns: &DataType, top: bool) -> Result<Cell, String> {
         let value: Value = serde_json::from_slice(payload).map_err(|e| {
             format!(
                 "JSON payload does not parse: {e} (line {}, column {})",
@@ -56,10 +66,14 @@ impl JsonSchemaWriter {
                 e.column()
             )
         })?;
+        if self.scalar {
+            let object = Value::Object([(SCALAR_FIELD.to_owned(), value)].into_iter().collect());
+            return cell(&object, columns, top);
+        }
         if !value.is_object() {
             return Err("JSON payload is not an object".into());
         }
-        cell(&value, columns, true)
+        cell(&value, columns, top)
     }
 }
 
@@ -249,8 +263,17 @@ mod tests {
             names,
             ["amount", "attrs", "id", "kind", "note", "ship", "tags"]
         );
+        // A schema that is not an object is one field.
+        let scalar = JsonSchemaWriter::parse(r#"{"type": "string"}"#)?;
+        assert_eq!(
+            scalar.shape,
+            [(
+                SCALAR_FIELD.to_owned(),
+                Shape::Primitive(PrimitiveType::String)
+            )]
+        );
         for refused in [
-            r#"{"type": "string"}"#,
+            r#"{"type": "null"}"#,
             r#"{"type": "object", "properties": {"u": {"type": ["integer", "string"]}}}"#,
             r##"{"type": "object", "properties": {"n": {"$ref": "#"}}}"##,
             r#"{"type": "object", "properties": {"x": {}}}"#,
@@ -305,7 +328,7 @@ mod tests {
             let (fields, row_type) = super::super::cells::new_table_row(&writer.shape).map_err(fail)?;
             let json = format!(r#"{{"n": {n}, "score": {score:?}, "tags": ["a"], "m": {{"k": {n}}}}}"#);
             for bytes in [payload.as_slice(), json.as_bytes()] {
-                if let Ok(row) = writer.decode(bytes, &row_type) {
+                if let Ok(row) = writer.decode(bytes, &row_type, true) {
                     super::super::cells::write_row(&fields, &row).map_err(fail)?;
                 }
             }

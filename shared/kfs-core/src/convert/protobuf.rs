@@ -164,13 +164,15 @@ impl ProtobufWriter {
     }
 
     /// Decodes one payload of schema `id` (the value after its schema id: the message
-    /// it names, then the message) into the row of `columns` (the table's payload
-    /// columns).
+    /// it names, then the message) into the row of `columns` (`top`: the table's
+    /// payload columns, whose names may differ from the fields'; else a struct
+    /// column's fields, a decoded key's).
     pub fn decode(
         &self,
         id: &SchemaId,
         payload: &[u8],
         columns: &DataType,
+        top: bool,
     ) -> Result<Cell, String> {
         let (selector, message) = message_selector(id, payload)?;
         let descriptor = self.message(&selector)?;
@@ -185,7 +187,7 @@ impl ProtobufWriter {
                 "a Protobuf message cannot be written to a {columns} column"
             ));
         };
-        message_cell(&decoded, fields, true)
+        message_cell(&decoded, fields, top)
     }
 }
 
@@ -337,6 +339,15 @@ fn message_cell(
     top: bool,
 ) -> Result<Cell, String> {
     let descriptor = message.descriptor();
+    // Bytes the schema has no field for: the payload was not written with this schema,
+    // and what they hold would be lost.
+    if let Some(unknown) = message.unknown_fields().next() {
+        return Err(format!(
+            "Protobuf message {} holds field number {}, which its schema does not have",
+            descriptor.full_name(),
+            unknown.number()
+        ));
+    }
     let members: Vec<(String, Member<'_>)> = descriptor
         .fields()
         .map(|field| {
@@ -655,7 +666,7 @@ mod tests {
         value.set_field_by_name("scores", Value::List(vec![Value::I32(-1), Value::I32(2)]));
         let mut framed = vec![2, 2];
         framed.extend(value.encode_to_vec());
-        let row = writer.decode(&CONFLUENT, &framed, &row_type)?;
+        let row = writer.decode(&CONFLUENT, &framed, &row_type, true)?;
         let Cell::Struct(cells) = &row else {
             return Err(format!("{row:?}"));
         };
@@ -684,7 +695,7 @@ mod tests {
         framed.extend(value.encode_to_vec());
         assert!(
             writer
-                .decode(&CONFLUENT, &framed, &row_type)
+                .decode(&CONFLUENT, &framed, &row_type, true)
                 .is_err_and(|e| e.contains("beyond a long"))
         );
         Ok(())
@@ -706,7 +717,7 @@ mod tests {
             framed.extend_from_slice(&payload);
             let glue = SchemaId::Glue(uuid::Uuid::nil());
             for (id, value) in [(&CONFLUENT, &framed), (&CONFLUENT, &payload), (&glue, &payload)] {
-                if let Ok(row) = writer.decode(id, value, &row_type) {
+                if let Ok(row) = writer.decode(id, value, &row_type, true) {
                     super::super::cells::write_row(&fields, &row).map_err(fail)?;
                 }
             }

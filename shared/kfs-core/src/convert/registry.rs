@@ -62,11 +62,18 @@ impl WriterSchema {
         }
     }
 
-    fn decode(&self, id: &SchemaId, payload: &[u8], columns: &DataType) -> Result<Cell, String> {
+    /// Decodes a payload into a cell of `columns` (`top`: the table's payload
+    /// columns; else the fields of a struct column, a decoded key's).
+    fn decode(
+        &self,
+        id: &SchemaId,
+        payload: &[u8],
+        (columns, top): (&DataType, bool),
+    ) -> Result<Cell, String> {
         match self {
-            Self::Avro(avro) => avro.decode(payload, columns),
-            Self::JsonSchema(json) => json.decode(payload, columns),
-            Self::Protobuf(protobuf) => protobuf.decode(id, payload, columns),
+            Self::Avro(avro) => avro.decode(payload, columns, top),
+            Self::JsonSchema(json) => json.decode(payload, columns, top),
+            Self::Protobuf(protobuf) => protobuf.decode(id, payload, columns, top),
         }
     }
 }
@@ -180,28 +187,30 @@ impl RegistryRouter {
         })
     }
 
-    /// The row of `value`, or why it has none.
-    fn row(&self, value: Option<&[u8]>) -> Result<Cell, String> {
+    /// The row of `value` and the bytes of its payload, or why it has none.
+    fn row(&self, value: Option<&[u8]>) -> Result<(Cell, usize), String> {
         let Some(value) = value else {
             // A tombstone: its payload columns are null.
-            return Ok(Cell::Struct(vec![Cell::Null; self.payload.len()]));
+            return Ok((Cell::Struct(vec![Cell::Null; self.payload.len()]), 0));
         };
-        decode(&self.writers, value, &self.payload_type)
+        decode(&self.writers, value, (&self.payload_type, true))
     }
 
     /// The `key_fields` cell of `key` (null when keys are not decoded, or the key is
-    /// null), or why the record has none.
-    fn key_cell(&self, key: Option<&[u8]>) -> Result<Cell, String> {
+    /// null) and the bytes of its payload, or why the record has none.
+    fn key_cell(&self, key: Option<&[u8]>) -> Result<(Cell, usize), String> {
         match (&self.key_writers, &self.key_column, key) {
             (Some(writers), Some((key_type, _)), Some(key)) => {
-                decode(writers, key, key_type).map_err(|e| format!("key: {e}"))
+                decode(writers, key, (key_type, false)).map_err(|e| format!("key: {e}"))
             }
             // A key with no column yet: its schema was refused (the writers say why).
-            (Some(writers), None, Some(key)) => match decode(writers, key, &DataType::Null) {
-                Err(e) => Err(format!("key: {e}")),
-                Ok(_) => Err("key: the table has no key_fields column".into()),
-            },
-            _ => Ok(Cell::Null),
+            (Some(writers), None, Some(key)) => {
+                match decode(writers, key, (&DataType::Null, false)) {
+                    Err(e) => Err(format!("key: {e}")),
+                    Ok(_) => Err("key: the table has no key_fields column".into()),
+                }
+            }
+            _ => Ok((Cell::Null, 0)),
         }
     }
 }
@@ -227,7 +236,7 @@ pub fn registry_columns(
     let (fields, row_type) = super::cells::new_table_row(&shape)?;
     let rows: Vec<Cell> = values
         .iter()
-        .map(|value| decode(&writers, value, &row_type))
+        .map(|value| decode(&writers, value, (&row_type, true)).map(|(cell, _)| cell))
         .collect::<Result<_, _>>()?;
     fields
         .iter()
@@ -253,13 +262,19 @@ fn row_column(
 }
 
 /// A framed value (or key) decoded with the writer schema it names into a cell of
-/// `columns`, or why not.
-fn decode(writers: &WriterSchemas, value: &[u8], columns: &DataType) -> Result<Cell, String> {
+/// `columns` (`top`: the table's payload columns), with the bytes of its payload
+/// (inflated, when it was compressed); or why not.
+fn decode(
+    writers: &WriterSchemas,
+    value: &[u8],
+    columns: (&DataType, bool),
+) -> Result<(Cell, usize), String> {
     let framed = crate::registry::frame(value)?;
     let id = framed.id;
     match writers.get(&id) {
         Some(Ok(writer)) => writer
             .decode(&id, &framed.payload, columns)
+            .map(|cell| (cell, framed.payload.len()))
             .map_err(|e| format!("schema {id}: {e}")),
         Some(Err(why)) => Err(why.clone()),
         None => Err(format!("schema {id} was not resolved before conversion")),
@@ -272,14 +287,16 @@ impl RecordRouter for RegistryRouter {
             .row(record.value)
             .and_then(|row| Ok((row, self.key_cell(record.key)?)))
         {
-            Ok((row, key)) => {
+            Ok(((row, value_bytes), (key, key_bytes))) => {
                 self.table.push(topic, partition, record)?;
                 self.rows.push(row);
                 if let Some((_, keys)) = &mut self.key_column {
                     keys.push(key);
                 }
-                // Decoded values take a few times their encoded bytes.
-                self.value_bytes += 4 * record.value.map_or(0, <[u8]>::len);
+                // Decoded values take a few times their payload's bytes (inflated: a
+                // compressed Glue value counts as what it holds), so a batch is
+                // flushed before they add up.
+                self.value_bytes += 4 * (value_bytes + key_bytes);
                 Ok(())
             }
             Err(reason) => dead_letter(self.dead.as_mut(), (topic, partition), record, &reason),
