@@ -173,15 +173,7 @@ async fn a_value_whose_column_the_table_refuses_quarantines_only_its_segment() -
     // `timestamp_day` is the name of the partition field: no column may take it.
     local.put("clash", 0, &[r#"{"timestamp_day": 1}"#], 1)?;
     local.put("fine", 0, &[r#"{"n": 1}"#], 1)?;
-    let report = run_once(
-        &local.source,
-        &local.catalog,
-        &local.swap,
-        &local.ledger,
-        &config,
-        &|_| {},
-    )
-    .await?;
+    let report = local.run_config(&config).await?;
     assert_eq!(report.quarantined.len(), 1, "{report:?}");
     let (segment, error) = &report.quarantined[0];
     assert!(segment.contains("/clash/"), "{segment}");

@@ -336,15 +336,7 @@ async fn a_registry_outage_is_retried_never_dead_lettered() -> Result<(), BoxErr
     );
     // The registry is back: the segment converts.
     let up = config(Arc::new(registry()));
-    let report = run_once(
-        &local.source,
-        &local.catalog,
-        &local.swap,
-        &local.ledger,
-        &up,
-        &|_| {},
-    )
-    .await?;
+    let report = local.run_config(&up).await?;
     assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
     assert_eq!(offsets(&local.catalog, &name).await?.len(), 1);
     Ok(())
@@ -384,15 +376,7 @@ async fn a_schema_the_table_refuses_sends_only_its_records_to_dead_letters() -> 
         "orders",
         kfs_workload::simple_records(0, 2, |o| values.get(o as usize).cloned()),
     )?;
-    let report = run_once(
-        &local.source,
-        &local.catalog,
-        &local.swap,
-        &local.ledger,
-        &config,
-        &|_| {},
-    )
-    .await?;
+    let report = local.run_config(&config).await?;
     assert!(
         report.quarantined.is_empty() && !report.left_work(),
         "{report:?}"
@@ -494,15 +478,7 @@ async fn two_converters_growing_the_schema_at_once_both_land() -> Result<(), Box
         one.dead_letters.is_empty() && two.dead_letters.is_empty(),
         "{one:?} {two:?}"
     );
-    let report = run_once(
-        &local.source,
-        &local.catalog,
-        &local.swap,
-        &local.ledger,
-        &config,
-        &|_| {},
-    )
-    .await?;
+    let report = local.run_config(&config).await?;
     assert!(report.quarantined.is_empty(), "{report:?}");
     let name = config.naming.table_for("orders");
     let rows = offsets(&local.catalog, &name).await?;

@@ -164,16 +164,21 @@ impl Local {
 
     /// Runs one pass with `naming` and the default settings otherwise.
     pub async fn run(&self, naming: &TableNaming) -> Result<RunReport, BoxError> {
-        let config = PipelineConfig {
+        self.run_config(&PipelineConfig {
             naming: naming.clone(),
             ..PipelineConfig::default()
-        };
+        })
+        .await
+    }
+
+    /// Runs one pass with `config`.
+    pub async fn run_config(&self, config: &PipelineConfig) -> Result<RunReport, BoxError> {
         Ok(run_once(
             &self.source,
             &self.catalog,
             &self.swap,
             &self.ledger,
-            &config,
+            config,
             &|_| {},
         )
         .await?)
