@@ -593,40 +593,27 @@ async fn convert_registry_segment(
     for _ in 0..SCHEMA_ATTEMPTS {
         let current = table.metadata().current_schema().clone();
         let mut fields = current.as_struct().fields().to_vec();
-        let mut next_id = table
-            .metadata()
-            .last_column_id()
-            .max(current.highest_field_id())
-            + 1;
+        let mut next_id = next_field_id(&table);
         let mut writers = RegistryWriters::default();
         for (role, id, resolved) in &parsed {
             let writer = resolved.clone().and_then(|(shapes, writer)| {
-                let mut absorbed = fields.clone();
-                for shape in &shapes {
-                    if let Some(grown) =
-                        crate::convert::absorb_as((*role, keys), &absorbed, shape, &mut next_id)
-                            .map_err(|why| {
-                                format!(
-                                    "{} cannot be written to table {}: {why}",
-                                    whose(*role, id),
-                                    target.name
-                                )
-                            })?
-                    {
-                        absorbed = grown;
-                    }
+                if let Some(grown) = absorb_shapes((*role, keys), &fields, &shapes, &mut next_id)
+                    .map_err(|why| {
+                        format!(
+                            "{} cannot be written to table {}: {why}",
+                            whose(*role, id),
+                            target.name
+                        )
+                    })?
+                {
+                    fields = grown;
                 }
-                fields = absorbed;
                 Ok(writer)
             });
             writers.of(*role).insert(*id, writer);
         }
         if fields.as_slice() != current.as_struct().fields() {
-            let evolved = iceberg::spec::Schema::builder()
-                .with_schema_id(current.schema_id() + 1)
-                .with_identifier_field_ids(current.identifier_field_ids())
-                .with_fields(fields)
-                .build()
+            let evolved = crate::table::next_schema(&current, fields)
                 .map_err(|e| catalog_error(&target.name, e))?;
             match crate::table::evolve_schema(swap, &table, evolved).await {
                 Ok(updated) => table = updated,
@@ -644,34 +631,17 @@ async fn convert_registry_segment(
                     for (role, id, resolved) in &parsed {
                         let Ok((shapes, _)) = resolved else { continue };
                         let current = table.metadata().current_schema().clone();
-                        let mut next_id = table
-                            .metadata()
-                            .last_column_id()
-                            .max(current.highest_field_id())
-                            + 1;
-                        let mut grown = current.as_struct().fields().to_vec();
-                        for shape in shapes {
-                            // Refused already (`writers` says why): stop here.
-                            match crate::convert::absorb_as(
-                                (*role, keys),
-                                &grown,
-                                shape,
-                                &mut next_id,
-                            ) {
-                                Ok(Some(more)) => grown = more,
-                                Ok(None) => {}
-                                Err(_) => break,
-                            }
-                        }
-                        // Fits as it is.
-                        if grown.as_slice() == current.as_struct().fields() {
+                        let mut next_id = next_field_id(&table);
+                        // Fits as it is, or refused already (`writers` says why).
+                        let Ok(Some(grown)) = absorb_shapes(
+                            (*role, keys),
+                            current.as_struct().fields(),
+                            shapes,
+                            &mut next_id,
+                        ) else {
                             continue;
-                        }
-                        let evolved = iceberg::spec::Schema::builder()
-                            .with_schema_id(current.schema_id() + 1)
-                            .with_identifier_field_ids(current.identifier_field_ids())
-                            .with_fields(grown)
-                            .build()
+                        };
+                        let evolved = crate::table::next_schema(&current, grown)
                             .map_err(|e| catalog_error(&target.name, e))?;
                         match crate::table::evolve_schema(swap, &table, evolved).await {
                             Ok(updated) => table = updated,
@@ -717,6 +687,33 @@ async fn convert_registry_segment(
         )
         .with_retryable(true),
     ))
+}
+
+/// The id the next new column of `table` gets.
+fn next_field_id(table: &Table) -> i32 {
+    let metadata = table.metadata();
+    metadata
+        .last_column_id()
+        .max(metadata.current_schema().highest_field_id())
+        + 1
+}
+
+/// `fields` grown by every table form of one writer schema in `role` (`keys`: the
+/// table's keys are decoded); `None` when they fit as they are.
+fn absorb_shapes(
+    role: (Role, bool),
+    fields: &[iceberg::spec::NestedFieldRef],
+    shapes: &[Vec<(String, crate::convert::Shape)>],
+    next_id: &mut i32,
+) -> Result<Option<Vec<iceberg::spec::NestedFieldRef>>, String> {
+    let mut grown: Option<Vec<iceberg::spec::NestedFieldRef>> = None;
+    for shape in shapes {
+        let now = grown.as_deref().unwrap_or(fields);
+        if let Some(more) = crate::convert::absorb_as(role, now, shape, next_id)? {
+            grown = Some(more);
+        }
+    }
+    Ok(grown)
 }
 
 /// The writer schemas of a segment's values and keys, as the table absorbed them.

@@ -58,6 +58,16 @@ pub struct Framed<'v> {
 /// - the AWS Glue Schema Registry's: header version 3, a compression byte (0 none,
 ///   5 zlib), the 16-byte schema version id, the payload.
 pub fn frame(value: &[u8]) -> Result<Framed<'_>, String> {
+    framed_up_to(value, None)
+}
+
+/// [`frame`] with at most `bytes` of a compressed payload inflated: what a scan of a
+/// segment reads of a value (its schema, and the message it names), not the whole.
+pub fn frame_head(value: &[u8], bytes: u64) -> Result<Framed<'_>, String> {
+    framed_up_to(value, Some(bytes))
+}
+
+fn framed_up_to(value: &[u8], head: Option<u64>) -> Result<Framed<'_>, String> {
     let short = |what: &str| format!("value of {} bytes is too short for {what}", value.len());
     match value {
         [CONFLUENT_MAGIC, a, b, c, d, payload @ ..] => Ok(Framed {
@@ -72,7 +82,7 @@ pub fn frame(value: &[u8]) -> Result<Framed<'_>, String> {
             let id = SchemaId::Glue(uuid::Uuid::from_slice(version).map_err(|e| e.to_string())?);
             let payload = match compression {
                 0 => std::borrow::Cow::Borrowed(payload),
-                5 => std::borrow::Cow::Owned(inflate(payload)?),
+                5 => std::borrow::Cow::Owned(inflate(payload, head)?),
                 other => {
                     return Err(format!(
                         "AWS Glue framing names compression {other} at byte 1 (0 none or 5 zlib)"
@@ -91,12 +101,13 @@ pub fn frame(value: &[u8]) -> Result<Framed<'_>, String> {
     }
 }
 
-/// Inflates a zlib payload of a Glue value, at most [`MAX_INFLATED_PAYLOAD`] bytes.
-fn inflate(compressed: &[u8]) -> Result<Vec<u8>, String> {
+/// Inflates a zlib payload of a Glue value, at most [`MAX_INFLATED_PAYLOAD`] bytes
+/// (only its first `head` bytes, when given).
+fn inflate(compressed: &[u8], head: Option<u64>) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let mut inflated = Vec::new();
     flate2::read::ZlibDecoder::new(compressed)
-        .take(MAX_INFLATED_PAYLOAD + 1)
+        .take(head.unwrap_or(MAX_INFLATED_PAYLOAD + 1))
         .read_to_end(&mut inflated)
         .map_err(|e| {
             format!("zlib payload of the AWS Glue framing does not inflate (from byte 18): {e}")

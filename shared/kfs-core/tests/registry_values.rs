@@ -67,6 +67,20 @@ fn record(fields: Vec<(&str, Value)>) -> Value {
     )
 }
 
+/// One value of schema id 1 (v1).
+fn one_v1_value() -> Result<Vec<u8>, BoxError> {
+    framed(
+        1,
+        V1,
+        record(vec![
+            ("id", Value::Int(1)),
+            ("name", Value::String("n".into())),
+            ("amount", Value::Float(1.0)),
+            ("placed", Value::TimestampMillis(0)),
+        ]),
+    )
+}
+
 fn registry() -> MemoryRegistry {
     let registry = MemoryRegistry::default();
     for (id, text) in [(1, V1), (2, V2), (3, V3), (4, INCOMPATIBLE)] {
@@ -301,16 +315,7 @@ impl SchemaRegistry for Down {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_outage_is_retried_never_dead_lettered() -> Result<(), BoxError> {
     let local = Local::open().await?;
-    let value = framed(
-        1,
-        V1,
-        record(vec![
-            ("id", Value::Int(1)),
-            ("name", Value::String("n".into())),
-            ("amount", Value::Float(1.0)),
-            ("placed", Value::TimestampMillis(0)),
-        ]),
-    )?;
+    let value = one_v1_value()?;
     local.put_records(
         "orders",
         kfs_workload::simple_records(0, 1, |_| Some(value.clone())),
@@ -360,16 +365,7 @@ async fn a_schema_the_table_refuses_sends_only_its_records_to_dead_letters() -> 
     let mut config = config(Arc::new(registry));
     config.naming.partition_by = kfs_plan::layout::parse_partition_spec("day(timestamp)")?;
     config.naming.partition_by_given = true;
-    let fine = framed(
-        1,
-        V1,
-        record(vec![
-            ("id", Value::Int(1)),
-            ("name", Value::String("n".into())),
-            ("amount", Value::Float(1.0)),
-            ("placed", Value::TimestampMillis(0)),
-        ]),
-    )?;
+    let fine = one_v1_value()?;
     let clash = framed(5, CLASH, record(vec![("timestamp_day", Value::Long(1))]))?;
     let values = [fine, clash];
     local.put_records(

@@ -262,10 +262,12 @@ pub fn scan_schema_ids(
     let mut values = super::NamedSchemas::default();
     let mut named_keys = super::NamedSchemas::default();
     decode_records(segment, key, limits, |record| {
-        if let Some(Ok(framed)) = record.value.map(crate::registry::frame) {
+        // A compressed payload's head only: its schema and the message it names.
+        let head = |v| crate::registry::frame_head(v, super::registry::SCANNED_BYTES);
+        if let Some(Ok(framed)) = record.value.map(head) {
             values.note(&framed);
         }
-        if keys && let Some(Ok(framed)) = record.key.map(crate::registry::frame) {
+        if keys && let Some(Ok(framed)) = record.key.map(head) {
             named_keys.note(&framed);
         }
         Ok(true)

@@ -26,7 +26,7 @@ mod route;
 mod run;
 mod writer;
 
-pub(crate) use cells::{Role, absorb_as};
+pub(crate) use cells::{Role, Shape, absorb_as};
 pub use columns::RecordColumns;
 pub use decode::{scan_json_segment, scan_schema_ids};
 pub use lfs::LfsValues;

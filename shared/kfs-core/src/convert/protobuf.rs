@@ -89,6 +89,9 @@ pub fn message_selector<'p>(
 #[derive(Debug)]
 pub struct ProtobufWriter {
     file: FileDescriptor,
+    /// All its messages, nested ones included, sorted by full name: what AWS Glue's
+    /// message index counts.
+    sorted: Vec<MessageDescriptor>,
 }
 
 /// The registered file and its references, by import name; Google's well-known
@@ -121,7 +124,15 @@ impl ProtobufWriter {
         if file.messages().len() == 0 {
             return Err("the Protobuf schema defines no message: its values have no fields".into());
         }
-        Ok(Self { file })
+        let mut sorted: Vec<MessageDescriptor> = Vec::new();
+        let mut level: Vec<MessageDescriptor> = file.messages().collect();
+        while !level.is_empty() {
+            let next = level.iter().flat_map(|m| m.child_messages()).collect();
+            sorted.append(&mut level);
+            level = next;
+        }
+        sorted.sort_by(|a, b| a.full_name().cmp(b.full_name()));
+        Ok(Self { file, sorted })
     }
 
     /// The message `selector` names.
@@ -142,18 +153,11 @@ impl ProtobufWriter {
                 }
                 Ok(message)
             }
-            MessageSelector::Sorted(index) => {
-                let mut all: Vec<MessageDescriptor> = Vec::new();
-                let mut level: Vec<MessageDescriptor> = self.file.messages().collect();
-                while !level.is_empty() {
-                    let next = level.iter().flat_map(|m| m.child_messages()).collect();
-                    all.append(&mut level);
-                    level = next;
-                }
-                all.sort_by(|a, b| a.full_name().cmp(b.full_name()));
-                let index = usize::try_from(*index).map_err(|_| named())?;
-                all.into_iter().nth(index).ok_or_else(named)
-            }
+            MessageSelector::Sorted(index) => usize::try_from(*index)
+                .ok()
+                .and_then(|index| self.sorted.get(index))
+                .cloned()
+                .ok_or_else(named),
         }
     }
 

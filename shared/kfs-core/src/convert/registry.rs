@@ -82,6 +82,10 @@ impl WriterSchema {
 /// Protobuf schema (at most [`MAX_MESSAGE_LISTS`]; ignored for the other kinds).
 pub type MessageLists = BTreeSet<MessageSelector>;
 
+/// Bytes of a compressed payload a scan inflates: room for the longest message-index
+/// list (32 varints of at most 10 bytes, and its count).
+pub const SCANNED_BYTES: u64 = 512;
+
 /// Most message selectors kept per schema while scanning a segment: a producer
 /// names one message per topic; values naming others still decode or are dead
 /// letters with the reason, never lose a field.
@@ -205,10 +209,13 @@ impl RegistryRouter {
             }
             // A key with no column yet: its schema was refused (the writers say why).
             (Some(writers), None, Some(key)) => {
-                match decode(writers, key, (&DataType::Null, false)) {
-                    Err(e) => Err(format!("key: {e}")),
-                    Ok(_) => Err("key: the table has no key_fields column".into()),
-                }
+                let id = crate::registry::frame(key)
+                    .map_err(|e| format!("key: {e}"))?
+                    .id;
+                Err(match writers.get(&id) {
+                    Some(Err(why)) => format!("key: {why}"),
+                    _ => format!("key: schema {id}: the table has no key_fields column"),
+                })
             }
             _ => Ok((Cell::Null, 0)),
         }

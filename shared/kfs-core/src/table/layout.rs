@@ -42,7 +42,8 @@ use std::sync::Arc;
 use std::str::FromStr;
 
 use iceberg::spec::{
-    ListType, NestedField, PrimitiveType, Schema, StructType, Transform, Type, UnboundPartitionSpec,
+    ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Transform, Type,
+    UnboundPartitionSpec,
 };
 use kfs_plan::layout::PartitionField;
 use kfs_plan::naming::ValueFormat;
@@ -246,12 +247,17 @@ pub fn lfs_columns_upgrade(schema: &Schema, last_column_id: i32) -> Option<Schem
     if fields.len() == before {
         return None;
     }
+    next_schema(schema, fields).ok()
+}
+
+/// The schema after `schema`: its id the next one, its identifier fields kept, its
+/// columns `fields`.
+pub fn next_schema(schema: &Schema, fields: Vec<NestedFieldRef>) -> iceberg::Result<Schema> {
     Schema::builder()
         .with_schema_id(schema.schema_id() + 1)
         .with_identifier_field_ids(schema.identifier_field_ids())
         .with_fields(fields)
         .build()
-        .ok()
 }
 
 /// Field of a header entry holding the key's bytes when they are not valid UTF-8.
@@ -301,12 +307,7 @@ pub fn record_layout_upgrade(schema: &Schema, last_column_id: i32) -> Option<Sch
     if !changed {
         return None;
     }
-    Schema::builder()
-        .with_schema_id(schema.schema_id() + 1)
-        .with_identifier_field_ids(schema.identifier_field_ids())
-        .with_fields(fields)
-        .build()
-        .ok()
+    next_schema(schema, fields).ok()
 }
 
 /// The partition spec of a new topic table: `fields` bound to the topic schema. An
