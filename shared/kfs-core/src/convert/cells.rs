@@ -553,6 +553,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn keys_grow_their_own_struct_and_a_value_field_named_like_it_is_refused() -> Result<(), String>
+    {
+        let mut next = 1;
+        let key = vec![("offset".to_owned(), Shape::Primitive(PrimitiveType::Long))];
+        let fields =
+            absorb_as((Role::Key, true), &[], &key, &mut next)?.ok_or("the key added nothing")?;
+        // The key's fields keep their names inside key_fields (no renaming there).
+        assert_eq!(fields[0].name, crate::table::KEY_FIELDS_COLUMN);
+        let Type::Struct(key_struct) = fields[0].field_type.as_ref() else {
+            return Err(format!("key_fields is {}", fields[0].field_type));
+        };
+        assert_eq!(key_struct.fields()[0].name, "offset");
+        let clash = vec![(
+            "key_fields".to_owned(),
+            Shape::Primitive(PrimitiveType::Long),
+        )];
+        assert!(
+            absorb_as((Role::Value, true), &fields, &clash, &mut next)
+                .is_err_and(|e| e.contains("collides"))
+        );
+        // While keys are not decoded, it is a value column like any other.
+        assert!(absorb_as((Role::Value, false), &[], &clash, &mut next)?.is_some());
+        Ok(())
+    }
+
+    #[test]
     fn versions_grow_a_schema_with_stable_ids() -> Result<(), String> {
         let mut next = 1;
         let v1 = vec![
