@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-/tmp/kfs-quickstart}
 
-echo "== build (release; about 10 minutes on two cores the first time)"
+echo "== build (release; about half an hour on two cores the first time: whole-program LTO, for the Lambda binaries' size)"
 cargo build --release --locked -p kfs-iceberg
 kfs=target/release/kfs-iceberg
 
