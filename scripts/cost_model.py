@@ -28,7 +28,7 @@ less convert in runs (one Parquet file and one ledger entry for up to 1,000 segm
 or 64 MiB); larger ones one at a time, each its own file, which the committer then
 coalesces (one more GET and a share of a PUT per segment, from the code, not counted).
 
-    python3 scripts/cost_model.py --measure-cpu target/release/kfs-iceberg
+    python3 scripts/cost_model.py --measure-cpu target/cli/kfs-iceberg
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ as fast as pyarrow's encode step alone).
 
     python3 scripts/macro_bench.py [--segment-mib 256] [--codec none] [--runs 3]
 
-Needs a release build (`cargo build --release --locked -p kfs-iceberg`; the script
+Needs a release build (`cargo build --profile cli --locked -p kfs-iceberg`; the script
 builds it when missing) and `pip install pyarrow`.
 """
 
@@ -58,10 +58,10 @@ def run_measured(cmd: list[str], cpu: int | None) -> tuple[float, int, float]:
 
 
 def kfs_binary(build: bool) -> Path:
-    binary = REPO / "target" / "release" / "kfs-iceberg"
+    binary = REPO / "target" / "cli" / "kfs-iceberg"
     if build or not binary.exists():
         subprocess.run(
-            ["cargo", "build", "--release", "--locked", "-p", "kfs-iceberg"], cwd=REPO, check=True
+            ["cargo", "build", "--profile", "cli", "--locked", "-p", "kfs-iceberg"], cwd=REPO, check=True
         )
     return binary
 

@@ -17,7 +17,7 @@ the record count each run reports, and prints the peak against the budget (512 M
 
     python3 scripts/memory_bench.py [--cases tombstones,json] [--json-mib 1024]
 
-Needs a release build (`cargo build --release --locked -p kfs-iceberg`; built when
+Needs a release build (`cargo build --profile cli --locked -p kfs-iceberg`; built when
 missing) and `pip install crc32c` (tests/requirements.txt).
 """
 

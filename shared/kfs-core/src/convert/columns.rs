@@ -127,8 +127,14 @@ impl RecordColumns {
                 header.key_text().0
             ));
         }
-        // Written straight into the builder's buffer: no string per record.
-        let _ = write!(self.record_id, "{topic}:{partition}:{}", record.offset);
+        // `topic:partition:offset`, written straight into the builder's buffer: no
+        // string, and no formatting machinery, per record.
+        let mut digits = itoa::Buffer::new();
+        let _ = self.record_id.write_str(topic);
+        let _ = self.record_id.write_char(':');
+        let _ = self.record_id.write_str(digits.format(partition));
+        let _ = self.record_id.write_char(':');
+        let _ = self.record_id.write_str(digits.format(record.offset));
         self.record_id.append_value("");
         self.topic.append_value(topic);
         self.partition.append_value(partition);

@@ -251,14 +251,19 @@ fn flush(
     if pending.is_empty() {
         return Ok(());
     }
-    let mut columns = factory
+    let columns = factory
         .create_column_writers(*row_groups)
         .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
-    let threads = super::encode::encoding_threads(usize::MAX);
+    let mut encoder =
+        super::encode::RowGroupEncoder::new(columns, super::encode::encoding_threads(usize::MAX));
     for batch in pending.drain(..) {
-        super::encode::encode_batch(&mut columns, &batch, threads)
+        encoder
+            .write(&batch)
             .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
     }
+    let columns = encoder
+        .finish()
+        .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
     let mut row_group = writer
         .next_row_group()
         .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;

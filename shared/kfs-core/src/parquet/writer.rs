@@ -1,10 +1,11 @@
 //! The Parquet file writer of conversion, in iceberg-rust's writer stack (in place of
-//! its `ParquetWriter`): the columns of each batch encoded in parallel
-//! ([`encode_batch`]), row groups bounded by the table's properties as before, each
+//! its `ParquetWriter`): the columns encoded in parallel ([`RowGroupEncoder`]), row
+//! groups bounded by the table's properties exactly as Parquet's own writer bounds
+//! them, each
 //! row group uploaded as soon as it is complete, and the Iceberg metrics read from the
 //! footer ([`data_file_builder`]) rather than from a second pass over the rows.
 
-use super::encode::{encode_batch, encoding_threads};
+use super::encode::{RowGroupEncoder, encoding_threads};
 use super::metrics::{count_nans, data_file_builder};
 use super::parquet_error;
 use arrow_array::RecordBatch;
@@ -14,7 +15,7 @@ use iceberg::spec::{DataFileBuilder, SchemaRef};
 use iceberg::writer::CurrentFileStatus;
 use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder};
 use iceberg::{Error, ErrorKind, Result};
-use parquet::arrow::arrow_writer::{ArrowColumnWriter, ArrowRowGroupWriterFactory};
+use parquet::arrow::arrow_writer::ArrowRowGroupWriterFactory;
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
@@ -77,22 +78,8 @@ impl FileWriterBuilder for ParquetFileWriterBuilder {
 struct OpenFile {
     file: SerializedFileWriter<Vec<u8>>,
     factory: ArrowRowGroupWriterFactory,
-    row_group: Option<RowGroup>,
+    row_group: Option<RowGroupEncoder>,
     upload: Box<dyn FileWrite>,
-}
-
-struct RowGroup {
-    columns: Vec<ArrowColumnWriter>,
-    rows: usize,
-}
-
-impl RowGroup {
-    fn encoded_bytes(&self) -> usize {
-        self.columns
-            .iter()
-            .map(ArrowColumnWriter::get_estimated_total_bytes)
-            .sum()
-    }
 }
 
 /// Writes one Parquet data file; nothing is created until a row arrives.
@@ -140,18 +127,16 @@ impl ParquetFileWriter {
         let open = self.open().await?;
         let row_group = match &mut open.row_group {
             Some(row_group) => row_group,
-            slot => slot.insert(RowGroup {
-                columns: open
-                    .factory
+            slot => slot.insert(RowGroupEncoder::new(
+                open.factory
                     .create_column_writers(open.file.flushed_row_groups().len())
                     .map_err(parquet_error(ErrorKind::Unexpected, &path))?,
-                rows: 0,
-            }),
+                threads,
+            )),
         };
-        encode_batch(&mut row_group.columns, batch, threads)
-            .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
-        row_group.rows += batch.num_rows();
-        Ok(())
+        row_group
+            .write(batch)
+            .map_err(parquet_error(ErrorKind::Unexpected, &path))
     }
 
     /// Closes the row group in progress, if any, and uploads what the file holds so far.
@@ -165,7 +150,10 @@ impl ParquetFileWriter {
                 .file
                 .next_row_group()
                 .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
-            for column in row_group.columns {
+            let columns = row_group
+                .finish()
+                .map_err(parquet_error(ErrorKind::Unexpected, &path))?;
+            for column in columns {
                 column
                     .close()
                     .map_err(parquet_error(ErrorKind::Unexpected, &path))?
@@ -191,11 +179,34 @@ impl ParquetFileWriter {
         )
     }
 
+    /// Rows in the row group in progress, and at least its encoded bytes (exactly
+    /// them while it is encoded on the calling thread).
     fn buffered(&self) -> (usize, usize) {
         self.open
             .as_ref()
             .and_then(|open| open.row_group.as_ref())
-            .map_or((0, 0), |group| (group.rows, group.encoded_bytes()))
+            .map_or((0, 0), |group| (group.rows(), group.bytes_at_most()))
+    }
+
+    /// The encoded bytes of the row group in progress (once its threads are done with
+    /// what they were handed).
+    fn buffered_bytes(&mut self) -> Result<usize> {
+        let path = self.output.location().to_owned();
+        match self.open.as_mut().and_then(|open| open.row_group.as_mut()) {
+            Some(group) => group
+                .bytes()
+                .map_err(parquet_error(ErrorKind::Unexpected, &path)),
+            None => Ok(0),
+        }
+    }
+}
+
+/// Rows that fit in a row group of `bytes` over `rows` rows before it reaches `max`
+/// bytes, at its average row size (unbounded while the average rounds to zero).
+fn byte_fit(max: usize, bytes: usize, rows: usize) -> usize {
+    match bytes / rows.max(1) {
+        0 => usize::MAX,
+        average => max.saturating_sub(bytes) / average,
     }
 }
 
@@ -205,30 +216,38 @@ impl FileWriter for ParquetFileWriter {
         let (max_rows, max_bytes) = self.limits();
         let mut rest = batch.clone();
         while rest.num_rows() > 0 {
-            let (rows, bytes) = self.buffered();
-            if max_bytes.is_some_and(|max| rows > 0 && bytes >= max) {
-                self.flush().await?;
-                continue;
-            }
             // As Parquet's own writer: a batch is cut where the row group fills, by
-            // rows, or by bytes at the row group's average row size so far.
+            // rows, or by bytes at the row group's average row size so far. The bytes
+            // are known exactly only once the encoding threads catch up, so they are
+            // asked for only when a bound on them (`buffered`) cannot settle the
+            // decision: the cuts are Parquet's, and the threads rarely wait.
+            let (rows, bytes_at_most) = self.buffered();
             let mut fit = rest.num_rows();
             if let Some(max) = max_rows {
                 fit = fit.min(max.saturating_sub(rows).max(1));
             }
             if let Some(max) = max_bytes
                 && rows > 0
-                && let Some(average) = Some(bytes / rows).filter(|a| *a > 0)
+                && (bytes_at_most >= max || fit > byte_fit(max, bytes_at_most, rows))
             {
-                fit = fit.min(((max - bytes) / average).max(1));
+                let bytes = self.buffered_bytes()?;
+                if bytes >= max {
+                    self.flush().await?;
+                    continue;
+                }
+                fit = fit.min(byte_fit(max, bytes, rows).max(1));
             }
             let part = rest.slice(0, fit);
             rest = rest.slice(fit, rest.num_rows() - fit);
             self.encode(&part).await?;
             self.rows += fit;
-            let (rows, bytes) = self.buffered();
-            if max_rows.is_some_and(|max| rows >= max) || max_bytes.is_some_and(|max| bytes >= max)
-            {
+            let (rows, bytes_at_most) = self.buffered();
+            let full = max_rows.is_some_and(|max| rows >= max)
+                || match max_bytes {
+                    Some(max) if bytes_at_most >= max => self.buffered_bytes()? >= max,
+                    _ => false,
+                };
+            if full {
                 self.flush().await?;
             }
         }
