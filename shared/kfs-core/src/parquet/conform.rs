@@ -93,10 +93,16 @@ fn conform_array(
             let input = array.as_map();
             let entries_array: arrow_array::ArrayRef = Arc::new(input.entries().clone());
             let conformed = conform_array(&entries_array, entries.data_type())?;
+            let Some(conformed) = conformed.as_struct_opt() else {
+                return Err(arrow_schema::ArrowError::CastError(format!(
+                    "map entries of {} are not a struct",
+                    entries.data_type()
+                )));
+            };
             Ok(Arc::new(arrow_array::MapArray::try_new(
                 entries.clone(),
                 input.offsets().clone(),
-                conformed.as_struct().clone(),
+                conformed.clone(),
                 input.nulls().cloned(),
                 *ordered,
             )?))
@@ -164,8 +170,13 @@ fn promote(
             relabel()
         }
         (T::Timestamp(unit, _), T::Timestamp(wanted, _)) if unit == wanted => relabel(),
-        // 32- and 64-bit offsets; a string column read as binary, or the reverse (then
-        // checked to be UTF-8 as the array is built).
+        // A string column read as binary, or the reverse (then checked to be UTF-8 as
+        // the array is built): the same offsets and bytes.
+        (T::Utf8, T::Binary)
+        | (T::Binary, T::Utf8)
+        | (T::LargeUtf8, T::LargeBinary)
+        | (T::LargeBinary, T::LargeUtf8) => relabel(),
+        // 32- and 64-bit offsets (and the same, string and binary crossed).
         (T::Utf8 | T::Binary | T::LargeUtf8 | T::LargeBinary, T::Utf8 | T::Binary) => {
             let (offsets, values, nulls) = byte_parts(array)?;
             let offsets = offsets
