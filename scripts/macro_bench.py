@@ -12,9 +12,14 @@ One run on one machine, one core each:
 
 It prints payload throughput (bytes of keys, values and headers), peak memory, output
 sizes, and the ratio reference time ÷ our time (≥ 1.0: our whole converter is at least
-as fast as pyarrow's encode step alone).
+as fast as pyarrow's encode step alone): for the best run of each side, and as the
+median and range of the runs' pairs (each of ours with the reference run after it).
+With `--instructions` it counts instead of timing: the instructions each side executes
+(valgrind's callgrind; the same count on a busy host as on an idle one), ours for the
+whole conversion, pyarrow's for its encode alone.
 
     python3 scripts/macro_bench.py [--segment-mib 256] [--codec none] [--runs 3]
+    python3 scripts/macro_bench.py --instructions --segment-mib 16   # needs valgrind
 
 Needs a release build (`cargo build --profile cli --locked -p kfs-iceberg`; the script
 builds it when missing) and `pip install pyarrow`.
@@ -26,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,9 +96,15 @@ REFERENCE = r"""
 import json, os, sys, time
 import pyarrow as pa, pyarrow.parquet as pq
 files, out, rows, level = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+mode = sys.argv[5] if len(sys.argv) > 5 else "time"  # "read" and "write": for counting
 pa.set_cpu_count(1); pa.set_io_thread_count(1)
 table = pa.concat_tables([pq.read_table(f) for f in files])
 table = table.combine_chunks()
+if mode == "read":
+    sys.exit(0)
+if mode == "write":
+    pq.write_table(table, out, compression="zstd", compression_level=level, row_group_size=rows)
+    sys.exit(0)
 payload = 0
 for name in ("key", "value"):
     payload += sum(len(v) for v in table.column(name).to_pylist() if v is not None)
@@ -107,6 +119,38 @@ print(json.dumps({"seconds": elapsed, "cpu": cpu, "payload": payload, "rows": ta
 """
 
 
+def callgrind(cmd: list[str], out: Path) -> int:
+    """Instructions `cmd` executes in user space, all its threads, counted by valgrind's
+    callgrind: the same count on any host, however busy."""
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for line in out.read_text().splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    sys.exit(f"callgrind wrote no instruction total to {out}")
+
+
+def count_instructions(binary: Path, source: Path, base: Path) -> None:
+    """Prints the instructions of our whole conversion and of pyarrow's encode of the
+    same table (its read and encode, less its read alone)."""
+    warehouse = base / "wh-count"
+    ours = callgrind([str(binary), "run", "--source", str(source), "--warehouse", str(warehouse),
+                      "--no-coalesce"], base / "ours.callgrind")
+    files = ",".join(sorted(str(p) for p in warehouse.rglob("*.parquet")))
+    # The interpreter itself, not a wrapper script (pyenv's shims), so that callgrind
+    # counts the process that does the work.
+    python = [sys.executable, "-c", REFERENCE, files, str(base / "count.parquet"),
+              str(ROW_GROUP_ROWS), str(ZSTD_LEVEL)]
+    read = callgrind([*python, "read"], base / "read.callgrind")
+    read_write = callgrind([*python, "write"], base / "write.callgrind")
+    encode = read_write - read
+    print(f"instructions (callgrind): ours {ours / 1e6:,.0f} M for the whole conversion, "
+          f"pyarrow {encode / 1e6:,.0f} M for the encode ({read_write / 1e6:,.0f} M with its read, "
+          f"less {read / 1e6:,.0f} M for the read alone)")
+    print(f"instruction ratio (pyarrow encode / our whole conversion): {encode / ours:.2f}x "
+          f"(user space only: page faults and system calls are not counted)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--segment-mib", type=int, default=256)
@@ -115,6 +159,9 @@ def main() -> None:
     parser.add_argument("--cpu", type=int, default=0,
                         help="core both sides are pinned to (-1: ours unpinned, on every core)")
     parser.add_argument("--build", action="store_true", help="rebuild the release binary")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions under valgrind instead of timing "
+                             "(slow: use --segment-mib 16)")
     args = parser.parse_args()
 
     binary = kfs_binary(args.build)
@@ -123,6 +170,10 @@ def main() -> None:
     try:
         source = generate(binary, base, args.segment_mib, args.codec)
         segment_bytes = sum(p.stat().st_size for p in source.rglob("*.kfs"))
+        if args.instructions:
+            print(f"segment: {segment_bytes / MIB:.1f} MiB ({args.codec})")
+            count_instructions(binary, source, base)
+            return
         # Ours and the reference alternate, run by run, so that a machine whose speed
         # drifts (a shared host) slows both sides alike; the best of each side counts.
         ours: list[tuple[float, int, float]] = []
@@ -171,6 +222,13 @@ def main() -> None:
           f"Parquet {reference[0]['bytes'] / MIB:.1f} MiB")
     print(f"ratio (pyarrow encode time / our whole conversion time): {ref_seconds / our_seconds:.2f}x")
     print(f"CPU efficiency ratio (pyarrow encode CPU / our whole conversion CPU): {ref_cpu / our_cpu:.2f}x")
+    # Each run of ours and the reference run right after it form a pair: on a host whose
+    # speed drifts, the pairs' ratios (median and range) say more than the best of each.
+    wall_pairs = sorted(r["seconds"] / t for (t, _, _), r in zip(ours, reference))
+    cpu_pairs = sorted(r["cpu"] / c for (_, _, c), r in zip(ours, reference))
+    print(f"paired ratios over {len(wall_pairs)} runs, median (range): "
+          f"wall {statistics.median(wall_pairs):.2f}x ({wall_pairs[0]:.2f}-{wall_pairs[-1]:.2f}), "
+          f"CPU {statistics.median(cpu_pairs):.2f}x ({cpu_pairs[0]:.2f}-{cpu_pairs[-1]:.2f})")
     print(f"peak memory / segment size: {our_peak / max(segment_bytes, 1):.2f}")
 
 
