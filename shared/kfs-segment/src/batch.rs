@@ -291,10 +291,11 @@ impl<'a> OpenBatch<'a> {
     /// Decodes the records in order, handing each to `each` (which returns `false` to
     /// stop), and checks them against the header (count, offset deltas, no trailing
     /// bytes). A record is handed as soon as it is decoded: a later one may still
-    /// fail the batch.
+    /// fail the batch. The record's list of headers is used again for the next record
+    /// unless `each` takes it.
     pub(crate) fn visit(
         &self,
-        mut each: impl FnMut(Record<'a>) -> bool,
+        mut each: impl FnMut(&mut Record<'a>) -> bool,
     ) -> Result<Visited, DecodeError> {
         decode_records(
             &self.header,
@@ -321,7 +322,10 @@ pub(crate) fn decode_batch<'a>(
     let capacity = (open.header.record_count as usize).min(open.data.len() / MIN_RECORD_LEN);
     let mut records = Vec::with_capacity(capacity);
     open.visit(|record| {
-        records.push(record);
+        records.push(Record {
+            headers: std::mem::take(&mut record.headers),
+            ..*record
+        });
         true
     })?;
     Ok(Batch {
@@ -347,7 +351,7 @@ fn decode_records<'a>(
     data: &'a [u8],
     origin: u64,
     compressed: bool,
-    each: &mut dyn FnMut(Record<'a>) -> bool,
+    each: &mut dyn FnMut(&mut Record<'a>) -> bool,
 ) -> Result<Visited, DecodeError> {
     let mut cur = Cursor::new(data, origin);
     let mut visited = Visited {
@@ -357,6 +361,7 @@ fn decode_records<'a>(
     };
     let mut previous_delta: Option<i32> = None;
     let fixed_position = |cur: &Cursor<'_>| if compressed { origin } else { cur.position() };
+    let mut headers = Vec::new();
     for index in 0..header.record_count {
         if cur.remaining() == 0 {
             return Err(DecodeError::at(
@@ -367,15 +372,19 @@ fn decode_records<'a>(
                 },
             ));
         }
-        let record = decode_record(header, &mut cur, previous_delta)
+        let mut record = decode_record(header, &mut cur, previous_delta, headers)
             .map_err(|e| if compressed { relocate(e, origin) } else { e })?;
         previous_delta = Some((record.offset - header.base_offset) as i32);
         visited.records += 1;
         visited.first_offset.get_or_insert(record.offset);
-        if !each(record) {
+        if !each(&mut record) {
             visited.stopped = true;
             return Ok(visited);
         }
+        // The list again for the next record (empty if `each` took it): no allocation
+        // per record for its headers.
+        headers = record.headers;
+        headers.clear();
     }
     if cur.remaining() != 0 {
         return Err(DecodeError::at(
@@ -396,10 +405,13 @@ fn relocate(mut err: DecodeError, origin: u64) -> DecodeError {
     err
 }
 
+/// Decodes the record at `cur`, its headers into `headers` (empty; its capacity is
+/// reused).
 fn decode_record<'a>(
     header: &BatchHeader,
     cur: &mut Cursor<'a>,
     previous_delta: Option<i32>,
+    mut headers: Vec<RecordHeader<'a>>,
 ) -> Result<Record<'a>, DecodeError> {
     let length_at = cur.position();
     let length = cur.varint("record length")?;
@@ -464,7 +476,7 @@ fn decode_record<'a>(
             },
         ));
     }
-    let mut headers = Vec::with_capacity(header_count as usize);
+    headers.reserve(header_count as usize);
     for _ in 0..header_count {
         let key_at = body.position();
         let key = body.nullable_bytes("record header key")?.ok_or_else(|| {

@@ -7,7 +7,7 @@
 //! Once [`SegmentDecoder::next_batch`] returns `Ok(None)`, the whole segment has been
 //! verified: header, every batch, footer, body CRC, message count and last offset.
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 
 use crate::batch::{
     BATCH_HEADER_LEN, BATCH_LENGTH_PREFIX, Batch, BatchHeader, MIN_BATCH_LENGTH, Record,
@@ -278,8 +278,10 @@ impl FrameSource for SliceFrames<'_> {
     }
 }
 
-/// Frames read one at a time from a reader: memory is one frame, and the body CRC
-/// is accumulated as frames pass.
+/// Frames read one at a time from a buffered reader: memory is one frame, and the body
+/// CRC is accumulated as frames pass. A frame that lies whole in the reader's buffer
+/// (a stream's chunk, a `BufReader`'s buffer) is handed out where it lies, not copied;
+/// one that spans buffers is gathered into a frame of its own.
 ///
 /// The footer is recognised as the last 16 bytes before end of input: the source
 /// keeps 16 bytes of look-ahead and treats them as the footer once nothing follows.
@@ -291,9 +293,34 @@ pub struct ReadFrames<R> {
     lookahead: [u8; SEGMENT_FOOTER_LEN],
     frame: Vec<u8>,
     body_crc: u32,
+    /// Bytes of the reader's buffer handed out as the last frame, consumed when the
+    /// next one is asked for.
+    lent: usize,
 }
 
-impl<R: Read> ReadFrames<R> {
+impl<R: BufRead> ReadFrames<R> {
+    /// The length of the frame at the start of the reader's buffer when the buffer
+    /// holds all of it and more than a footer's bytes (so it cannot be the footer);
+    /// `None` when the frame must be gathered.
+    fn whole_in_buffer(&mut self, limits: &DecodeLimits) -> Result<Option<usize>, DecodeError> {
+        let position = self.position;
+        let buffered = self
+            .reader
+            .fill_buf()
+            .map_err(|e| DecodeError::at(position, DecodeErrorKind::Io(e)))?;
+        let Some(length) = buffered.get(8..12) else {
+            return Ok(None);
+        };
+        if buffered.len() <= SEGMENT_FOOTER_LEN {
+            return Ok(None);
+        }
+        let length = i32::from_be_bytes([length[0], length[1], length[2], length[3]]);
+        let frame_len = check_batch_length(length, position, None, limits)?;
+        Ok(usize::try_from(frame_len)
+            .ok()
+            .filter(|len| *len <= buffered.len()))
+    }
+
     /// Reads into `buf` until it is full or the input ends; returns the bytes read.
     fn fill(reader: &mut R, buf: &mut [u8]) -> Result<usize, DecodeError> {
         let mut filled = 0;
@@ -309,9 +336,29 @@ impl<R: Read> ReadFrames<R> {
     }
 }
 
-impl<R: Read> FrameSource for ReadFrames<R> {
+impl<R: BufRead> FrameSource for ReadFrames<R> {
     fn next_frame(&mut self, limits: &DecodeLimits) -> Result<Frame<'_>, DecodeError> {
+        self.reader.consume(std::mem::take(&mut self.lent));
         let position = self.position;
+        if let Some(frame_len) = self.whole_in_buffer(limits)? {
+            // Still buffered: `fill_buf` reads nothing while the buffer is not consumed.
+            let buffered = self
+                .reader
+                .fill_buf()
+                .map_err(|e| DecodeError::at(position, DecodeErrorKind::Io(e)))?;
+            let bytes = buffered.get(..frame_len).ok_or_else(|| {
+                DecodeError::at(
+                    position,
+                    DecodeErrorKind::Io(std::io::Error::other(
+                        "the reader's buffer shrank without being consumed",
+                    )),
+                )
+            })?;
+            self.body_crc = crc32c::crc32c_append(self.body_crc, bytes);
+            self.position += frame_len as u64;
+            self.lent = frame_len;
+            return Ok(Frame::Batch { position, bytes });
+        }
         let at = |e: DecodeError| DecodeError { position, ..e };
         let got = Self::fill(&mut self.reader, &mut self.lookahead).map_err(at)?;
         if got < SEGMENT_FOOTER_LEN {
@@ -409,10 +456,11 @@ impl<'a> SegmentDecoder<SliceFrames<'a>> {
     }
 }
 
-impl<R: Read> SegmentDecoder<ReadFrames<R>> {
-    /// Starts decoding a segment from a reader (wrap unbuffered readers in a
-    /// `BufReader`). The header is verified now; the body CRC and footer once the
-    /// last batch has been read.
+impl<R: BufRead> SegmentDecoder<ReadFrames<R>> {
+    /// Starts decoding a segment from a buffered reader (wrap others in a `BufReader`);
+    /// a batch that lies whole in the reader's buffer is decoded where it lies. The
+    /// header is verified now; the body CRC and footer once the last batch has been
+    /// read.
     pub fn from_reader(mut reader: R, limits: DecodeLimits) -> Result<Self, DecodeError> {
         let mut header_bytes = [0u8; SEGMENT_HEADER_LEN];
         let got = ReadFrames::fill(&mut reader, &mut header_bytes)?;
@@ -423,6 +471,7 @@ impl<R: Read> SegmentDecoder<ReadFrames<R>> {
             lookahead: [0; SEGMENT_FOOTER_LEN],
             frame: Vec::new(),
             body_crc: 0,
+            lent: 0,
         };
         Ok(Self::with_source(source, header, limits))
     }
@@ -500,7 +549,7 @@ impl<S: FrameSource> SegmentDecoder<S> {
         let open = open_batch(bytes, position, &self.limits, &mut self.scratch)?;
         let header = open.header;
         let control = header.is_control();
-        let visited = open.visit(|record| control || each(&record))?;
+        let visited = open.visit(|record| control || each(record))?;
         if !visited.stopped {
             let facts = BatchFacts {
                 position,

@@ -1,7 +1,7 @@
 //! Property tests: whatever the encoder writes, both decoders (slice and streaming)
 //! read back exactly; arbitrary and mutated bytes never panic.
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 
 use kfs_segment::{
     BatchSpec, Compression, DecodeError, DecodeLimits, OwnedRecord, SegmentDecoder, SegmentIndex,
@@ -9,8 +9,9 @@ use kfs_segment::{
 };
 use proptest::prelude::*;
 
-/// A reader that hands out at most `chunk` bytes per call, to exercise the
-/// streaming decoder's look-ahead at every boundary.
+/// A reader that hands out at most `chunk` bytes per call and buffers no more, to
+/// exercise the streaming decoder's look-ahead, and its choice between a batch whole in
+/// the buffer and one gathered across buffers, at every boundary.
 struct Chunked<'a> {
     data: &'a [u8],
     chunk: usize,
@@ -22,6 +23,16 @@ impl Read for Chunked<'_> {
         buf[..n].copy_from_slice(&self.data[..n]);
         self.data = &self.data[n..];
         Ok(n)
+    }
+}
+
+impl BufRead for Chunked<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        Ok(&self.data[..self.chunk.min(self.data.len())])
+    }
+
+    fn consume(&mut self, amount: usize) {
+        self.data = &self.data[amount.min(self.data.len())..];
     }
 }
 
@@ -178,7 +189,8 @@ proptest! {
     fn encode_then_decode_round_trips(
         base in 0i64..1_000_000_000_000,
         drafts in proptest::collection::vec(batch_draft(), 1..8),
-        chunk in 1usize..200,
+        // Buffers smaller than a batch (gathered), larger (in place), and all of it.
+        chunk in prop_oneof![1usize..200, 200usize..20_000, Just(usize::MAX)],
     ) {
         let (specs, expected) = build(base, &drafts);
         let segment = encode_segment(&specs, 1_700_000_000_123).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -218,6 +230,7 @@ proptest! {
         flips in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..4),
         cut in any::<prop::sample::Index>(),
         truncate in proptest::bool::weighted(0.3),
+        chunk in prop_oneof![Just(64usize), Just(usize::MAX)],
     ) {
         let (specs, _) = build(10, &drafts);
         let segment = encode_segment(&specs, 1).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -230,9 +243,9 @@ proptest! {
             data.truncate(cut.index(data.len()));
         }
         let slice = decode_all(&data, DecodeLimits::default());
-        let stream = stream_decode(&data, 64);
+        let stream = stream_decode(&data, chunk);
         prop_assert_eq!(slice.is_ok(), stream.is_ok());
-        let each = record_by_record(&data, 64);
+        let each = record_by_record(&data, chunk);
         prop_assert_eq!(each.as_ref().ok(), stream.as_ref().ok());
         prop_assert_eq!(each.is_ok(), stream.is_ok());
         if truncate {
@@ -259,4 +272,59 @@ proptest! {
             prop_assert_eq!(records, expected);
         }
     }
+}
+
+/// A batch that lies whole in the reader's buffer is decoded where it lies: an
+/// uncompressed record's value points into the reader's own bytes, not into a copy. One
+/// that spans buffers is gathered, and reads back the same.
+#[test]
+fn batches_whole_in_the_buffer_are_decoded_in_place() -> Result<(), Box<dyn std::error::Error>> {
+    let records: Vec<OwnedRecord> = (0..3)
+        .map(|i| OwnedRecord {
+            offset: 40 + i,
+            timestamp_ms: 1_700_000_000_000 + i,
+            key: Some(format!("key-{i}").into_bytes()),
+            value: Some(vec![b'v'; 300]),
+            headers: vec![(b"trace".to_vec(), Some(b"abc".to_vec()))],
+        })
+        .collect();
+    let specs = vec![
+        BatchSpec::new(records[..2].to_vec(), Compression::None),
+        BatchSpec::new(records[2..].to_vec(), Compression::None),
+    ];
+    let segment = encode_segment(&specs, 1)?;
+    let bytes = segment.kfs.as_slice();
+    let within = |value: &[u8]| bytes.as_ptr_range().contains(&value.as_ptr());
+
+    let mut decoder = SegmentDecoder::from_reader(bytes, DecodeLimits::default())?;
+    let mut in_place = 0;
+    while decoder
+        .next_batch_each(|record| {
+            in_place += usize::from(record.value.is_some_and(within));
+            true
+        })?
+        .is_some()
+    {}
+    assert_eq!(in_place, 3, "every value read where it lies");
+
+    // Buffers of 100 bytes hold no whole batch: each is gathered into a frame.
+    let mut gathered = 0;
+    let mut decoder = SegmentDecoder::from_reader(
+        Chunked {
+            data: bytes,
+            chunk: 100,
+        },
+        DecodeLimits::default(),
+    )?;
+    while decoder
+        .next_batch_each(|record| {
+            gathered += usize::from(record.value.is_some_and(|v| !within(v)));
+            true
+        })?
+        .is_some()
+    {}
+    assert_eq!(gathered, 3, "every value read from a gathered frame");
+    assert_eq!(stream_decode(bytes, 100)?, records);
+    assert_eq!(stream_decode(bytes, usize::MAX)?, records);
+    Ok(())
 }

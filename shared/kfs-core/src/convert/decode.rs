@@ -16,10 +16,14 @@ pub(crate) struct Decoded {
     pub(crate) last_offset: i64,
 }
 
-/// A blocking `Read` over a segment stream (used on a blocking thread only).
+/// A blocking buffered reader over a segment stream (used on a blocking thread only):
+/// its buffer is the stream's current chunk, so a batch that lies whole in a chunk is
+/// decoded where it arrived, never copied.
 pub(crate) struct StreamReader {
     stream: SegmentStream,
     chunk: bytes::Bytes,
+    /// The stream has ended (it is not polled again).
+    ended: bool,
     runtime: tokio::runtime::Handle,
 }
 
@@ -29,24 +33,38 @@ impl StreamReader {
         Self {
             stream,
             chunk: bytes::Bytes::new(),
+            ended: false,
             runtime: tokio::runtime::Handle::current(),
         }
     }
 }
 
-impl std::io::Read for StreamReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+impl std::io::BufRead for StreamReader {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
         use futures::StreamExt;
-        while self.chunk.is_empty() {
+        while self.chunk.is_empty() && !self.ended {
             match self.runtime.block_on(self.stream.next()) {
-                None => return Ok(0),
+                None => self.ended = true,
                 Some(Ok(chunk)) => self.chunk = chunk,
                 Some(Err(e)) => return Err(std::io::Error::other(e)),
             }
         }
-        let n = buf.len().min(self.chunk.len());
-        buf[..n].copy_from_slice(&self.chunk[..n]);
-        bytes::Buf::advance(&mut self.chunk, n);
+        Ok(&self.chunk)
+    }
+
+    fn consume(&mut self, amount: usize) {
+        let amount = amount.min(self.chunk.len());
+        bytes::Buf::advance(&mut self.chunk, amount);
+    }
+}
+
+impl std::io::Read for StreamReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::BufRead;
+        let chunk = self.fill_buf()?;
+        let n = buf.len().min(chunk.len());
+        buf[..n].copy_from_slice(&chunk[..n]);
+        self.consume(n);
         Ok(n)
     }
 }
@@ -61,7 +79,7 @@ struct RecordScan {
 /// decoded (which returns `false` to stop early); checks the header against the key.
 /// No list of a batch's records is built: memory stays at one batch's bytes.
 fn decode_records(
-    reader: impl std::io::Read,
+    reader: impl std::io::BufRead,
     key: &SegmentKey,
     limits: DecodeLimits,
     mut each: impl FnMut(&Record<'_>) -> Result<bool, ConvertError>,
@@ -131,7 +149,7 @@ fn decode_records(
 /// Decodes a segment from `reader` into Arrow batches sent to `batches`; runs on a
 /// blocking thread. Stops early (returning `Ok`) when the writer hung up.
 pub(crate) fn decode_segment(
-    reader: impl std::io::Read,
+    reader: impl std::io::BufRead,
     key: &SegmentKey,
     router: Box<dyn RecordRouter>,
     limits: DecodeLimits,
@@ -145,7 +163,7 @@ pub(crate) fn decode_segment(
 /// Decodes a segment from `reader` into Arrow batches handed to `sink`, which answers
 /// `false` when it takes no more (decoding then stops early, returning `Ok`).
 pub(crate) fn decode_into(
-    reader: impl std::io::Read,
+    reader: impl std::io::BufRead,
     key: &SegmentKey,
     mut router: Box<dyn RecordRouter>,
     limits: DecodeLimits,
@@ -212,7 +230,7 @@ pub(crate) fn decode_into(
 /// Memory is bounded by one batch, never by the segment. Blocking work: run it on a
 /// blocking thread.
 pub fn scan_json_segment(
-    segment: impl std::io::Read,
+    segment: impl std::io::BufRead,
     key: &SegmentKey,
     limits: DecodeLimits,
     schema: &iceberg::spec::Schema,
@@ -254,7 +272,7 @@ pub fn scan_json_segment(
 /// as it arrives (values without the framing are left to the conversion, which sends
 /// them to the dead-letter table). Blocking work: run it on a blocking thread.
 pub fn scan_schema_ids(
-    segment: impl std::io::Read,
+    segment: impl std::io::BufRead,
     key: &SegmentKey,
     limits: DecodeLimits,
     keys: bool,
