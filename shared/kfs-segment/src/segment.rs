@@ -166,13 +166,17 @@ pub enum Frame<'a> {
     },
 }
 
-/// Checks a batch length against the format minimum, the limits and the bytes left.
-fn check_batch_length(
-    length: i32,
+/// The length of the frame whose first bytes (`baseOffset`, then `batchLength`) are
+/// `prefix`, checked against the format minimum, the limits and the bytes left.
+fn declared_frame_len(
+    prefix: &[u8],
     position: u64,
     remaining_after_prefix: Option<u64>,
     limits: &DecodeLimits,
 ) -> Result<u64, DecodeError> {
+    let mut cur = Cursor::new(prefix, position);
+    let _base_offset = cur.i64("batch header")?;
+    let length = cur.i32("batch header")?;
     let error = |reason: String| {
         DecodeError::at(
             position + 8,
@@ -263,11 +267,8 @@ impl FrameSource for SliceFrames<'_> {
                 DecodeErrorKind::StrayBodyBytes { count: remaining },
             ));
         }
-        let mut cur = Cursor::new(&self.data[self.pos..self.body_end], position);
-        let _base_offset = cur.i64("batch header")?;
-        let length = cur.i32("batch header")?;
-        let frame_len = check_batch_length(
-            length,
+        let frame_len = declared_frame_len(
+            &self.data[self.pos..self.body_end],
             position,
             Some(remaining - BATCH_LENGTH_PREFIX as u64),
             limits,
@@ -308,14 +309,10 @@ impl<R: BufRead> ReadFrames<R> {
             .reader
             .fill_buf()
             .map_err(|e| DecodeError::at(position, DecodeErrorKind::Io(e)))?;
-        let Some(length) = buffered.get(8..12) else {
-            return Ok(None);
-        };
         if buffered.len() <= SEGMENT_FOOTER_LEN {
             return Ok(None);
         }
-        let length = i32::from_be_bytes([length[0], length[1], length[2], length[3]]);
-        let frame_len = check_batch_length(length, position, None, limits)?;
+        let frame_len = declared_frame_len(buffered, position, None, limits)?;
         Ok(usize::try_from(frame_len)
             .ok()
             .filter(|len| *len <= buffered.len()))
@@ -388,13 +385,7 @@ impl<R: BufRead> FrameSource for ReadFrames<R> {
                 file_bytes: position + SEGMENT_FOOTER_LEN as u64,
             });
         }
-        let length = i32::from_be_bytes([
-            self.lookahead[8],
-            self.lookahead[9],
-            self.lookahead[10],
-            self.lookahead[11],
-        ]);
-        let frame_len = check_batch_length(length, position, None, limits)?;
+        let frame_len = declared_frame_len(&self.lookahead, position, None, limits)?;
         self.frame.clear();
         self.frame.extend_from_slice(&self.lookahead);
         self.frame.push(probe[0]);

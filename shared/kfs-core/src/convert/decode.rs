@@ -292,3 +292,99 @@ pub fn scan_schema_ids(
     })?;
     Ok((values, named_keys))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+    use crate::source::SourceError;
+    use futures::StreamExt;
+    use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
+
+    /// A segment of two uncompressed batches of three 300-byte records each.
+    fn segment() -> Vec<u8> {
+        let record = |offset: i64| OwnedRecord {
+            offset,
+            timestamp_ms: 1_700_000_000_000,
+            key: Some(b"k".to_vec()),
+            value: Some(vec![b'v'; 300]),
+            headers: vec![(b"h".to_vec(), None)],
+        };
+        let batch =
+            |from: i64| BatchSpec::new((from..from + 3).map(record).collect(), Compression::None);
+        encode_segment(&[batch(0), batch(3)], 1)
+            .map(|segment| segment.kfs)
+            .unwrap_or_default()
+    }
+
+    fn key() -> SegmentKey {
+        SegmentKey {
+            namespace: "ns".into(),
+            topic: "orders".into(),
+            partition: 0,
+            base_offset: 0,
+        }
+    }
+
+    /// Decodes the pieces as a stream through `StreamReader`, on a blocking thread as
+    /// the converter does; returns the records' offsets.
+    async fn decode(
+        pieces: Vec<Result<bytes::Bytes, SourceError>>,
+    ) -> Result<Vec<i64>, ConvertError> {
+        let stream: SegmentStream = futures::stream::iter(pieces).boxed();
+        tokio::task::spawn_blocking(move || {
+            let mut offsets = Vec::new();
+            decode_records(
+                StreamReader::new(stream),
+                &key(),
+                DecodeLimits::default(),
+                |record| {
+                    offsets.push(record.offset);
+                    Ok(true)
+                },
+            )
+            .map(|_| offsets)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("the decoding thread failed: {e}"))
+    }
+
+    /// Chunks of every size read back the same records: batches whole in a chunk are
+    /// read in place, batches across chunks gathered.
+    #[tokio::test]
+    async fn every_chunking_of_a_segment_reads_the_same_records() {
+        let bytes = segment();
+        for size in [1, 17, 100, 700, bytes.len()] {
+            let pieces = bytes
+                .chunks(size)
+                .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+                .collect();
+            let offsets = decode(pieces).await.map_err(|e| e.to_string());
+            assert_eq!(
+                offsets,
+                Ok((0..6).collect::<Vec<_>>()),
+                "chunks of {size} bytes"
+            );
+        }
+    }
+
+    /// A store that fails mid-body (a reset connection, throttling) fails the
+    /// conversion as transient, to be retried: the segment is not quarantined.
+    #[tokio::test]
+    async fn a_stream_failing_midway_is_a_transient_error() {
+        let bytes = segment();
+        let failure = SourceError {
+            location: "ns/orders/0/00000000000000000000.kfs".into(),
+            message: "connection reset".into(),
+            kind: ErrorKind::Transient,
+        };
+        let pieces = vec![
+            Ok(bytes::Bytes::copy_from_slice(&bytes[..500])),
+            Err(failure),
+        ];
+        match decode(pieces).await {
+            Err(e) => assert_eq!(e.kind(), ErrorKind::Transient, "{e}"),
+            Ok(offsets) => panic!("decoded {offsets:?} from half a segment"),
+        }
+    }
+}
