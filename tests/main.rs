@@ -9,6 +9,7 @@ mod gen_cli;
 mod json_values_cli;
 mod lfs_cli;
 mod maintenance_cli;
+mod neighbours_cli;
 mod partitioning_cli;
 mod quarantine_cli;
 mod registry_cli;

@@ -10,6 +10,7 @@ mod dump;
 mod embedded;
 mod gen_cmd;
 mod maintain_cmd;
+mod progress_cmd;
 mod quarantine_cmd;
 mod run_cmd;
 mod status_cmd;
@@ -57,6 +58,9 @@ enum Command {
     RewriteManifests(maintain_cmd::RewriteManifestsArgs),
     /// List quarantined segments, or release them for another try.
     Quarantine(quarantine_cmd::QuarantineArgs),
+    /// Decide a table's progress where the pipeline cannot: set it after another
+    /// engine's expiry removed it, or keep it after a rollback past our commits.
+    Progress(progress_cmd::ProgressArgs),
 }
 
 /// A failure of a command, worded for the operator.
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
         Command::RemoveOrphans(args) => block_on(maintain_cmd::orphans(&args)),
         Command::RewriteManifests(args) => block_on(maintain_cmd::rewrite(&args)),
         Command::Quarantine(args) => block_on(quarantine_cmd::run(&args)),
+        Command::Progress(args) => block_on(progress_cmd::run(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

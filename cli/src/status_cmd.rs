@@ -124,10 +124,15 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
                         age(now - newest)
                     );
                 }
-                let watermarks =
-                    table_watermarks(&loaded).map_err(|e| CliError::Pipeline(e.to_string()))?;
-                for (partition, next) in &watermarks {
-                    println!("  partition {partition}: next offset {next}");
+                // A table whose progress cannot be established says so, with the
+                // remedy, beside the others' state (never `next offset 0` in silence).
+                match table_watermarks(&loaded) {
+                    Ok(watermarks) => {
+                        for (partition, next) in &watermarks {
+                            println!("  partition {partition}: next offset {next}");
+                        }
+                    }
+                    Err(e) => println!("  progress: needs an operator: {e}"),
                 }
             }
             Err(e) => println!("  table not readable: {e}"),
@@ -193,8 +198,12 @@ async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
             }
             _ => String::new(),
         };
+        // A table counts as committed only when the pass gave it a snapshot.
+        let committed = tick["tables"].as_object().map_or(0, |t| {
+            t.values().filter(|o| !o["snapshot_id"].is_null()).count()
+        });
         println!(
-            "last pass{shard}: {} ({} ago): {} tables committed, {} segments swept, {} deferred, {} failed tables, {} failed segments",
+            "last pass{shard}: {} ({} ago): {committed} tables committed ({} checked), {} segments swept, {} deferred, {} failed tables, {} failed segments",
             rfc3339_ms(finished),
             age(now - finished),
             count(&tick["tables"]),

@@ -8,7 +8,9 @@ the warehouse's `catalog.db`, and compares row by row: same count, no duplicate
 record_id, byte-equal keys, values and headers (a key that is not UTF-8 read as Java
 reads it, its bytes in `key_bytes`), equal timestamps (timestamp_ms and the microsecond
 timestamptz, null beyond what microseconds hold). DuckDB's iceberg_scan must agree on count and content.
-The current snapshot's summary must hold the full offset map.
+The table's stored progress (the `kfs.progress.offsets` table property, which no other
+engine's rewrite or expiry removes) must hold the full offset map; a table from before
+it was stored, the current snapshot's summary.
 
 Prints one JSON line with per-table facts (snapshot count, rows) for the caller, and
 exits non-zero with a clear message on the first mismatch.
@@ -61,9 +63,17 @@ def fail(message):
     sys.exit(1)
 
 
+FOREIGN = {"topic": None, "rows": 0}
+
+
 def check_rows(where, table_name, expected, actual_rows):
     seen = set()
+    foreign = 0
     for row in actual_rows:
+        if FOREIGN["topic"] is not None and row["topic"] == FOREIGN["topic"]:
+            # Another writer's rows: counted, not compared.
+            foreign += 1
+            continue
         rid = row["record_id"]
         if rid in seen:
             fail(f"{where}: {table_name}: duplicate record_id {rid}")
@@ -86,6 +96,8 @@ def check_rows(where, table_name, expected, actual_rows):
         want_us = micros if -(2**63) <= micros < 2**63 else None
         if row["timestamp_us"] != want_us:
             fail(f"{where}: {table_name}: {rid}: timestamp {row['timestamp_us']} µs, expected {want_us}")
+    if FOREIGN["topic"] is not None and table_name == FOREIGN["table"] and foreign != FOREIGN["rows"]:
+        fail(f"{where}: {table_name}: {foreign} rows of the other writer, expected {FOREIGN['rows']}")
     missing = set(expected) - seen
     if missing:
         fail(f"{where}: {table_name}: {len(missing)} records missing, e.g. {sorted(missing)[:3]}")
@@ -145,6 +157,7 @@ def main():
     parser.add_argument("--expected", required=True, help="directory holding the *.expected.jsonl files")
     parser.add_argument("--only", help="file listing the .kfs keys (relative) that must be in the tables")
     parser.add_argument("--no-duckdb", action="store_true")
+    parser.add_argument("--foreign", help="TABLE:TOPIC:ROWS: rows another writer appended to TABLE (short name) under TOPIC, counted apart")
     parser.add_argument("--catalog-db", help="the SQLite catalog file (default: <warehouse>/catalog.db)")
     parser.add_argument("--s3-endpoint", help="S3 endpoint of an s3:// warehouse (credentials from AWS_* variables)")
     parser.add_argument("--glue-endpoint", help="read the tables from this Glue endpoint instead of the SQL catalog")
@@ -157,6 +170,9 @@ def main():
 
     from pyiceberg.catalog.sql import SqlCatalog
 
+    if args.foreign:
+        table, topic, rows = args.foreign.split(":")
+        FOREIGN.update(table=table, topic=topic, rows=int(rows))
     only = None
     if args.only:
         with open(args.only) as f:
@@ -206,10 +222,11 @@ def main():
         snapshot = table.current_snapshot()
         if snapshot is None:
             fail(f"{name}: no snapshot")
+        stored = table.properties.get("kfs.progress.offsets")
         props = snapshot.summary.additional_properties
-        offsets = json.loads(props.get("kfs.offsets", "null") or "null")
+        offsets = json.loads(stored or props.get("kfs.offsets", "null") or "null")
         if not offsets:
-            fail(f"{name}: current snapshot has no kfs.offsets")
+            fail(f"{name}: neither the table's properties nor the current snapshot hold kfs offsets")
         partitions = {str(r["partition"]) for r in rows.values()}
         if not partitions <= set(offsets):
             fail(f"{name}: offset map {offsets} lacks partitions {sorted(partitions - set(offsets))}")

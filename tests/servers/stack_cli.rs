@@ -189,7 +189,7 @@ fn the_command_line_operates_a_deployed_stack() {
     let (ok, status) = cli(&moto, "kfs-one", &["status"]);
     assert!(ok, "{status}");
     for expected in [
-        "tables committed, 0 segments swept",
+        "checked), 0 segments swept",
         "table kafscale.orders",
         "freshness: newest committed record at",
         "partition 0: next offset 5",

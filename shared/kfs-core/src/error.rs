@@ -5,7 +5,7 @@ use crate::convert::ConvertError;
 use crate::fault::ErrorKind;
 use crate::ledger::LedgerError;
 use crate::source::SourceError;
-use kfs_plan::offsets::SummaryError;
+use kfs_plan::progress::ProgressError;
 
 /// A pass failed; what it did before the failure stands (the ledger is durable).
 #[derive(Debug, thiserror::Error)]
@@ -48,13 +48,14 @@ pub enum PipelineError {
         /// What the failure means.
         kind: ErrorKind,
     },
-    /// A table's snapshot summary is unreadable.
+    /// A table's progress cannot be established (unreadable, rolled back past our
+    /// commit, or lost): an operator decides.
     #[error("table {table}: {source}")]
-    Summary {
+    Progress {
         /// Table.
         table: String,
         /// What is wrong.
-        source: SummaryError,
+        source: ProgressError,
     },
 }
 
@@ -68,7 +69,7 @@ impl PipelineError {
             Self::Convert(e) => e.kind(),
             Self::Commit(e) => e.kind(),
             Self::Unconverted { kind, .. } => *kind,
-            Self::Summary { .. } | Self::Ownership(_) | Self::Config(_) => ErrorKind::Config,
+            Self::Progress { .. } | Self::Ownership(_) | Self::Config(_) => ErrorKind::Config,
         }
     }
 

@@ -133,7 +133,7 @@ impl TopicTable {
                 }
             }
         }
-        let progress = table_progress(&table).map_err(|source| PipelineError::Summary {
+        let progress = table_progress(&table).map_err(|source| PipelineError::Progress {
             table: name.to_string(),
             source,
         })?;

@@ -27,6 +27,11 @@
 //!   one commit lay it out differently; in half the seeds, maintenance also removes
 //!   orphans (an age window of one to three seconds) beside the appends.
 //!
+//! - in half the seeds another engine maintains the table beside the pipeline, at
+//!   random points of random rounds: a snapshot of its own without our summary (the
+//!   same rows, as a rewrite leaves them), then every other snapshot expired, ours
+//!   included (`faults/outside.rs`).
+//!
 //! After every round no partition watermark has moved backwards; after quiescence
 //! (plain ticks with etcd caught up, then orphan cleanup) every record of the table's
 //! owner is in the table exactly once or its segment is quarantined as late (never for
@@ -104,6 +109,9 @@ enum Work {
     Tick { maintain: bool, coalesce: bool },
     /// The converter, handling S3 events for these segments.
     Events(Vec<String>),
+    /// Another engine's maintenance: a rewrite without our summary (this snapshot
+    /// id), then every other snapshot expired.
+    Outside(i64),
 }
 
 /// What one seed saw: injected faults that fired, segments quarantined as late.
@@ -135,6 +143,9 @@ async fn simulate(seed: u64) -> SeedOutcome {
         }
         _ => Some(("ns2", "orders")),
     };
+    // In half the seeds another engine maintains the table too (S3 Tables, a Glue
+    // optimizer, a Spark job): rewrites without our summary, expiring our snapshots.
+    let outside_engine = rng.below(2) == 0;
     let orphan_age =
         (rng.below(2) == 0).then(|| std::time::Duration::from_millis(1000 + rng.below(2000)));
     // In a third of the seeds one segment (not a partition's last: a skipped segment
@@ -303,6 +314,10 @@ async fn simulate(seed: u64) -> SeedOutcome {
             let faults = random_fault(&mut rng, 2);
             work.push((Work::Events(events), faults));
         }
+        if outside_engine && rng.below(2) == 0 {
+            let snapshot_id = 1 + rng.below(i64::MAX as u64 - 1) as i64;
+            work.push((Work::Outside(snapshot_id), Faults::none()));
+        }
         if trace {
             eprintln!("round {round}: {take} arrivals, {etcd:?}, {crosscheck:?}, {work:?}");
         }
@@ -310,6 +325,13 @@ async fn simulate(seed: u64) -> SeedOutcome {
             let (dir, source, ledger, etcd, maintenance, naming) =
                 (dir.path(), &source, &ledger, &etcd, &maintenance, &naming);
             async move {
+                if let Work::Outside(snapshot_id) = work {
+                    let outcome = faults::outside::maintain_outside(dir, *snapshot_id).await?;
+                    if trace {
+                        eprintln!("  outside engine: {outcome:?}");
+                    }
+                    return Ok(());
+                }
                 let mut process = Process::open(dir, source, ledger, faults.clone()).await?;
                 process.naming = naming.clone();
                 if let Work::Tick { coalesce, .. } = work {
@@ -323,6 +345,7 @@ async fn simulate(seed: u64) -> SeedOutcome {
                             .await
                     }
                     Work::Events(keys) => process.convert_events(keys).await,
+                    Work::Outside(_) => Ok(()),
                 };
                 if trace && let Err(e) = outcome {
                     eprintln!("  {work:?}: {}", e.message);

@@ -4,6 +4,8 @@
 //! - [`naming`]: the Iceberg table a topic lands in, and how it is partitioned.
 //! - [`layout`]: partition specs as operators write them (`day(timestamp)`).
 //! - [`offsets`]: the per-partition offset map carried in every snapshot summary.
+//! - [`progress`]: the same progress kept in table properties, and whether the
+//!   current snapshot still descends from it.
 //! - [`events`]: what S3, SQS and EventBridge events announce.
 //! - [`crosscheck`]: what etcd's offsets allow a commit to take.
 //! - [`sweep`]: which listed segments a sweep must look up, and which came too late.
@@ -31,6 +33,7 @@ pub mod layout;
 pub mod lfs;
 pub mod naming;
 pub mod offsets;
+pub mod progress;
 pub mod shard;
 pub mod sweep;
 pub mod value_columns;

@@ -46,7 +46,7 @@ pub(crate) async fn commit_dead_letters(
     let ident = table_ident(&dead_letter_name);
     let mut table = catalog.load_table(&ident).await.map_err(catalog_error)?;
     for _ in 0..settings.max_attempts {
-        let watermarks = table_watermarks(&table).map_err(|source| CommitError::Summary {
+        let watermarks = table_watermarks(&table).map_err(|source| CommitError::Progress {
             table: table_name.clone(),
             source,
         })?;

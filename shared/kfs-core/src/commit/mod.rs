@@ -16,7 +16,8 @@ use crate::ledger::{EntryState, Ledger, LedgerEntry, LedgerError, partition_head
 use crate::table::history::newest_in_files;
 use crate::table::table_ident;
 use crate::table::{
-    ATTEMPT_ID_KEY, ancestry, find_commit, newest_record_ms, table_progress, table_watermarks,
+    ATTEMPT_ID_KEY, ancestry, attempt_of, find_commit, newest_record_ms, table_progress,
+    table_watermarks,
 };
 use coalesce::{coalesce, relayout};
 use dead_letters::commit_dead_letters;
@@ -27,6 +28,7 @@ use kfs_plan::commit::{CommitPlan, Hold, PendingSegment, PlanInput, plan_commit}
 use kfs_plan::crosscheck::{AgedSegment, CrossCheck, CrossCheckPolicy, EtcdView, cross_check};
 use kfs_plan::naming::TableName;
 use kfs_plan::offsets::{Gap, MAX_TIMESTAMP_KEY, OffsetMap, SummaryError, ranges_from_summary};
+use kfs_plan::progress::ProgressError;
 use kfs_plan::sweep::TableProgress;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -129,13 +131,14 @@ pub enum CommitError {
         /// The ledger's error.
         source: LedgerError,
     },
-    /// A snapshot summary written by kfs-iceberg is unreadable.
+    /// The table's progress cannot be established: unreadable, rolled back past our
+    /// commit, or lost (see [`ProgressError`]); an operator decides.
     #[error("table {table}: {source}")]
-    Summary {
+    Progress {
         /// The table.
         table: String,
         /// What is wrong.
-        source: SummaryError,
+        source: ProgressError,
     },
     /// A pending entry's data file cannot be read back.
     #[error("table {table}: pending segment {segment} has an unreadable data file: {source}")]
@@ -174,7 +177,7 @@ impl CommitError {
                 iceberg_error_kind(source)
             }
             Self::Ledger { source, .. } => source.kind(),
-            Self::Summary { .. } | Self::Ownership { .. } => ErrorKind::Config,
+            Self::Progress { .. } | Self::Ownership { .. } => ErrorKind::Config,
             Self::Contended { .. } => ErrorKind::Conflict,
         }
     }
@@ -270,7 +273,7 @@ pub async fn commit_table(
         table: table_name.clone(),
         source,
     };
-    let summary_error = |source| CommitError::Summary {
+    let summary_error = |source: ProgressError| CommitError::Progress {
         table: table_name.clone(),
         source,
     };
@@ -396,7 +399,7 @@ pub async fn commit_table(
             .await
             .map_err(|e| match e {
                 Recover::Ledger(e) => ledger_error(e),
-                Recover::Summary(e) => summary_error(e),
+                Recover::Summary(e) => summary_error(e.into()),
             })?;
             outcome.recovered += recovered;
             outcome.late_dropped += dropped_late;
@@ -500,14 +503,23 @@ pub async fn commit_table(
 }
 
 /// Appends `files` with the summary `properties` on the snapshot `table` is at, or
-/// not at all; returns the catalog's answer, which the caller checks against the
-/// table (an error may hide a commit that landed, and a success a swap that did not).
+/// not at all, and in the same metadata update stores the progress the summary carries
+/// in the table's properties (where no other engine's rewrite or expiry removes it,
+/// [`kfs_plan::progress`]), attributed to `attempt_id`; returns the catalog's answer,
+/// which the caller checks against the table (an error may hide a commit that landed,
+/// and a success a swap that did not).
 pub(crate) async fn pinned_append(
     catalog: &dyn Catalog,
     table: &Table,
     files: Vec<iceberg::spec::DataFile>,
     properties: HashMap<String, String>,
+    attempt_id: &str,
 ) -> Result<Option<iceberg::Error>, iceberg::Error> {
+    // The snapshot the append adds gets the next sequence number of the table it is
+    // pinned to (a table that moved meanwhile refuses the whole update).
+    let sequence_number = table.metadata().next_sequence_number();
+    let progress =
+        kfs_plan::progress::progress_properties(&properties, attempt_id, sequence_number);
     let tx = Transaction::new(table);
     let tx = tx
         .fast_append()
@@ -519,6 +531,11 @@ pub(crate) async fn pinned_append(
         .add_data_files(files)
         .set_snapshot_properties(properties)
         .apply(tx)?;
+    let mut update = tx.update_table_properties();
+    for (key, value) in progress {
+        update = update.set(key, value);
+    }
+    let tx = update.apply(tx)?;
     Ok(tx
         .commit(&crate::catalog::PinnedCatalog::new(catalog, table.clone()))
         .await
@@ -550,15 +567,11 @@ pub(crate) async fn append_and_verify(
     let mut properties = properties;
     let attempt_id = uuid::Uuid::new_v4().simple().to_string();
     properties.insert(ATTEMPT_ID_KEY.to_owned(), attempt_id.clone());
-    let answer = pinned_append(catalog, table, files, properties).await?;
+    let answer = pinned_append(catalog, table, files, properties, &attempt_id).await?;
     let table = catalog.load_table(table.identifier()).await?;
-    if let Some(snapshot_id) = find_commit(&table, commit_id) {
-        let ours = table
-            .metadata()
-            .snapshot_by_id(snapshot_id)
-            .and_then(|s| s.summary().additional_properties.get(ATTEMPT_ID_KEY))
-            == Some(&attempt_id);
-        return Ok(Appended::Landed(table, snapshot_id, ours));
+    if let Some(found) = find_commit(&table, commit_id) {
+        let ours = attempt_of(&table, found).as_deref() == Some(attempt_id.as_str());
+        return Ok(Appended::Landed(table, found.snapshot_id(), ours));
     }
     match answer {
         Some(e) if !replannable(&e) => Err(e),

@@ -195,7 +195,8 @@ pub async fn stage_replace(
     ] {
         properties.insert(key.to_owned(), value.to_string());
     }
-    // The offset map (and what else every snapshot carries) moves forward unchanged.
+    // The offset map (and what else every snapshot carries) moves forward unchanged:
+    // as the table's properties store it, or else as the newest summary carries it.
     for key in [
         OFFSETS_KEY,
         STARTS_KEY,
@@ -203,8 +204,11 @@ pub async fn stage_replace(
         MAX_TIMESTAMP_KEY,
         TOPIC_KEY,
     ] {
-        if let Some(value) =
-            ancestry(table).find_map(|s| s.summary().additional_properties.get(key))
+        let stored = metadata
+            .properties()
+            .get(&kfs_plan::progress::progress_property(key));
+        if let Some(value) = stored
+            .or_else(|| ancestry(table).find_map(|s| s.summary().additional_properties.get(key)))
         {
             properties.insert(key.to_owned(), value.clone());
         }

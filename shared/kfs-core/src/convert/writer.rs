@@ -215,6 +215,7 @@ mod tests {
     use iceberg::writer::file_writer::ParquetWriterBuilder;
     use kfs_segment::{Record, RecordHeader};
     use parquet::file::properties::WriterProperties;
+    use std::cmp::Ordering;
     use std::sync::Arc;
 
     /// Records of every shape the raw layout holds: null and empty keys and values,
@@ -245,6 +246,23 @@ mod tests {
         Ok(columns.finish()?)
     }
 
+    /// Every bound of `reference` is in `ours`, never further towards `tighter`.
+    fn widens(
+        ours: &std::collections::HashMap<i32, iceberg::spec::Datum>,
+        reference: &std::collections::HashMap<i32, iceberg::spec::Datum>,
+        tighter: Ordering,
+    ) -> Fallible<()> {
+        for (id, bound) in reference {
+            let Some(our) = ours.get(id) else {
+                return Err(format!("no bound for field {id}").into());
+            };
+            if our.partial_cmp(bound) == Some(tighter) {
+                return Err(format!("field {id}: {our} is tighter than {bound}").into());
+            }
+        }
+        Ok(())
+    }
+
     #[tokio::test]
     async fn files_and_metrics_match_iceberg_rusts_writer_with_columns_encoded_in_parallel()
     -> Fallible<()> {
@@ -271,8 +289,18 @@ mod tests {
         assert_eq!(ours.record_count(), reference.record_count());
         assert_eq!(ours.value_counts(), reference.value_counts());
         assert_eq!(ours.null_value_counts(), reference.null_value_counts());
-        assert_eq!(ours.lower_bounds(), reference.lower_bounds());
-        assert_eq!(ours.upper_bounds(), reference.upper_bounds());
+        // iceberg-rust leaves out row groups whose statistics Parquet truncated (long
+        // values) and keeps the others' bounds; ours widen by them: as wide or wider.
+        widens(
+            ours.lower_bounds(),
+            reference.lower_bounds(),
+            Ordering::Greater,
+        )?;
+        widens(
+            ours.upper_bounds(),
+            reference.upper_bounds(),
+            Ordering::Less,
+        )?;
         assert!(
             ours.split_offsets().is_some_and(|s| s.len() > 2),
             "{ours:?}"

@@ -1,9 +1,16 @@
 //! A written Parquet file's Iceberg metrics, read from its footer: per field id, the
-//! compressed column sizes, value and null counts and the exact lower and upper bounds
-//! of its column chunks' statistics (a bound Parquet truncated is left out, as
-//! iceberg-rust's writer does), and the row groups' offsets for splitting. NaN counts,
+//! compressed column sizes, value and null counts, the lower and upper bounds of its
+//! column chunks' statistics, and the row groups' offsets for splitting. NaN counts,
 //! which Parquet statistics do not keep, are counted on the batches as they are
 //! written ([`count_nans`]).
+//!
+//! A file's bound must hold for every row group: engines skip files and row groups by
+//! it, so a bound that is too tight answers queries wrongly without an error
+//! (trinodb/trino#19052). A column gets a file bound only when every row group holding
+//! a non-null value of it has one; a string or binary statistic parquet-rs truncated
+//! (at 64 bytes) is still a valid bound (a prefix is below the value, and the truncated
+//! maximum is incremented), so it widens the file's bound like an exact one. iceberg-rust
+//! 0.10.1 skips inexact row groups instead and keeps the others' bounds (UPSTREAM.md).
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{ArrowPrimitiveType, Float32Type, Float64Type};
@@ -15,7 +22,7 @@ use iceberg::spec::{
 use iceberg::{Error, ErrorKind, Result};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::{Statistics, ValueStatistics};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The data file entry of `metadata` (a file of `size` bytes at `path`, written with
@@ -31,6 +38,8 @@ pub(crate) fn data_file_builder(
     let (mut sizes, mut values, mut nulls) = (HashMap::new(), HashMap::new(), HashMap::new());
     let mut lower: HashMap<i32, Datum> = HashMap::new();
     let mut upper: HashMap<i32, Datum> = HashMap::new();
+    // Columns with a row group whose values have no usable bound: no file bound.
+    let mut unbounded: HashSet<(i32, Bound)> = HashSet::new();
     for group in metadata.row_groups() {
         for column in group.columns() {
             let info = column.column_descr().self_type().get_basic_info();
@@ -44,25 +53,36 @@ pub(crate) fn data_file_builder(
             };
             *sizes.entry(id).or_insert(0u64) +=
                 u64::try_from(column.compressed_size()).unwrap_or(0);
-            *values.entry(id).or_insert(0u64) += u64::try_from(column.num_values()).unwrap_or(0);
+            let num_values = u64::try_from(column.num_values()).unwrap_or(0);
+            *values.entry(id).or_insert(0u64) += num_values;
             let Some(statistics) = column.statistics() else {
+                if num_values > 0 {
+                    unbounded.extend([(id, Bound::Min), (id, Bound::Max)]);
+                }
                 continue;
             };
             if let Some(null_count) = statistics.null_count_opt() {
                 *nulls.entry(id).or_insert(0u64) += null_count;
             }
-            if statistics.min_is_exact()
-                && let Some(min) = bound(primitive, statistics, Bound::Min)?
-            {
-                widen(&mut lower, id, min, std::cmp::Ordering::Less);
+            // Only nulls (or nothing): the row group constrains no bound.
+            if statistics.null_count_opt() == Some(num_values) {
+                continue;
             }
-            if statistics.max_is_exact()
-                && let Some(max) = bound(primitive, statistics, Bound::Max)?
-            {
-                widen(&mut upper, id, max, std::cmp::Ordering::Greater);
+            for which in [Bound::Min, Bound::Max] {
+                match group_bound(primitive, statistics, which)? {
+                    Some(datum) => match which {
+                        Bound::Min => widen(&mut lower, id, datum, std::cmp::Ordering::Less),
+                        Bound::Max => widen(&mut upper, id, datum, std::cmp::Ordering::Greater),
+                    },
+                    None => {
+                        unbounded.insert((id, which));
+                    }
+                }
             }
         }
     }
+    lower.retain(|id, _| !unbounded.contains(&(*id, Bound::Min)));
+    upper.retain(|id, _| !unbounded.contains(&(*id, Bound::Max)));
     let mut builder = DataFileBuilder::default();
     builder
         .content(DataContentType::Data)
@@ -172,7 +192,25 @@ fn widen(bounds: &mut HashMap<i32, Datum>, id: i32, datum: Datum, keep: std::cmp
     }
 }
 
-#[derive(Clone, Copy)]
+/// A row group's bound on a column's values, valid for all of them: `None` when it has
+/// none that is. A truncated string or binary statistic is valid (see the module's
+/// docs); a statistic Parquet marks inexact for another type is not used.
+fn group_bound(
+    primitive: &PrimitiveType,
+    statistics: &Statistics,
+    which: Bound,
+) -> Result<Option<Datum>> {
+    let exact = match which {
+        Bound::Min => statistics.min_is_exact(),
+        Bound::Max => statistics.max_is_exact(),
+    };
+    if !exact && !matches!(primitive, PrimitiveType::String | PrimitiveType::Binary) {
+        return Ok(None);
+    }
+    bound(primitive, statistics, which)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Bound {
     Min,
     Max,

@@ -3,6 +3,8 @@
 //! row-group merge shared by coalescing (at commit) and compaction, reading files of
 //! older schemas with the table's current columns.
 
+#[cfg(test)]
+mod bounds_props;
 mod conform;
 mod encode;
 mod merge;

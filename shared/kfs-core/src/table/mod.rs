@@ -1,7 +1,7 @@
 //! The topic table: its layout (schema, partition spec, properties, the column names of
 //! JSON fields), how it is opened
-//! and evolved through the catalog, the feed that owns it, its history and progress read from snapshot
-//! summaries, and its data files as the planners see them.
+//! and evolved through the catalog, the feed that owns it, its history and progress (stored in its
+//! properties, carried in its snapshot summaries), and its data files as the planners see them.
 
 mod ensure;
 pub(crate) mod files;
@@ -9,6 +9,7 @@ pub(crate) mod history;
 mod layout;
 mod names;
 mod ownership;
+mod progress;
 mod properties;
 
 #[cfg(any(test, feature = "test-support"))]
@@ -19,12 +20,13 @@ pub use ensure::{
 };
 pub use files::{file_stat, live_entries, live_entries_in, target_file_size};
 pub use history::{
-    ATTEMPT_ID_KEY, MAINTENANCE_ID_KEY, ancestry, find_commit, find_maintenance, newest_record_ms,
-    table_progress, table_watermarks,
+    ATTEMPT_ID_KEY, MAINTENANCE_ID_KEY, ancestry, attempt_of, find_commit, find_maintenance,
+    newest_record_ms, table_progress, table_watermarks,
 };
 pub use layout::*;
 pub use names::{MAX_COLUMN_NAME_BYTES, Placement, column_for, field_doc, place};
 pub use ownership::{
     Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, claim_table, table_owner,
 };
+pub use progress::{ProgressDecision, decide_progress};
 pub use properties::compression;

@@ -7,6 +7,8 @@
 
 #![allow(dead_code, missing_docs)] // each test uses part of it
 
+pub mod outside;
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
