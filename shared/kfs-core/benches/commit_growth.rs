@@ -40,7 +40,7 @@ async fn run(
                 &bench.catalog,
                 &bench.swap,
                 &bench.ledger,
-                &S3Settings::default(),
+                &bench.storage(),
                 &ident,
                 policy,
                 None,
