@@ -152,11 +152,7 @@ pub async fn remove_orphans_among(
             report.too_young += 1;
             continue;
         }
-        if is_metadata_file(&object.key)
-            && !ours(&table, &path)
-                .await
-                .map_err(|reason| refused(reason))?
-        {
+        if is_metadata_file(&object.key) && !ours(&table, &path).await.map_err(refused)? {
             report.unverified += 1;
             continue;
         }
