@@ -29,7 +29,7 @@ pub struct OrphanReport {
     /// Unreferenced files younger than the window, kept.
     pub too_young: usize,
     /// Unreferenced metadata files kept because they could not be read as this
-    /// table's (compressed, or not JSON).
+    /// table's (another `table-uuid`, compressed, or not JSON).
     pub unverified: usize,
 }
 
@@ -152,7 +152,7 @@ pub async fn remove_orphans_among(
             report.too_young += 1;
             continue;
         }
-        if is_metadata_file(&object.key) && !ours(&table, &path).await.map_err(refused)? {
+        if is_metadata_file(&object.key) && !ours(&table, &path).await {
             report.unverified += 1;
             continue;
         }
@@ -271,24 +271,20 @@ fn is_metadata_file(key: &str) -> bool {
 }
 
 /// Whether the unreferenced metadata file `path` is this table's (a commit that lost
-/// its race): `Ok(false)` when it cannot be read as JSON (kept), an error when it is
-/// another table's (two tables share the location).
-async fn ours(table: &Table, path: &str) -> Result<bool, String> {
+/// its race): one of another `table-uuid` is kept, whoever wrote it (another table at
+/// the same location, or a creation of this table that lost to another process: the
+/// catalog check of locations tells the first apart), and so is one that cannot be
+/// read as JSON.
+async fn ours(table: &Table, path: &str) -> bool {
     let Ok(input) = table.file_io().new_input(path) else {
-        return Ok(false);
+        return false;
     };
     let Ok(bytes) = input.read().await else {
-        return Ok(false);
+        return false;
     };
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
-        return Ok(false);
+        return false;
     };
     let own = table.metadata().uuid().to_string();
-    match value.get("table-uuid").and_then(|u| u.as_str()) {
-        Some(uuid) if uuid == own => Ok(true),
-        Some(uuid) => Err(format!(
-            "orphan cleanup: {path} is the metadata of another table (table-uuid {uuid}; this table's is {own}): two tables share the location; give each a location of its own"
-        )),
-        None => Ok(false),
-    }
+    value.get("table-uuid").and_then(|u| u.as_str()) == Some(own.as_str())
 }
