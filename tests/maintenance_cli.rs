@@ -357,3 +357,145 @@ fn maintain_runs_the_committers_policy_and_keeps_every_row() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// Sets `table`'s location (`location: Some`) or properties through pyiceberg, as
+/// another engine or an operator would.
+fn pyiceberg_alter(
+    warehouse: &Path,
+    table: &str,
+    location: Option<&str>,
+    properties: &[(&str, &str)],
+) {
+    let props: serde_json::Map<String, Value> = properties
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
+        .collect();
+    let script = r#"
+import json, sys
+from pyiceberg.catalog.sql import SqlCatalog
+wh, table, location, props = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+catalog = SqlCatalog("local", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+t = catalog.load_table(table)
+if props:
+    with t.transaction() as tx:
+        tx.set_properties(props)
+if location:
+    # pyiceberg 0.12 cannot move a table: a new metadata file, swapped in the catalog.
+    import sqlite3, uuid
+    old = catalog.load_table(table).metadata_location
+    with open(old.removeprefix("file://")) as f:
+        metadata = json.load(f)
+    metadata["location"] = location
+    new = old.rsplit("/", 1)[0] + f"/99999-{uuid.uuid4()}.metadata.json"
+    with open(new.removeprefix("file://"), "w") as f:
+        json.dump(metadata, f)
+    namespace, name = table.split(".")
+    with sqlite3.connect(f"{wh}/catalog.db") as db:
+        db.execute("UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = ? WHERE table_namespace = ? AND table_name = ?", (new, namespace, name))
+print(catalog.load_table(table).metadata.location)
+"#;
+    succeed(
+        Command::new("python3")
+            .args(["-c", script])
+            .arg(warehouse)
+            .arg(table)
+            .arg(location.unwrap_or(""))
+            .arg(Value::Object(props).to_string()),
+        "pyiceberg alter",
+    );
+}
+
+/// Orphan cleanup among neighbours: a table whose location is the parent of another
+/// table's is refused by `remove-orphans` (its dry run too), naming both, and lists
+/// none of the other table's files; every destructive command first prints the
+/// catalog, warehouse, ledger and tables it acts on.
+#[test]
+fn remove_orphans_refuses_a_location_holding_another_tables() {
+    let dir = tempdir();
+    let (source, warehouse) = (dir.path().join("bucket"), dir.path().join("wh"));
+    let (src, wh) = (source.to_string_lossy(), warehouse.to_string_lossy());
+    kfs_ok(&["gen", "--out", &src, "--segments", "1", "--partitions", "1"]);
+    run_uncoalesced(&src, &wh);
+    let parent = format!("file://{}/kafscale", warehouse.display());
+    pyiceberg_alter(&warehouse, "kafscale.payments", Some(&parent), &[]);
+    let refused = kfs()
+        .args([
+            "remove-orphans",
+            "--warehouse",
+            &wh,
+            "--older-than",
+            "0s",
+            "--force",
+            "--dry-run",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr),
+    );
+    assert!(!refused.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("kafscale.payments") && stderr.contains("kafscale.orders"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("orders/"), "{stdout}");
+    // What it was about to act on, printed first.
+    assert!(
+        stderr.contains("kfs-iceberg remove-orphans --dry-run on a local configuration:")
+            && stderr.contains(&format!("warehouse: file://{}", warehouse.display()))
+            && stderr.contains("ledger:    sqlite:")
+            && stderr.contains("catalog:   sql (SQLite ")
+            && stderr.contains("tables (2): "),
+        "{stderr}"
+    );
+    // The other table's files are all there: every row still reads back.
+    let orders_data = warehouse.join("kafscale/orders/data");
+    assert!(!parquet_files(&orders_data).is_empty());
+    kfs_ok(&[
+        "remove-orphans",
+        "--warehouse",
+        &wh,
+        "--table",
+        "kafscale.orders",
+        "--older-than",
+        "0s",
+        "--force",
+    ]);
+    assert!(!parquet_files(&orders_data).is_empty());
+}
+
+/// A table property turns a step off for the tables another engine maintains:
+/// `compact` skips the table and says why, `--even-if-disabled` runs it anyway, and
+/// `maintain` reports the step off.
+#[test]
+fn table_properties_turn_maintenance_steps_off() {
+    let dir = tempdir();
+    let (source, warehouse) = (dir.path().join("bucket"), dir.path().join("wh"));
+    let (src, wh) = (source.to_string_lossy(), warehouse.to_string_lossy());
+    kfs_ok(&["gen", "--out", &src, "--topics", "1", "--partitions", "1"]);
+    run_uncoalesced(&src, &wh);
+    let data = warehouse.join("kafscale/orders/data");
+    let files = parquet_files(&data).len();
+    assert!(files > 1, "{files}");
+    pyiceberg_alter(
+        &warehouse,
+        "kafscale.orders",
+        None,
+        &[("kfs.maintenance.compaction.enabled", "false")],
+    );
+    let skipped = kfs_ok(&["compact", "--warehouse", &wh]);
+    assert!(
+        skipped.contains("kafscale.orders: skipped: compaction is off by kfs.maintenance.compaction.enabled=false"),
+        "{skipped}"
+    );
+    assert_eq!(parquet_files(&data).len(), files);
+    let maintained = kfs_ok(&["maintain", "--warehouse", &wh, "--orphan-age", "off"]);
+    assert!(
+        maintained.contains("0 files compacted")
+            && maintained.contains("compaction is off by kfs.maintenance.compaction.enabled=false"),
+        "{maintained}"
+    );
+    let forced = kfs_ok(&["compact", "--warehouse", &wh, "--even-if-disabled"]);
+    assert!(forced.contains("kafscale.orders: 1 groups"), "{forced}");
+}

@@ -85,8 +85,22 @@ pub struct Embedded<L> {
     pub ledger: L,
     /// The S3 settings of the warehouse's files.
     pub s3: S3Settings,
+    /// The warehouse: orphan cleanup lists and deletes only inside it.
+    pub warehouse: Warehouse,
+    /// The catalog, warehouse and ledger named for the operator.
+    pub site: crate::target::Site,
     /// Where the last run's (a stack: each committer shard's last tick's) summary is.
     pub tick_log: kfs_core::TickLog,
+}
+
+impl<L> Embedded<L> {
+    /// Where maintenance may list and delete: the storage and the warehouse.
+    pub fn storage(&self) -> kfs_core::MaintenanceStorage {
+        kfs_core::MaintenanceStorage {
+            s3: self.s3.clone(),
+            warehouse: self.warehouse.clone(),
+        }
+    }
 }
 
 /// The catalog and ledger of a local warehouse, or of a deployed stack.
@@ -146,11 +160,20 @@ impl WarehouseArgs {
             .catalog_handle()
             .await
             .map_err(|e| CliError::Pipeline(format!("stack {name}: {}", e.0)))?;
+        let ledger = env.ledger().await;
+        let site = crate::target::Site {
+            stack: Some(name.to_owned()),
+            catalog: crate::target::describe_catalog(&env.catalog),
+            warehouse: env.warehouse.location(),
+            ledger: kfs_core::Ledger::identity(&ledger),
+        };
         Ok(Opened::Stack(Embedded {
             catalog: handle.catalog,
             swap: handle.swap,
-            ledger: env.ledger().await,
+            ledger,
+            site,
             s3: env.s3.clone(),
+            warehouse: env.warehouse.clone(),
             tick_log: env.tick_log(),
         }))
     }
@@ -184,12 +207,20 @@ impl WarehouseArgs {
             })?;
         let ledger_path = state.join("ledger.db");
         let ledger = open_ledger(&ledger_path).await?;
+        let site = crate::target::Site {
+            stack: None,
+            catalog: crate::target::describe_catalog(&kind),
+            warehouse: warehouse.location(),
+            ledger: kfs_core::Ledger::identity(&ledger),
+        };
         Ok(Embedded {
+            site,
             catalog: handle.catalog,
             swap: handle.swap,
             ledger,
             tick_log: kfs_core::TickLog::new(s3.file_io(), &warehouse.location()),
             s3,
+            warehouse,
         })
     }
 

@@ -14,6 +14,7 @@ mod progress_cmd;
 mod quarantine_cmd;
 mod run_cmd;
 mod status_cmd;
+mod target;
 mod time;
 
 use std::path::PathBuf;
@@ -28,7 +29,8 @@ struct Cli {
     /// Work on a deployed stack (AWS CloudFormation): its catalog and DynamoDB ledger,
     /// as its functions' configuration names them; the AWS side (region, credentials,
     /// endpoints) from this environment. For status, quarantine and the maintenance
-    /// commands.
+    /// commands; those that delete or rewrite first print the catalog, warehouse,
+    /// ledger and tables they act on (with --dry-run too).
     #[arg(long, global = true, value_name = "NAME")]
     stack: Option<String>,
     #[command(subcommand)]

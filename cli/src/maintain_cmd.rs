@@ -6,8 +6,8 @@
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use kfs_core::now_ms;
 use kfs_core::{
-    MaintenancePolicy, compact_table, expire_snapshots, maintain_tables, remove_orphans,
-    rewrite_manifests,
+    MaintenancePolicy, MaintenanceStep, Neighbours, compact_table, expire_snapshots,
+    maintain_tables, remove_orphans_among, rewrite_manifests,
 };
 use kfs_plan::compaction::CompactionPolicy;
 use kfs_plan::naming::TableName;
@@ -28,6 +28,12 @@ pub struct Target {
     /// Report what would be done, change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Run a step on tables whose properties turn it off
+    /// (`kfs.maintenance.<step>.enabled=false`, `kfs.maintenance.enabled=false`: the
+    /// platform or another engine maintains them). Never overrides Iceberg's
+    /// `gc.enabled=false`.
+    #[arg(long)]
+    even_if_disabled: bool,
 }
 
 /// Arguments of `maintain`.
@@ -139,6 +145,54 @@ async fn list(
     catalog.list_tables(namespace).await.map_err(pipeline)
 }
 
+/// Prints (on stderr) the catalog, warehouse, ledger and tables `command` is about to
+/// act on, before it acts: `--stack` takes them from the deployed functions.
+fn announce<L>(embedded: &Embedded<L>, command: &str, target: &Target, tables: &[TableIdent]) {
+    let names: Vec<String> = tables.iter().map(ToString::to_string).collect();
+    eprint!(
+        "{}",
+        crate::target::describe(&embedded.site, command, target.dry_run, &names)
+    );
+}
+
+/// The tables `command` acts on, announced.
+async fn announced<L>(
+    embedded: &Embedded<L>,
+    command: &str,
+    target: &Target,
+) -> Result<Vec<TableIdent>, CliError> {
+    let idents = tables(embedded, target).await?;
+    announce(embedded, command, target, &idents);
+    Ok(idents)
+}
+
+/// Whether `step` runs on `ident`: a table property may turn it off (a line says so
+/// and the table is skipped) unless `--even-if-disabled` overrides it.
+async fn step_runs<L>(
+    embedded: &Embedded<L>,
+    ident: &TableIdent,
+    step: MaintenanceStep,
+    target: &Target,
+) -> Result<bool, CliError> {
+    let table = embedded.catalog.load_table(ident).await.map_err(pipeline)?;
+    let off = kfs_core::step_off(&ident.to_string(), table.metadata().properties(), step)
+        .map_err(pipeline)?;
+    match off {
+        Some(off) if !(target.even_if_disabled && off.overridable) => {
+            println!(
+                "{ident}: skipped: {off}{}",
+                if off.overridable {
+                    " (--even-if-disabled runs it anyway)"
+                } else {
+                    ""
+                }
+            );
+            Ok(false)
+        }
+        _ => Ok(true),
+    }
+}
+
 fn cutoff(older_than: &str) -> Result<i64, CliError> {
     let age =
         parse_duration(older_than).map_err(|e| CliError::Usage(format!("--older-than {e}")))?;
@@ -166,6 +220,7 @@ pub async fn maintain(args: &MaintainArgs) -> Result<(), CliError> {
             text => Some(duration("orphan-age", text)?),
         },
         force_orphan_age: args.force,
+        ignore_table_switches: args.target.even_if_disabled,
         // On demand: orphan cleanup runs whenever asked, not once per interval.
         orphan_interval: std::time::Duration::ZERO,
         ..MaintenancePolicy::default()
@@ -188,7 +243,7 @@ async fn maintain_on<L: Ledger>(
     policy: &MaintenancePolicy,
     embedded: &Embedded<L>,
 ) -> Result<(), CliError> {
-    let names: Vec<TableName> = tables(embedded, &args.target)
+    let names: Vec<TableName> = announced(embedded, "maintain", &args.target)
         .await?
         .iter()
         .map(|ident| TableName {
@@ -202,7 +257,7 @@ async fn maintain_on<L: Ledger>(
             swap: embedded.swap.as_ref(),
         },
         &embedded.ledger,
-        &embedded.s3,
+        &embedded.storage(),
         &names,
         policy,
         None,
@@ -212,7 +267,7 @@ async fn maintain_on<L: Ledger>(
     for (table, result) in &results {
         match result {
             Ok(m) => println!(
-                "{table}: {} files compacted, {} snapshots expired, {} files deleted, manifests {}, orphan cleanup {}",
+                "{table}: {} files compacted, {} snapshots expired, {} files deleted, manifests {}, orphan cleanup {}{}",
                 m.files_compacted,
                 m.snapshots_expired,
                 m.files_deleted,
@@ -222,6 +277,10 @@ async fn maintain_on<L: Ledger>(
                     "kept"
                 },
                 if m.orphan_cleanup { "ran" } else { "skipped" },
+                m.steps_off
+                    .iter()
+                    .map(|off| format!("; {off}"))
+                    .collect::<String>(),
             ),
             Err(e) => {
                 failed += 1;
@@ -245,7 +304,10 @@ pub async fn compact(args: &CompactArgs) -> Result<(), CliError> {
 }
 
 async fn compact_on<L: Ledger>(args: &CompactArgs, embedded: &Embedded<L>) -> Result<(), CliError> {
-    for ident in tables(embedded, &args.target).await? {
+    for ident in announced(embedded, "compact", &args.target).await? {
+        if !step_runs(embedded, &ident, MaintenanceStep::Compaction, &args.target).await? {
+            continue;
+        }
         let policy = args.target_file_size.map(CompactionPolicy::for_target);
         if args.target.dry_run {
             let table = embedded
@@ -302,7 +364,17 @@ pub async fn expire(args: &ExpireArgs) -> Result<(), CliError> {
 
 async fn expire_on<L: Ledger>(args: &ExpireArgs, embedded: &Embedded<L>) -> Result<(), CliError> {
     let older_than = cutoff(&args.older_than)?;
-    for ident in tables(embedded, &args.target).await? {
+    for ident in announced(embedded, "expire-snapshots", &args.target).await? {
+        if !step_runs(
+            embedded,
+            &ident,
+            MaintenanceStep::SnapshotExpiry,
+            &args.target,
+        )
+        .await?
+        {
+            continue;
+        }
         let report = expire_snapshots(
             embedded.catalog.as_ref(),
             &ident,
@@ -350,12 +422,26 @@ async fn orphans_on<L: Ledger>(args: &OrphanArgs, embedded: &Embedded<L>) -> Res
             args.older_than
         )));
     }
-    for ident in tables(embedded, &args.target).await? {
-        let report = remove_orphans(
+    let idents = announced(embedded, "remove-orphans", &args.target).await?;
+    // Every table of every namespace: none may lie under a table being cleaned.
+    let neighbours = Neighbours::of_catalog(embedded.catalog.as_ref()).await;
+    for ident in idents {
+        if !step_runs(
+            embedded,
+            &ident,
+            MaintenanceStep::OrphanRemoval,
+            &args.target,
+        )
+        .await?
+        {
+            continue;
+        }
+        let report = remove_orphans_among(
             embedded.catalog.as_ref(),
             &embedded.ledger,
             &ident,
-            &embedded.s3,
+            &embedded.storage(),
+            &neighbours,
             &rule,
         )
         .await
@@ -390,7 +476,17 @@ async fn rewrite_on<L: Ledger>(
     args: &RewriteManifestsArgs,
     embedded: &Embedded<L>,
 ) -> Result<(), CliError> {
-    for ident in tables(embedded, &args.target).await? {
+    for ident in announced(embedded, "rewrite-manifests", &args.target).await? {
+        if !step_runs(
+            embedded,
+            &ident,
+            MaintenanceStep::ManifestRewrite,
+            &args.target,
+        )
+        .await?
+        {
+            continue;
+        }
         if args.target.dry_run {
             println!("{ident}: --dry-run: nothing rewritten");
             continue;

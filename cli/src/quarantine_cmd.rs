@@ -139,6 +139,25 @@ async fn act<L: Ledger>(
     } else {
         segments.to_vec()
     };
+    // What it is about to change (a skip gives offsets up for good): the ledger, and
+    // the tables of the segments named.
+    let tables: std::collections::BTreeSet<String> = quarantined
+        .iter()
+        .filter(|e| targets.contains(&e.segment))
+        .map(|e| e.table.clone())
+        .collect();
+    eprint!(
+        "{}",
+        crate::target::describe(
+            &embedded.site,
+            match verb {
+                Verb::Retry => "quarantine retry",
+                Verb::Skip => "quarantine skip",
+            },
+            false,
+            &tables.into_iter().collect::<Vec<_>>(),
+        )
+    );
     let mut missing = Vec::new();
     for segment in &targets {
         let done = match verb {

@@ -244,6 +244,14 @@ fn the_command_line_operates_a_deployed_stack() {
     );
     assert!(ok, "{removed}");
     assert!(removed.contains("orphan.parquet"), "{removed}");
+    // What it acted on, named before it acted: the stack's own configuration.
+    assert!(
+        removed.contains("kfs-iceberg remove-orphans on stack kfs-one:")
+            && removed.contains("warehouse: s3://lakehouse")
+            && removed.contains("ledger:    dynamodb:")
+            && removed.contains("catalog:   glue"),
+        "{removed}"
+    );
     assert!(!removed.contains(&pending_file), "{removed}");
     let (ok, status) = cli(&moto, "kfs-one", &["status"]);
     assert!(ok && status.contains("pending: 1 segments"), "{status}");

@@ -43,7 +43,10 @@ async fn main() -> Result<(), Error> {
         etcd: env.etcd_connection().await?,
         maintenance: env.maintenance.clone().map(|policy| TickMaintenance {
             policy,
-            s3: env.s3.clone(),
+            storage: kfs_core::MaintenanceStorage {
+                s3: env.s3.clone(),
+                warehouse: env.warehouse.clone(),
+            },
         }),
         tick_log: Some(env.tick_log()),
     });

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use common::{BenchResult, BenchTable, tiny_segment as segment};
 use kfs_core::now_ms;
+use kfs_core::table_ident;
 use kfs_core::{MaintenancePolicy, maintain_table};
-use kfs_core::{S3Settings, table_ident};
 
 /// Runs `commits` commits; returns each commit's duration.
 async fn run(
@@ -40,7 +40,7 @@ async fn run(
                 &bench.catalog,
                 &bench.swap,
                 &bench.ledger,
-                &S3Settings::default(),
+                &bench.storage(),
                 &ident,
                 policy,
                 None,

@@ -59,9 +59,11 @@ pub use ledger::{
     sort_entries,
 };
 pub use maintenance::{
-    CompactionReport, ExpiryReport, MIN_ORPHAN_AGE, MaintenanceError, MaintenancePolicy,
-    MaintenanceSummary, OrphanReport, OrphanRule, compact_table, expire_snapshots, maintain_table,
-    maintain_tables, remove_orphans, rewrite_manifests,
+    CompactionReport, ExpiryReport, GC_ENABLED_PROPERTY, MAINTENANCE_ENABLED_PROPERTY,
+    MIN_ORPHAN_AGE, MaintenanceError, MaintenancePolicy, MaintenanceStep, MaintenanceStorage,
+    MaintenanceSummary, Neighbours, OrphanReport, OrphanRule, StepOff, compact_table,
+    ensure_step_on, expire_snapshots, maintain_table, maintain_tables, remove_orphans,
+    remove_orphans_among, rewrite_manifests, step_off,
 };
 pub use pass::{
     CONVERSION_TIMEOUT, PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_attempt,

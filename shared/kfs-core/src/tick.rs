@@ -14,18 +14,19 @@ use crate::catalog::CatalogAccess;
 use crate::clock::now_ms;
 use crate::error::PipelineError;
 use crate::ledger::{EntryState, Ledger, partition_heads};
-use crate::maintenance::{MaintenancePolicy, MaintenanceSummary, maintain_tables};
+use crate::maintenance::{
+    MaintenancePolicy, MaintenanceStorage, MaintenanceSummary, maintain_tables,
+};
 use crate::pass::{PipelineConfig, RunReport, run_once};
 use crate::source::SegmentSource;
-use crate::storage::S3Settings;
 
 /// Table maintenance after a tick's commits.
 #[derive(Debug, Clone)]
 pub struct TickMaintenance {
     /// When and what to maintain.
     pub policy: MaintenancePolicy,
-    /// Storage settings (listing table locations for orphan cleanup).
-    pub s3: S3Settings,
+    /// The storage and the warehouse orphan cleanup is confined to.
+    pub storage: MaintenanceStorage,
 }
 
 /// What waits in the ledger for one table.
@@ -145,7 +146,7 @@ pub async fn run_tick(
             maintain_tables(
                 catalog,
                 ledger,
-                &maintenance.s3,
+                &maintenance.storage,
                 &committed_tables(&pass),
                 &maintenance.policy,
                 config.deadline,
@@ -263,6 +264,7 @@ impl TickReport {
                         "files_deleted": m.files_deleted,
                         "manifests_rewritten": m.manifests_rewritten,
                         "orphan_cleanup": m.orphan_cleanup,
+                        "steps_off": m.steps_off.iter().map(ToString::to_string).collect::<Vec<_>>(),
                     }),
                     Err(e) => json!({"error": e}),
                 };

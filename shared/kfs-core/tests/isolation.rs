@@ -62,7 +62,10 @@ async fn a_broken_table_and_an_unreadable_ledger_item_stop_nothing_else() -> Tes
     // A committer tick, maintenance and backlog included.
     let maintenance = kfs_core::TickMaintenance {
         policy: kfs_core::MaintenancePolicy::default(),
-        s3: kfs_core::S3Settings::default(),
+        storage: kfs_core::MaintenanceStorage {
+            s3: kfs_core::S3Settings::default(),
+            warehouse: kfs_core::Warehouse::Local(local.dir.path().join("wh")),
+        },
     };
     let tick = kfs_core::run_tick(
         &local.source,

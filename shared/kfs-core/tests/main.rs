@@ -13,6 +13,7 @@ mod json_values_props;
 mod json_widening;
 mod lfs_records;
 mod memory_catalog;
+mod neighbours;
 mod parquet_merge;
 mod partition_evolution;
 mod poison_records;

@@ -77,7 +77,10 @@ async fn the_pipeline_runs_on_the_memory_catalog() -> Result<(), BoxError> {
         catalog,
         swap,
         &local.ledger,
-        &S3Settings::default(),
+        &kfs_core::MaintenanceStorage {
+            s3: S3Settings::default(),
+            warehouse: Warehouse::Local(local.dir.path().join("memory-wh")),
+        },
         &ident,
         &policy,
         None,

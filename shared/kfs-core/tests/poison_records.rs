@@ -479,7 +479,10 @@ async fn a_segment_in_many_partition_values_keeps_its_ledger_item_small() -> Tes
         dry_run: true,
     };
     let ident = table_ident(&name);
-    let s3 = S3Settings::default();
+    let s3 = kfs_core::MaintenanceStorage {
+        s3: S3Settings::default(),
+        warehouse: kfs_core::Warehouse::Local(local.dir.path().join("wh")),
+    };
     let report = remove_orphans(&local.catalog, &local.ledger, &ident, &s3, &rule).await?;
     assert!(report.orphans.is_empty(), "{:?}", report.orphans);
     // The commit reads the descriptions back: every record lands once.

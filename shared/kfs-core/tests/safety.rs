@@ -33,6 +33,14 @@ fn name(text: &str) -> TableName {
     TableName::parse(text).unwrap_or_else(|| panic!("{text}"))
 }
 
+/// The warehouse of `local`, where its maintenance may list and delete.
+fn storage(local: &Local) -> kfs_core::MaintenanceStorage {
+    kfs_core::MaintenanceStorage {
+        s3: S3Settings::default(),
+        warehouse: Warehouse::Local(local.dir.path().join("wh")),
+    }
+}
+
 /// Every offset of `table` is there exactly once: `(partition 0, 0..count)`.
 async fn exactly_once(catalog: &dyn Catalog, table: &TableName, count: i64) -> TestResult {
     let found = offsets(catalog, table).await?;
@@ -216,7 +224,7 @@ async fn a_table_kfs_iceberg_did_not_create_is_never_written_compacted_or_cleane
         &local.catalog,
         &local.swap,
         &local.ledger,
-        &S3Settings::default(),
+        &storage(&local),
         &ident,
         &MaintenancePolicy::default(),
         None,
@@ -406,7 +414,7 @@ async fn orphan_cleanup_never_deletes_files_a_commit_lands_meanwhile() -> TestRe
         &local.catalog,
         &ledger,
         &table_ident(&table),
-        &S3Settings::default(),
+        &storage(&local),
         &OrphanRule {
             older_than: std::time::Duration::ZERO,
             now_ms: now_ms() + 60_000,
@@ -434,7 +442,7 @@ async fn orphan_cleanup_refuses_young_ages_and_ledgers_that_cannot_see_the_pendi
         force,
         dry_run: true,
     };
-    let s3 = S3Settings::default();
+    let s3 = storage(&local);
     let young = remove_orphans(&local.catalog, &local.ledger, &ident, &s3, &rule(0, false)).await;
     assert!(
         young.as_ref().is_err_and(

@@ -170,7 +170,10 @@ async fn deliver_commit_and_read_back(
         etcd: kfs_etcd::EtcdConnection::plain(vec![etcd.endpoint.clone()]),
         maintenance: Some(kfs_core::TickMaintenance {
             policy: MaintenancePolicy::default(),
-            s3: stack.s3.clone(),
+            storage: kfs_core::MaintenanceStorage {
+                s3: stack.s3.clone(),
+                warehouse: stack.warehouse.clone(),
+            },
         }),
         tick_log: Some(kfs_core::TickLog::new(
             stack.s3.file_io(),

@@ -53,6 +53,7 @@ pub struct BenchTable {
     pub name: TableName,
     table: iceberg::table::Table,
     listing: BTreeMap<i32, BTreeSet<i64>>,
+    warehouse: Warehouse,
 }
 
 impl BenchTable {
@@ -74,7 +75,17 @@ impl BenchTable {
             name,
             table,
             listing: BTreeMap::new(),
+            warehouse,
         })
+    }
+
+    /// Where its maintenance may list and delete.
+    #[allow(dead_code)] // not every benchmark maintains
+    pub fn storage(&self) -> kfs_core::MaintenanceStorage {
+        kfs_core::MaintenanceStorage {
+            s3: S3Settings::default(),
+            warehouse: self.warehouse.clone(),
+        }
     }
 
     /// The table as created.

@@ -66,6 +66,19 @@ pub async fn expire_snapshots(
     };
     let table = catalog.load_table(ident).await.map_err(iceberg)?;
     super::ensure_ours(&table)?;
+    // gc.enabled=false: the files may be another table's too; no override.
+    if let Some(off) = super::step_off(
+        &name,
+        table.metadata().properties(),
+        super::MaintenanceStep::SnapshotExpiry,
+    )?
+    .filter(|off| !off.overridable)
+    {
+        return Err(MaintenanceError::Refused {
+            table: name.clone(),
+            reason: format!("{off}: nothing is expired or deleted"),
+        });
+    }
     let metadata = table.metadata();
     let lineage: Vec<i64> = ancestry(&table).map(|s| s.snapshot_id()).collect();
     let all: Vec<SnapshotStat> = metadata

@@ -6,14 +6,21 @@
 //! its pointer swap ([`TableSwap`]) for replace snapshots.
 
 mod compact;
+mod confine;
 mod expire;
 mod manifests;
 mod orphans;
+mod switches;
 
 pub use compact::{CompactionReport, compact_table};
+pub use confine::{MaintenanceStorage, Neighbours};
 pub use expire::{ExpiryReport, expire_snapshots};
 pub use manifests::rewrite_manifests;
-pub use orphans::{MIN_ORPHAN_AGE, OrphanReport, OrphanRule, remove_orphans};
+pub use orphans::{MIN_ORPHAN_AGE, OrphanReport, OrphanRule, remove_orphans, remove_orphans_among};
+pub use switches::{
+    GC_ENABLED_PROPERTY, MAINTENANCE_ENABLED_PROPERTY, MaintenanceStep, StepOff, ensure_step_on,
+    step_off,
+};
 
 use crate::catalog::CatalogAccess;
 use crate::catalog::TableSwap;
@@ -117,6 +124,9 @@ pub struct MaintenancePolicy {
     pub force_orphan_age: bool,
     /// How often orphan cleanup runs per table.
     pub orphan_interval: std::time::Duration,
+    /// Run the steps a table property turns off (`kfs.maintenance.<step>.enabled=false`):
+    /// an operator's explicit override. Never overrides `gc.enabled=false`.
+    pub ignore_table_switches: bool,
 }
 
 impl Default for MaintenancePolicy {
@@ -130,6 +140,7 @@ impl Default for MaintenancePolicy {
             orphan_age: Some(std::time::Duration::from_secs(3 * 86_400)),
             force_orphan_age: false,
             orphan_interval: std::time::Duration::from_secs(3600),
+            ignore_table_switches: false,
         }
     }
 }
@@ -147,6 +158,9 @@ pub struct MaintenanceSummary {
     pub manifests_rewritten: bool,
     /// Whether orphan cleanup ran.
     pub orphan_cleanup: bool,
+    /// Steps a table property turned off (`kfs.maintenance.<step>.enabled=false`,
+    /// `gc.enabled=false`): the platform or another engine maintains the table.
+    pub steps_off: Vec<StepOff>,
 }
 
 fn millis(duration: std::time::Duration) -> i64 {
@@ -154,51 +168,148 @@ fn millis(duration: std::time::Duration) -> i64 {
 }
 
 /// Maintains one table by `policy`, stopping before `deadline`: compaction, expiry,
-/// manifest rewrite, and (once per interval) orphan cleanup.
+/// manifest rewrite, and (once per interval) orphan cleanup, each unless a table
+/// property turns it off ([`step_off`]). Orphan cleanup checks the tables of the
+/// table's namespace ([`Neighbours`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn maintain_table(
     catalog: &dyn Catalog,
     swap: &dyn TableSwap,
     ledger: &impl Ledger,
-    s3: &crate::storage::S3Settings,
+    storage: &MaintenanceStorage,
     ident: &TableIdent,
     policy: &MaintenancePolicy,
     deadline: Option<Instant>,
     now_ms: i64,
 ) -> Result<MaintenanceSummary, MaintenanceError> {
+    let mut neighbours = NeighbourCache::new([ident.namespace().clone()]);
+    let site = Site {
+        catalog,
+        swap,
+        storage,
+    };
+    maintain_one(
+        &site,
+        ledger,
+        ident,
+        policy,
+        deadline,
+        now_ms,
+        &mut neighbours,
+    )
+    .await
+}
+
+/// Where maintenance runs: the catalog, its pointer swap and the storage.
+struct Site<'a> {
+    catalog: &'a dyn Catalog,
+    swap: &'a dyn TableSwap,
+    storage: &'a MaintenanceStorage,
+}
+
+/// The other tables' locations, read once per maintenance run, when a cleanup first
+/// needs them.
+struct NeighbourCache {
+    namespaces: Vec<iceberg::NamespaceIdent>,
+    loaded: Option<Neighbours>,
+}
+
+impl NeighbourCache {
+    fn new(namespaces: impl IntoIterator<Item = iceberg::NamespaceIdent>) -> Self {
+        Self {
+            namespaces: namespaces.into_iter().collect(),
+            loaded: None,
+        }
+    }
+
+    async fn get(&mut self, catalog: &dyn Catalog) -> &Neighbours {
+        if self.loaded.is_none() {
+            let loaded = Neighbours::load(catalog, self.namespaces.iter().cloned()).await;
+            self.loaded = Some(loaded);
+        }
+        self.loaded.get_or_insert_with(Neighbours::default)
+    }
+}
+
+/// The steps of `ident` its properties turn off (unless `policy` overrides them).
+async fn steps_off(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    policy: &MaintenancePolicy,
+) -> Result<Vec<StepOff>, MaintenanceError> {
+    let name = ident.to_string();
+    let table = catalog
+        .load_table(ident)
+        .await
+        .map_err(|source| MaintenanceError::Iceberg {
+            table: name.clone(),
+            source: Box::new(source),
+        })?;
+    let mut off = Vec::new();
+    for step in MaintenanceStep::ALL {
+        if let Some(switch) = step_off(&name, table.metadata().properties(), step)?
+            && !(policy.ignore_table_switches && switch.overridable)
+        {
+            off.push(switch);
+        }
+    }
+    Ok(off)
+}
+
+async fn maintain_one(
+    site: &Site<'_>,
+    ledger: &impl Ledger,
+    ident: &TableIdent,
+    policy: &MaintenancePolicy,
+    deadline: Option<Instant>,
+    now_ms: i64,
+    neighbours: &mut NeighbourCache,
+) -> Result<MaintenanceSummary, MaintenanceError> {
+    let (catalog, swap) = (site.catalog, site.swap);
     let out_of_time = || deadline.is_some_and(|d| Instant::now() >= d);
-    let mut summary = MaintenanceSummary::default();
+    let mut summary = MaintenanceSummary {
+        steps_off: steps_off(catalog, ident, policy).await?,
+        ..MaintenanceSummary::default()
+    };
+    let runs = |step: MaintenanceStep| !summary.steps_off.iter().any(|off| off.step == step);
     // Each step loads the table and refuses one kfs-iceberg did not create.
-    if policy.compact {
+    if policy.compact && runs(MaintenanceStep::Compaction) {
         let report = compact_table(catalog, swap, ident, None, deadline, now_ms).await?;
         summary.files_compacted = report.files_removed;
     }
     if out_of_time() {
         return Ok(summary);
     }
-    let expiry = expire_snapshots(
-        catalog,
-        ident,
-        &ExpiryRule {
-            older_than_ms: now_ms.saturating_sub(millis(policy.snapshot_retention)),
-            retain_last: policy.retain_last,
-            max_snapshots: policy.max_snapshots,
-        },
-        false,
-    )
-    .await?;
-    summary.snapshots_expired = expiry.expired.len();
-    summary.files_deleted += expiry.deleted_files.len();
+    if runs(MaintenanceStep::SnapshotExpiry) {
+        let expiry = expire_snapshots(
+            catalog,
+            ident,
+            &ExpiryRule {
+                older_than_ms: now_ms.saturating_sub(millis(policy.snapshot_retention)),
+                retain_last: policy.retain_last,
+                max_snapshots: policy.max_snapshots,
+            },
+            false,
+        )
+        .await?;
+        summary.snapshots_expired = expiry.expired.len();
+        summary.files_deleted += expiry.deleted_files.len();
+    }
     if out_of_time() {
         return Ok(summary);
     }
-    summary.manifests_rewritten =
-        rewrite_manifests(catalog, swap, ident, policy.max_manifests, now_ms)
-            .await?
-            .is_some();
+    if runs(MaintenanceStep::ManifestRewrite) {
+        summary.manifests_rewritten =
+            rewrite_manifests(catalog, swap, ident, policy.max_manifests, now_ms)
+                .await?
+                .is_some();
+    }
     let Some(orphan_age) = policy.orphan_age else {
         return Ok(summary);
     };
+    if !runs(MaintenanceStep::OrphanRemoval) {
+        return Ok(summary);
+    }
     let name = ident.to_string();
     let iceberg = |source: iceberg::Error| MaintenanceError::Iceberg {
         table: name.clone(),
@@ -214,11 +325,12 @@ pub async fn maintain_table(
     if out_of_time() || now_ms.saturating_sub(last) < millis(policy.orphan_interval) {
         return Ok(summary);
     }
-    let orphans = remove_orphans(
+    let orphans = remove_orphans_among(
         catalog,
         ledger,
         ident,
-        s3,
+        site.storage,
+        neighbours.get(catalog).await,
         &OrphanRule {
             older_than: orphan_age,
             now_ms,
@@ -247,25 +359,35 @@ pub async fn maintain_table(
 pub async fn maintain_tables(
     catalog: CatalogAccess<'_>,
     ledger: &impl Ledger,
-    s3: &crate::storage::S3Settings,
+    storage: &MaintenanceStorage,
     tables: &[TableName],
     policy: &MaintenancePolicy,
     deadline: Option<Instant>,
 ) -> BTreeMap<String, Result<MaintenanceSummary, String>> {
     let mut done = BTreeMap::new();
+    // The namespaces maintained: no table of theirs may lie under a cleaned one.
+    let mut neighbours = NeighbourCache::new(
+        tables
+            .iter()
+            .map(|t| crate::table::table_ident(t).namespace().clone()),
+    );
+    let site = Site {
+        catalog: catalog.catalog,
+        swap: catalog.swap,
+        storage,
+    };
     for name in tables {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let result = maintain_table(
-            catalog.catalog,
-            catalog.swap,
+        let result = maintain_one(
+            &site,
             ledger,
-            s3,
             &crate::table::table_ident(name),
             policy,
             deadline,
             crate::clock::now_ms(),
+            &mut neighbours,
         )
         .await
         .map_err(|e| e.to_string());

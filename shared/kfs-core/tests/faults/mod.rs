@@ -536,6 +536,8 @@ pub struct Process<'a> {
     /// The schema registry of registry tables, under this process's fault (each
     /// process caches its own schemas, as each function instance does).
     pub schemas: Option<Arc<kfs_core::RegistrySchemas>>,
+    /// Where maintenance may list and delete: the deployment's warehouse.
+    pub storage: kfs_core::MaintenanceStorage,
 }
 
 /// The catalog of the deployment in `dir`.
@@ -578,6 +580,10 @@ impl<'a> Process<'a> {
             ledger: faulty_ledger(ledger, faults.clone(), false),
             faults,
             schemas: None,
+            storage: kfs_core::MaintenanceStorage {
+                s3: S3Settings::default(),
+                warehouse: Warehouse::Local(dir.join("wh")),
+            },
         })
     }
 
@@ -657,7 +663,7 @@ impl<'a> Process<'a> {
                 &self.catalog,
                 &self.swap,
                 &self.ledger,
-                &S3Settings::default(),
+                &self.storage,
                 &ident,
                 policy,
                 None,
