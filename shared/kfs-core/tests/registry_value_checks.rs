@@ -64,6 +64,7 @@ async fn convert(
 
 /// The values of the long column `column` by offset.
 async fn longs(local: &Local, column: &str) -> Result<BTreeMap<i64, Option<i64>>, BoxError> {
+    use arrow_array::Array;
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
     let name = config(MemoryRegistry::default()).naming.table_for("events");
