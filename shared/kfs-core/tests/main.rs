@@ -18,6 +18,7 @@ mod parquet_merge;
 mod partition_evolution;
 mod poison_records;
 mod quarantine_corpus;
+mod registry_value_checks;
 mod registry_values;
 mod runs;
 mod safety;

@@ -15,6 +15,9 @@
 //! | `decimal(p, s)` (p ≤ 38) | decimal(p, s) |
 //! | `uuid` | uuid |
 //!
+//! A value beyond its column's range (a decimal with more digits than its precision, a
+//! time outside the day) is a dead letter, never another value (`convert::fit`).
+//!
 //! A schema whose top level is not a record (a `"string"` key's) is one field,
 //! `value` (`cells::SCALAR_FIELD`).
 //!
@@ -23,6 +26,7 @@
 //! decimals beyond 38 digits or without a scale, recursive records.
 
 use super::cells::{Cell, SCALAR_FIELD, Shape, list_cell, map_cell, struct_cell};
+use super::fit::fit;
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use arrow_schema::{DataType, TimeUnit};
@@ -230,7 +234,8 @@ fn kind(value: &Value) -> String {
 }
 
 /// `value` as a cell of a column of type `data_type` (`top`: a top-level column, whose
-/// name may have been changed from its field's).
+/// name may have been changed from its field's); a value beyond the column's range is
+/// refused ([`fit`]), never changed.
 fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> {
     let value = match value {
         Value::Union(_, inner) => inner.as_ref(),
@@ -242,7 +247,7 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
             kind(value)
         ))
     };
-    Ok(match (data_type, value) {
+    let converted = match (data_type, value) {
         (_, Value::Null) => Cell::Null,
         (DataType::Boolean, Value::Boolean(b)) => Cell::Bool(*b),
         (DataType::Int32, Value::Int(i)) => Cell::Int(i64::from(*i)),
@@ -293,7 +298,13 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
         (DataType::Struct(fields), Value::Record(pairs)) => {
             let members: Vec<(&str, &Value)> =
                 pairs.iter().map(|(name, v)| (name.as_str(), v)).collect();
-            struct_cell(fields, &members, top, "field", |v, t| cell(v, t, false))?
+            let null = |v: &Value| {
+                matches!(v, Value::Null)
+                    || matches!(v, Value::Union(_, inner) if **inner == Value::Null)
+            };
+            struct_cell(fields, &members, (top, "field"), null, |v, t| {
+                cell(v, t, false)
+            })?
         }
         (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => {
             list_cell(item, items, |v, t| cell(v, t, false))?
@@ -304,7 +315,8 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
             |v, t| cell(v, t, false),
         )?,
         _ => return refused(),
-    })
+    };
+    fit(converted, data_type)
 }
 
 #[cfg(test)]

@@ -3,14 +3,17 @@
 //! ids ([`absorb`]), and rows of [`Cell`]s as Arrow columns ([`column`]).
 //!
 //! Field ids stay stable across schema versions: a field is matched to its column by
-//! name (the name every catalog accepts, `crate::table::column_for`), a new field is a
-//! new optional column with a new id, a field a version leaves out keeps its column
-//! (null in that version's rows), and a type changes only as Iceberg allows (int to
-//! long, float to double, a decimal's precision up at the same scale). Any other
-//! change is refused with the reason: that version's records are dead letters.
+//! name (`crate::table::place`, the rule of JSON fields: two fields whose names map to
+//! one column, `a-b` and `a_b`, are refused, never merged), a new field is a new
+//! optional column with a new id, a field a version leaves out keeps its column (null
+//! in that version's rows), and a type changes only as Iceberg allows (int to long,
+//! float to double, a decimal's precision up at the same scale). Any other change is
+//! refused with the reason: that version's records are dead letters.
 
 use std::sync::Arc;
 
+use super::json::new_field;
+use crate::table::Placement;
 use arrow_array::builder::{
     BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder,
     Int64Builder, LargeBinaryBuilder, LargeStringBuilder, StringBuilder, Time64MicrosecondBuilder,
@@ -74,9 +77,9 @@ pub fn absorb(
     let mut grown: Vec<NestedFieldRef> = fields.to_vec();
     let mut changed = false;
     for (name, field_shape) in shape {
-        let column = crate::table::column_for(name, top);
-        match grown.iter().position(|f| f.name == column.as_ref()) {
-            Some(at) => {
+        // The JSON fields' rule: a column holding another field is refused.
+        match crate::table::place(&grown, name, top, name)? {
+            Placement::Column(at) => {
                 let existing = &grown[at];
                 if let Some(field_type) = grow(&existing.field_type, field_shape, next_id)
                     .map_err(|e| format!("field {name}: {e}"))?
@@ -87,22 +90,11 @@ pub fn absorb(
                     changed = true;
                 }
             }
-            None => {
-                if grown
-                    .iter()
-                    .any(|f| f.name.eq_ignore_ascii_case(column.as_ref()))
-                {
-                    return Err(format!(
-                        "field {name} differs only in case from a column the table has"
-                    ));
-                }
+            Placement::New { name: column, doc } => {
                 let id = take(next_id);
-                let mut field =
-                    NestedField::optional(id, column.as_ref(), type_of(field_shape, next_id));
-                if column != name.as_str() {
-                    field = field.with_doc(crate::table::field_doc(name));
-                }
-                grown.push(Arc::new(field));
+                let field_type =
+                    type_of(field_shape, next_id).map_err(|e| format!("field {name}: {e}"))?;
+                grown.push(new_field(id, &column, field_type, doc));
                 changed = true;
             }
         }
@@ -161,7 +153,7 @@ pub fn absorb_as(
         None => {
             let id = take(next_id);
             grown.push(Arc::new(
-                NestedField::optional(id, column, type_of(&key, next_id))
+                NestedField::optional(id, column, type_of(&key, next_id)?)
                     .with_doc("kfs: the record's key, decoded with its registry schema"),
             ));
         }
@@ -176,33 +168,31 @@ fn take(next_id: &mut i32) -> i32 {
 }
 
 /// The Iceberg type of a new column of `shape`, its nested fields numbered from
-/// `next_id`.
-fn type_of(shape: &Shape, next_id: &mut i32) -> Type {
-    match shape {
+/// `next_id`; two fields of a struct that map to one column are refused.
+fn type_of(shape: &Shape, next_id: &mut i32) -> Result<Type, String> {
+    Ok(match shape {
         Shape::Primitive(p) => Type::Primitive(p.clone()),
         Shape::Struct(fields) => {
             let ids: Vec<i32> = fields.iter().map(|_| take(next_id)).collect();
-            Type::Struct(StructType::new(
-                fields
-                    .iter()
-                    .zip(ids)
-                    .map(|((name, s), id)| {
-                        let column = crate::table::column_for(name, false);
-                        let mut field =
-                            NestedField::optional(id, column.as_ref(), type_of(s, next_id));
-                        if column != name.as_str() {
-                            field = field.with_doc(crate::table::field_doc(name));
-                        }
-                        Arc::new(field)
-                    })
-                    .collect(),
-            ))
+            let mut built: Vec<NestedFieldRef> = Vec::with_capacity(fields.len());
+            for ((name, s), id) in fields.iter().zip(ids) {
+                let Placement::New { name: column, doc } =
+                    crate::table::place(&built, name, false, name)?
+                else {
+                    return Err(format!(
+                        "field {name:?} maps to a column another field of its struct holds"
+                    ));
+                };
+                let field_type = type_of(s, next_id).map_err(|e| format!("field {name}: {e}"))?;
+                built.push(new_field(id, &column, field_type, doc));
+            }
+            Type::Struct(StructType::new(built))
         }
         Shape::List(item) => {
             let id = take(next_id);
             Type::List(ListType::new(Arc::new(NestedField::list_element(
                 id,
-                type_of(item, next_id),
+                type_of(item, next_id)?,
                 false,
             ))))
         }
@@ -215,12 +205,12 @@ fn type_of(shape: &Shape, next_id: &mut i32) -> Type {
                 )),
                 Arc::new(NestedField::map_value_element(
                     value_id,
-                    type_of(value, next_id),
+                    type_of(value, next_id)?,
                     false,
                 )),
             ))
         }
-    }
+    })
 }
 
 /// The type `existing` becomes to hold `shape` too (`None`: it holds it as it is).
@@ -229,7 +219,7 @@ fn grow(existing: &Type, shape: &Shape, next_id: &mut i32) -> Result<Option<Type
     let refused = || {
         Err(format!(
             "the table's column is {existing}, the schema's field is {}",
-            type_of(shape, &mut 0)
+            type_of(shape, &mut 0).map_or_else(|e| e, |t| t.to_string())
         ))
     };
     match (existing, shape) {
@@ -283,27 +273,36 @@ fn grow(existing: &Type, shape: &Shape, next_id: &mut i32) -> Result<Option<Type
 }
 
 /// The cell of a struct column of `fields` from a value's named `members` (an Avro
-/// record's fields, a JSON object's properties), each converted by `convert`; a
-/// column no member names is null. `top`: the table's top level (whose column names
-/// may differ from their fields'); `member` names a member in errors.
+/// record's fields, a JSON object's properties, a Protobuf message's fields), each
+/// converted by `convert`; a column no member names is null. `top`: the table's top
+/// level (whose column names may differ from their fields'); `member` names a member in
+/// errors. Nothing is lost: a member without a column that is not null (`is_null`), or
+/// two members naming one column, is an error.
 pub fn struct_cell<V>(
     fields: &arrow_schema::Fields,
     members: &[(&str, &V)],
-    top: bool,
-    member: &str,
+    (top, member): (bool, &str),
+    is_null: impl Fn(&V) -> bool,
     convert: impl Fn(&V, &DataType) -> Result<Cell, String>,
 ) -> Result<Cell, String> {
-    let mut children = Vec::with_capacity(fields.len());
-    for field in fields {
-        let found = members
-            .iter()
-            .find(|(name, _)| crate::table::column_for(name, top) == field.name().as_str());
-        children.push(match found {
-            Some((name, value)) => {
-                convert(value, field.data_type()).map_err(|e| format!("{member} {name}: {e}"))?
+    let mut children = vec![Cell::Null; fields.len()];
+    let mut named: Vec<Option<&str>> = vec![None; fields.len()];
+    for (name, value) in members {
+        let column = crate::table::column_for(name, top);
+        let Some(at) = fields.iter().position(|f| f.name().as_str() == column) else {
+            if is_null(value) {
+                continue;
             }
-            None => Cell::Null,
-        });
+            return Err(format!("{member} {name} has no column in the table"));
+        };
+        if let Some(other) = named[at] {
+            return Err(format!(
+                "{member}s {other} and {name} map to one column, {column}"
+            ));
+        }
+        named[at] = Some(name);
+        children[at] =
+            convert(value, fields[at].data_type()).map_err(|e| format!("{member} {name}: {e}"))?;
     }
     Ok(Cell::Struct(children))
 }

@@ -16,11 +16,19 @@
 //! A schema whose top level is not an object is one field, `value`
 //! (`cells::SCALAR_FIELD`).
 //!
+//! Nothing is dropped or changed: a value holding a property its schema does not
+//! declare (JSON Schema allows them unless `additionalProperties` is `false`; the
+//! table has no column for them), or a number beyond its column's range (an int
+//! beyond 32 bits, a `format: float` beyond a float's range, `convert::fit`), is a
+//! dead letter naming the property and the reason, as Kafka Connect's JSON Schema
+//! converter fails on them.
+//!
 //! Not mapped (the writer schema's records go to the dead-letter table with the
 //! reason): a schema without a type, unions of several non-null types, references
 //! outside the document, recursive schemas.
 
 use super::cells::{Cell, SCALAR_FIELD, Shape, list_cell, map_cell, struct_cell};
+use super::fit::fit;
 use arrow_schema::DataType;
 use iceberg::spec::PrimitiveType;
 use serde_json::Value;
@@ -66,14 +74,60 @@ impl JsonSchemaWriter {
                 e.column()
             )
         })?;
-        if self.scalar {
-            let object = Value::Object([(SCALAR_FIELD.to_owned(), value)].into_iter().collect());
-            return cell(&object, columns, top);
-        }
-        if !value.is_object() {
+        let value = if self.scalar {
+            Value::Object([(SCALAR_FIELD.to_owned(), value)].into_iter().collect())
+        } else {
+            value
+        };
+        let Value::Object(properties) = &value else {
             return Err("JSON payload is not an object".into());
-        }
+        };
+        undeclared(properties, &self.shape).map_err(|path| {
+            format!(
+                "property {path:?} is not declared by the schema (or is declared null): the table has no column for it"
+            )
+        })?;
         cell(&value, columns, top)
+    }
+}
+
+/// The path of the first property of `properties` (an object of the table form
+/// `fields`) that holds a value its schema does not declare (nested ones included:
+/// `s.x`, `list[].x`); a null one holds nothing and is allowed. JSON Schema allows
+/// undeclared properties unless `additionalProperties` is `false`, but only declared
+/// ones have columns: as Kafka Connect's JSON Schema converter fails on unknown
+/// properties, the record is a dead letter naming it rather than losing it.
+fn undeclared(
+    properties: &serde_json::Map<String, Value>,
+    fields: &[(String, Shape)],
+) -> Result<(), String> {
+    for (name, value) in properties {
+        match fields.iter().find(|(declared, _)| declared == name) {
+            Some((_, shape)) => {
+                undeclared_within(value, shape).map_err(|path| format!("{name}{path}"))?;
+            }
+            None if value.is_null() => {}
+            None => return Err(name.clone()),
+        }
+    }
+    Ok(())
+}
+
+/// [`undeclared`] within one value of table form `shape`; the path is relative
+/// (`.x`, `[].x`).
+fn undeclared_within(value: &Value, shape: &Shape) -> Result<(), String> {
+    match (shape, value) {
+        (Shape::Struct(fields), Value::Object(properties)) => {
+            undeclared(properties, fields).map_err(|path| format!(".{path}"))
+        }
+        (Shape::List(item), Value::Array(items)) => items
+            .iter()
+            .try_for_each(|v| undeclared_within(v, item))
+            .map_err(|path| format!("[]{path}")),
+        (Shape::Map(values), Value::Object(entries)) => entries.iter().try_for_each(|(key, v)| {
+            undeclared_within(v, values).map_err(|path| format!(".{key}{path}"))
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -202,7 +256,8 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-/// `value` as a cell of a column of type `data_type` (`top`: a top-level column).
+/// `value` as a cell of a column of type `data_type` (`top`: a top-level column); a
+/// value beyond the column's range is refused ([`fit`]), never changed.
 fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> {
     let refused = || {
         Err(format!(
@@ -210,12 +265,17 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
             kind(value)
         ))
     };
-    Ok(match (data_type, value) {
+    let converted = match (data_type, value) {
         (_, Value::Null) => Cell::Null,
         (DataType::Boolean, Value::Bool(b)) => Cell::Bool(*b),
         (DataType::Int64 | DataType::Int32, Value::Number(n)) => match n.as_i64() {
-            Some(i) if *data_type == DataType::Int64 || i32::try_from(i).is_ok() => Cell::Int(i),
-            _ => return Err(format!("JSON number {n} does not fit a {data_type} column")),
+            Some(i) => Cell::Int(i),
+            None if n.is_u64() => return Err(format!("{n} is beyond the range of a long column")),
+            None => {
+                return Err(format!(
+                    "JSON number {n} is not an integer, as a {data_type} column requires"
+                ));
+            }
         },
         (DataType::Float64 | DataType::Float32, Value::Number(n)) => match n.as_f64() {
             Some(f) => Cell::Float(f),
@@ -227,7 +287,13 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
                 .iter()
                 .map(|(name, v)| (name.as_str(), v))
                 .collect();
-            struct_cell(fields, &members, top, "property", |v, t| cell(v, t, false))?
+            struct_cell(
+                fields,
+                &members,
+                (top, "property"),
+                Value::is_null,
+                |v, t| cell(v, t, false),
+            )?
         }
         (DataType::List(item) | DataType::LargeList(item), Value::Array(items)) => {
             list_cell(item, items, |v, t| cell(v, t, false))?
@@ -238,7 +304,8 @@ fn cell(value: &Value, data_type: &DataType, top: bool) -> Result<Cell, String> 
             |v, t| cell(v, t, false),
         )?,
         _ => return refused(),
-    })
+    };
+    fit(converted, data_type)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod avro;
 mod cells;
 mod columns;
 mod decode;
+mod fit;
 pub(crate) mod json;
 mod json_schema;
 mod lfs;
@@ -24,6 +25,8 @@ mod protobuf;
 mod registry;
 mod route;
 mod run;
+#[cfg(test)]
+mod value_checks;
 mod writer;
 
 pub(crate) use cells::{Role, Shape, absorb_as};

@@ -16,7 +16,7 @@
 //! | `repeated` | list |
 //! | `map<K, V>` | map with string keys (integer and boolean keys as text) |
 //! | `oneof` | each member its own column, null unless it is the one set |
-//! | `google.protobuf.Timestamp` | timestamptz (µs) |
+//! | `google.protobuf.Timestamp` | timestamptz (µs: nanos below a microsecond are dropped; nanos outside `[0, 999 999 999]` are a dead letter) |
 //! | `google.protobuf.*Value` wrappers | the wrapped type, null when unset |
 //!
 //! Presence follows the schema, as Kafka Connect's converter reads it: a proto3 scalar
@@ -27,7 +27,8 @@
 //! reason): recursive messages (`google.protobuf.Struct` among them), and imports
 //! that are neither registry references nor Google's well-known types.
 
-use super::cells::{Cell, Shape, list_cell, map_cell};
+use super::cells::{Cell, Shape, list_cell, map_cell, struct_cell};
+use super::fit::fit;
 use crate::registry::SchemaId;
 use arrow_schema::{DataType, TimeUnit};
 use iceberg::spec::PrimitiveType;
@@ -352,7 +353,7 @@ fn message_cell(
             unknown.number()
         ));
     }
-    let members: Vec<(String, Member<'_>)> = descriptor
+    let members: Vec<Member<'_>> = descriptor
         .fields()
         .map(|field| {
             // Explicit presence (optional, proto2, messages, oneof members): null when
@@ -362,35 +363,15 @@ fn message_cell(
             } else {
                 Some(message.get_field(&field))
             };
-            (field.name().to_owned(), Member { field, value })
+            Member { field, value }
         })
         .collect();
-    let mut children = Vec::with_capacity(fields.len());
-    for column in fields {
-        let found = members
-            .iter()
-            .find(|(name, _)| crate::table::column_for(name, top) == column.name().as_str());
-        children.push(match found {
-            Some((name, member)) => {
-                member_cell(member, column.data_type()).map_err(|e| format!("field {name}: {e}"))?
-            }
-            None => Cell::Null,
-        });
-    }
+    let named: Vec<(&str, &Member<'_>)> = members.iter().map(|m| (m.field.name(), m)).collect();
     // A value of a message whose fields the table was not grown by (it names another
-    // message than those the segment's scan saw) must not lose a field silently.
-    for (name, member) in &members {
-        let has_column = fields
-            .iter()
-            .any(|c| crate::table::column_for(name, top) == c.name().as_str());
-        if !has_column && member.value.is_some() && message.has_field(&member.field) {
-            return Err(format!(
-                "field {name} of message {} has no column in the table",
-                descriptor.full_name()
-            ));
-        }
-    }
-    Ok(Cell::Struct(children))
+    // message than those the segment's scan saw) must not lose a field silently: a
+    // field set without a column is an error.
+    let unset = |m: &Member<'_>| m.value.is_none() || !message.has_field(&m.field);
+    struct_cell(fields, &named, (top, "field"), unset, member_cell)
 }
 
 fn member_cell(member: &Member<'_>, data_type: &DataType) -> Result<Cell, String> {
@@ -458,9 +439,10 @@ fn kind_name(value: &Value) -> &'static str {
     }
 }
 
-/// One (non-repeated) value of kind `kind` as a cell of a column of type `data_type`.
+/// One (non-repeated) value of kind `kind` as a cell of a column of type `data_type`;
+/// a value beyond the column's range is refused ([`fit`]), never changed.
 fn value_cell(value: &Value, kind: &Kind, data_type: &DataType) -> Result<Cell, String> {
-    Ok(match (data_type, value) {
+    let converted = match (data_type, value) {
         (DataType::Boolean, Value::Bool(b)) => Cell::Bool(*b),
         (DataType::Int32 | DataType::Int64, Value::I32(i)) => Cell::Int(i64::from(*i)),
         (DataType::Int64, Value::I64(i)) => Cell::Int(*i),
@@ -484,14 +466,7 @@ fn value_cell(value: &Value, kind: &Kind, data_type: &DataType) -> Result<Cell, 
         (DataType::Timestamp(TimeUnit::Microsecond, _), Value::Message(m))
             if m.descriptor().full_name() == TIMESTAMP =>
         {
-            let field = |name: &str| m.get_field_by_name(name).map(|v| v.into_owned());
-            let seconds = field("seconds").and_then(|v| v.as_i64()).unwrap_or(0);
-            let nanos = field("nanos").and_then(|v| v.as_i32()).unwrap_or(0);
-            seconds
-                .checked_mul(1_000_000)
-                .and_then(|us| us.checked_add(i64::from(nanos) / 1000))
-                .map(Cell::Int)
-                .ok_or_else(|| format!("timestamp of {seconds} s is beyond microseconds"))?
+            Cell::Int(timestamp_micros(m)?)
         }
         (DataType::Struct(fields), Value::Message(m)) => message_cell(m, fields, false)?,
         (_, Value::Message(m)) if wrapper(&m.descriptor()).is_some() => {
@@ -510,7 +485,27 @@ fn value_cell(value: &Value, kind: &Kind, data_type: &DataType) -> Result<Cell, 
                 kind_name(other)
             ));
         }
-    })
+    };
+    fit(converted, data_type)
+}
+
+/// A `google.protobuf.Timestamp` in microseconds since the epoch: the sub-microsecond
+/// part of its nanos is dropped (the column holds microseconds); nanos outside
+/// `[0, 999 999 999]`, which the type does not allow, and an instant beyond 64-bit
+/// microseconds are refused, never read as another instant.
+fn timestamp_micros(m: &prost_reflect::DynamicMessage) -> Result<i64, String> {
+    let field = |name: &str| m.get_field_by_name(name).map(|v| v.into_owned());
+    let seconds = field("seconds").and_then(|v| v.as_i64()).unwrap_or(0);
+    let nanos = field("nanos").and_then(|v| v.as_i32()).unwrap_or(0);
+    if !(0..1_000_000_000).contains(&nanos) {
+        return Err(format!(
+            "timestamp nanos {nanos} is outside 0 to 999999999, as google.protobuf.Timestamp requires"
+        ));
+    }
+    seconds
+        .checked_mul(1_000_000)
+        .and_then(|us| us.checked_add(i64::from(nanos / 1000)))
+        .ok_or_else(|| format!("timestamp of {seconds} s is beyond the range of microseconds"))
 }
 
 #[cfg(test)]

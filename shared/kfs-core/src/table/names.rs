@@ -18,6 +18,9 @@
 //! mapping. Any other column of that name, or one differing from it only in case (Glue
 //! and Hive-style engines do not tell `Id` from `id`), belongs to another field: the
 //! record is a dead letter with the reason, never a failed schema change.
+//!
+//! The rule is [`place`], for the fields of JSON values and of registry schemas (Avro,
+//! Protobuf, JSON Schema) alike: `a-b`, `a_b`, `a.b` and `a b` never share a column.
 
 use std::borrow::Cow;
 
@@ -110,7 +113,10 @@ pub fn place<'a>(
     if let Some(index) = fields.iter().position(|f| f.name == column) {
         let field = &fields[index];
         let recorded = field.doc.as_deref().filter(|d| d.starts_with(DOC_PREFIX));
-        if recorded == doc.as_deref() {
+        // Registry tables recorded a renamed metadata field's name too (`offset` in
+        // `value_offset`): that column holds the field alike.
+        let legacy = || doc.is_none() && recorded == Some(field_doc(name).as_str());
+        if recorded == doc.as_deref() || legacy() {
             return Ok(Placement::Column(index));
         }
         return Err(format!(

@@ -233,3 +233,39 @@ pub async fn offsets(
     }
     Ok(found)
 }
+
+/// The reasons of the dead letters of the table `name`, by offset (empty when its
+/// dead-letter table has no rows).
+pub async fn dead_letter_reasons(
+    catalog: &dyn Catalog,
+    name: &TableName,
+) -> Result<BTreeMap<i64, String>, BoxError> {
+    use arrow_array::cast::AsArray;
+    let ident = table_ident(&name.dead_letters());
+    let mut found = BTreeMap::new();
+    if !catalog.table_exists(&ident).await? {
+        return Ok(found);
+    }
+    let table = catalog.load_table(&ident).await?;
+    if table.metadata().current_snapshot().is_none() {
+        return Ok(found);
+    }
+    let batches: Vec<arrow_array::RecordBatch> = table
+        .scan()
+        .select(["offset", "error"])
+        .build()?
+        .to_arrow()
+        .await?
+        .try_collect()
+        .await?;
+    for batch in batches {
+        let offsets = batch
+            .column(0)
+            .as_primitive::<arrow_array::types::Int64Type>();
+        let errors = batch.column(1).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            found.insert(offsets.value(row), errors.value(row).to_owned());
+        }
+    }
+    Ok(found)
+}

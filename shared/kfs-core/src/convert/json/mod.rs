@@ -409,7 +409,12 @@ fn merge_fields(
 }
 
 /// A new optional column, with the doc recording its field's name when they differ.
-fn new_field(id: i32, name: &str, field_type: Type, doc: Option<String>) -> NestedFieldRef {
+pub(crate) fn new_field(
+    id: i32,
+    name: &str,
+    field_type: Type,
+    doc: Option<String>,
+) -> NestedFieldRef {
     let field = NestedField::optional(id, name, field_type);
     Arc::new(match doc {
         Some(doc) => field.with_doc(doc),
