@@ -595,18 +595,22 @@ async fn convert_registry_segment(
         let mut fields = current.as_struct().fields().to_vec();
         let mut next_id = next_field_id(&table);
         let mut writers = RegistryWriters::default();
+        let caps = crate::convert::json::ColumnCaps::of(&table);
         for (role, id, resolved) in &parsed {
             let writer = resolved.clone().and_then(|(shapes, writer)| {
-                if let Some(grown) = absorb_shapes((*role, keys), &fields, &shapes, &mut next_id)
-                    .map_err(|why| {
-                        format!(
-                            "{} cannot be written to table {}: {why}",
-                            whose(*role, id),
-                            target.name
-                        )
-                    })?
+                // Measured before any change: a schema beyond the table's column cap
+                // changes nothing, its records are dead letters.
+                let mut grown_id = next_id;
+                let cannot = |why: String| {
+                    let whose = whose(*role, id);
+                    format!("{whose} cannot be written to table {}: {why}", target.name)
+                };
+                if let Some(grown) =
+                    absorb_shapes((*role, keys), &fields, &shapes, &mut grown_id).map_err(cannot)?
                 {
+                    caps.fields_within(grown_id).map_err(cannot)?;
                     fields = grown;
+                    next_id = grown_id;
                 }
                 Ok(writer)
             });
@@ -630,6 +634,9 @@ async fn convert_registry_segment(
                 Err(e) if crate::fault::iceberg_error_kind(&e).quarantines() => {
                     for (role, id, resolved) in &parsed {
                         let Ok((shapes, _)) = resolved else { continue };
+                        if matches!(writers.of(*role).get(id), Some(Err(_))) {
+                            continue;
+                        }
                         let current = table.metadata().current_schema().clone();
                         let mut next_id = next_field_id(&table);
                         // Fits as it is, or refused already (`writers` says why).
