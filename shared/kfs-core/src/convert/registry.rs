@@ -50,16 +50,22 @@ impl WriterSchema {
     /// Schema, one per message the values name for Protobuf (`messages`: what a
     /// segment's values start with; one naming no message is left out, its values
     /// are dead letters when decoded).
+    /// Fields whose form is an empty struct (an empty record or message, or lists and
+    /// maps of them) are left out: Parquet has no empty struct, and such a column
+    /// would fail every data file of the table. Their values hold no field (a
+    /// Protobuf value setting one is a dead letter, as for any field without a
+    /// column).
     pub fn shapes(&self, messages: &MessageLists) -> Result<Vec<Vec<(String, Shape)>>, String> {
-        match self {
-            Self::Avro(avro) => Ok(vec![avro.shape.clone()]),
-            Self::JsonSchema(json) => Ok(vec![json.shape.clone()]),
+        let shapes = match self {
+            Self::Avro(avro) => vec![avro.shape.clone()],
+            Self::JsonSchema(json) => vec![json.shape.clone()],
             Self::Protobuf(protobuf) => messages
                 .iter()
                 .filter(|selector| protobuf.message(selector).is_ok())
                 .map(|selector| protobuf.shape(selector))
-                .collect(),
-        }
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(shapes.into_iter().map(storable_fields).collect())
     }
 
     /// Decodes a payload into a cell of `columns` (`top`: the table's payload
@@ -77,6 +83,27 @@ impl WriterSchema {
             Self::JsonSchema(json) => json.decode_counted(payload, columns, top),
             Self::Protobuf(protobuf) => protobuf.decode_counted(id, payload, (columns, top)),
         }
+    }
+}
+
+/// `fields` without those whose form holds no column (`WriterSchema::shapes`).
+fn storable_fields(fields: Vec<(String, Shape)>) -> Vec<(String, Shape)> {
+    fields
+        .into_iter()
+        .filter_map(|(name, shape)| Some((name, storable(shape)?)))
+        .collect()
+}
+
+/// `shape` without its empty structs; `None` when nothing is left of it.
+fn storable(shape: Shape) -> Option<Shape> {
+    match shape {
+        Shape::Primitive(_) => Some(shape),
+        Shape::Struct(fields) => {
+            let fields = storable_fields(fields);
+            (!fields.is_empty()).then_some(Shape::Struct(fields))
+        }
+        Shape::List(item) => storable(*item).map(|item| Shape::List(Box::new(item))),
+        Shape::Map(value) => storable(*value).map(|value| Shape::Map(Box::new(value))),
     }
 }
 
