@@ -169,11 +169,21 @@ fn late(progress: &TableProgress, key: &SegmentKey) -> Option<String> {
 
 impl TopicTable {
     /// Bytes of a segment of `size` bytes its conversion holds besides its decoding
-    /// (a JSON or registry table's segment read once for several passes).
+    /// (a JSON or registry table's segment read once for several passes), and, for a
+    /// registry table, the copies of one value at its bounds, which its segment's
+    /// size does not tell (a zlib value of a few KB inflating to
+    /// `registry::MAX_INFLATED_PAYLOAD`: [`INFLATED_VALUE_COPIES`] of it).
     pub fn held_bytes(&self, size: u64) -> u64 {
-        match crate::table::value_format_of(&self.table) {
+        let format = crate::table::value_format_of(&self.table);
+        let held = match format {
             Ok(ValueFormat::Json | ValueFormat::Registry) if size <= HELD_SEGMENT_BYTES => size,
             _ => 0,
+        };
+        match format {
+            Ok(ValueFormat::Registry) => held.saturating_add(
+                INFLATED_VALUE_COPIES.saturating_mul(crate::registry::MAX_INFLATED_PAYLOAD),
+            ),
+            _ => held,
         }
     }
 
@@ -595,18 +605,22 @@ async fn convert_registry_segment(
         let mut fields = current.as_struct().fields().to_vec();
         let mut next_id = next_field_id(&table);
         let mut writers = RegistryWriters::default();
+        let caps = crate::convert::json::ColumnCaps::of(&table);
         for (role, id, resolved) in &parsed {
             let writer = resolved.clone().and_then(|(shapes, writer)| {
-                if let Some(grown) = absorb_shapes((*role, keys), &fields, &shapes, &mut next_id)
-                    .map_err(|why| {
-                        format!(
-                            "{} cannot be written to table {}: {why}",
-                            whose(*role, id),
-                            target.name
-                        )
-                    })?
+                // Measured before any change: a schema beyond the table's column cap
+                // changes nothing, its records are dead letters.
+                let mut grown_id = next_id;
+                let cannot = |why: String| {
+                    let whose = whose(*role, id);
+                    format!("{whose} cannot be written to table {}: {why}", target.name)
+                };
+                if let Some(grown) =
+                    absorb_shapes((*role, keys), &fields, &shapes, &mut grown_id).map_err(cannot)?
                 {
+                    caps.fields_within(grown_id).map_err(cannot)?;
                     fields = grown;
+                    next_id = grown_id;
                 }
                 Ok(writer)
             });
@@ -630,6 +644,9 @@ async fn convert_registry_segment(
                 Err(e) if crate::fault::iceberg_error_kind(&e).quarantines() => {
                     for (role, id, resolved) in &parsed {
                         let Ok((shapes, _)) = resolved else { continue };
+                        if matches!(writers.of(*role).get(id), Some(Err(_))) {
+                            continue;
+                        }
                         let current = table.metadata().current_schema().clone();
                         let mut next_id = next_field_id(&table);
                         // Fits as it is, or refused already (`writers` says why).
@@ -731,6 +748,12 @@ impl RegistryWriters {
         }
     }
 }
+
+/// Copies of one registry value at the inflation bound a conversion holds at its peak
+/// (the inflated payload, the decoded value, its cell, its Arrow column, the Parquet
+/// writer's pages and statistics): six values inflating to 16 MiB each peak at 226
+/// MiB of heap in one conversion (`tests/bombs.rs`), the batch flushed after each.
+pub const INFLATED_VALUE_COPIES: u64 = 14;
 
 /// Segments at most this large are read once and held for the passes a JSON or
 /// registry conversion makes over them (a scan, the conversion, again after a schema

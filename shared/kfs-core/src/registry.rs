@@ -21,10 +21,14 @@ pub const CONFLUENT_MAGIC: u8 = 0;
 /// Header version byte of the AWS Glue Schema Registry's framing.
 pub const GLUE_HEADER_VERSION: u8 = 3;
 
-/// Largest payload a zlib-compressed Glue value may inflate to: no value of a batch
-/// the segment decoder accepts is larger, and a hostile one must not take the memory
-/// of the conversions beside it.
-pub const MAX_INFLATED_PAYLOAD: u64 = 64 << 20;
+/// Largest payload a zlib-compressed Glue value may inflate to: the inflated bytes one
+/// registry conversion holds at once, in the few copies its pipeline keeps of one
+/// value (the inflated payload, the decoded value, its cell, its Arrow column and
+/// Parquet page), which the converter's memory budget admits a registry conversion
+/// for (`converter::REGISTRY_VALUE_MIB`). A batch is flushed after a value this large
+/// (its bytes count four times), so the copies of no two such values add up; a value
+/// inflating beyond is a dead letter with the reason.
+pub const MAX_INFLATED_PAYLOAD: u64 = 16 << 20;
 
 /// The schema a value's framing names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -102,16 +106,30 @@ fn framed_up_to(value: &[u8], head: Option<u64>) -> Result<Framed<'_>, String> {
 }
 
 /// Inflates a zlib payload of a Glue value, at most [`MAX_INFLATED_PAYLOAD`] bytes
-/// (only its first `head` bytes, when given).
+/// (only its first `head` bytes, when given), into a buffer that never grows beyond
+/// the bound (a doubling buffer would take twice it).
 fn inflate(compressed: &[u8], head: Option<u64>) -> Result<Vec<u8>, String> {
     use std::io::Read;
-    let mut inflated = Vec::new();
-    flate2::read::ZlibDecoder::new(compressed)
-        .take(head.unwrap_or(MAX_INFLATED_PAYLOAD + 1))
-        .read_to_end(&mut inflated)
-        .map_err(|e| {
+    let limit = head.unwrap_or(MAX_INFLATED_PAYLOAD + 1);
+    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut decoder = flate2::read::ZlibDecoder::new(compressed).take(limit);
+    let mut inflated: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 16 << 10];
+    loop {
+        let n = decoder.read(&mut chunk).map_err(|e| {
             format!("zlib payload of the AWS Glue framing does not inflate (from byte 18): {e}")
         })?;
+        if n == 0 {
+            break;
+        }
+        if inflated.len() + n > inflated.capacity() {
+            let wanted = (inflated.capacity().saturating_mul(2).max(4096))
+                .min(cap)
+                .max(inflated.len() + n);
+            inflated.reserve_exact(wanted - inflated.len());
+        }
+        inflated.extend_from_slice(&chunk[..n]);
+    }
     if inflated.len() as u64 > MAX_INFLATED_PAYLOAD {
         return Err(format!(
             "zlib payload of the AWS Glue framing inflates past {MAX_INFLATED_PAYLOAD} bytes"

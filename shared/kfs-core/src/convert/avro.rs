@@ -25,6 +25,8 @@
 //! reason): unions of several non-null types, nanosecond timestamps, `duration`,
 //! decimals beyond 38 digits or without a scale, recursive records.
 
+use super::avro_bounds::{AvroNames, check_avro};
+use super::bounds::ShapeBudget;
 use super::cells::{Cell, SCALAR_FIELD, Shape, list_cell, map_cell, struct_cell};
 use super::fit::fit;
 use apache_avro::Schema;
@@ -51,6 +53,9 @@ pub struct AvroWriter {
     pub shape: Vec<(String, Shape)>,
     /// Its top level is not a record: a value is the one field [`SCALAR_FIELD`].
     scalar: bool,
+    /// Its named types and those of its references, by full name: what a payload is
+    /// walked with before it is decoded.
+    names: AvroNames,
     /// The schema with its names resolved once, when it references no other: a
     /// reader of bare datums (a single-object reader whose header is empty).
     resolved: Option<apache_avro::GenericSingleObjectReader>,
@@ -86,11 +91,17 @@ impl AvroWriter {
         let all: Vec<&Schema> = std::iter::once(&schema).chain(&references).collect();
         let names = apache_avro::schema::ResolvedSchema::try_from(all)
             .map_err(|e| format!("Avro schema does not resolve: {e}"))?;
-        let (shape, scalar) = match shape_of(&schema, names.get_names(), 0)? {
+        let mut budget = ShapeBudget::new("Avro");
+        let (shape, scalar) = match shape_of(&schema, names.get_names(), (0, &mut budget))? {
             Some(Shape::Struct(fields)) => (fields, false),
             Some(other) => (vec![(SCALAR_FIELD.to_owned(), other)], true),
             None => return Err("the Avro schema is null: its values hold nothing".into()),
         };
+        let names: AvroNames = names
+            .get_names()
+            .iter()
+            .map(|(name, schema)| (name.clone(), (*schema).clone()))
+            .collect();
         let resolved = references
             .is_empty()
             .then(|| {
@@ -106,6 +117,7 @@ impl AvroWriter {
             references,
             shape,
             scalar,
+            names,
             resolved,
         })
     }
@@ -114,6 +126,20 @@ impl AvroWriter {
     /// (`top`: the table's payload columns, whose names may differ from the fields';
     /// else a struct column's fields, a decoded key's).
     pub fn decode(&self, payload: &[u8], columns: &DataType, top: bool) -> Result<Cell, String> {
+        self.decode_counted(payload, columns, top)
+            .map(|(cell, _)| cell)
+    }
+
+    /// [`AvroWriter::decode`], with the items the value holds. The payload is walked
+    /// first (`avro_bounds`): nothing it declares is allocated before it is checked
+    /// against the bytes it has.
+    pub fn decode_counted(
+        &self,
+        payload: &[u8],
+        columns: &DataType,
+        top: bool,
+    ) -> Result<(Cell, u64), String> {
+        let items = check_avro(&self.schema, &self.names, payload)?;
         let mut reader = payload;
         let value = match &self.resolved {
             // Names resolved once, not per value.
@@ -135,18 +161,26 @@ impl AvroWriter {
                 payload.len() - reader.len()
             ));
         }
-        if self.scalar {
+        let cell = if self.scalar {
             let record = Value::Record(vec![(SCALAR_FIELD.to_owned(), value)]);
-            return cell(&record, columns, top);
-        }
-        cell(&value, columns, top)
+            cell(&record, columns, top)
+        } else {
+            cell(&value, columns, top)
+        };
+        cell.map(|cell| (cell, items))
     }
 }
 
 type Names<'a> = std::collections::HashMap<apache_avro::schema::Name, &'a Schema>;
 
-/// The table form of `schema`; `None` for `null` (no column).
-fn shape_of(schema: &Schema, names: &Names<'_>, depth: usize) -> Result<Option<Shape>, String> {
+/// The table form of `schema`; `None` for `null` (no column). Every field, element
+/// and map it visits takes from `budget`, so the computation ends early for a schema
+/// whose form is too large, however its named types multiply.
+fn shape_of(
+    schema: &Schema,
+    names: &Names<'_>,
+    (depth, budget): (usize, &mut ShapeBudget),
+) -> Result<Option<Shape>, String> {
     if depth > MAX_DEPTH {
         return Err(format!(
             "Avro schema nests deeper than {MAX_DEPTH} levels (a recursive record has no table form)"
@@ -190,7 +224,7 @@ fn shape_of(schema: &Schema, names: &Names<'_>, depth: usize) -> Result<Option<S
                 .collect();
             match types.as_slice() {
                 [] => Ok(None),
-                [only] => shape_of(only, names, depth + 1),
+                [only] => shape_of(only, names, (depth + 1, budget)),
                 _ => Err(format!(
                     "Avro union of {} non-null types has no table form (only a union of null and one type)",
                     types.len()
@@ -200,7 +234,8 @@ fn shape_of(schema: &Schema, names: &Names<'_>, depth: usize) -> Result<Option<S
         Schema::Record(record) => {
             let mut fields = Vec::with_capacity(record.fields.len());
             for field in &record.fields {
-                if let Some(shape) = shape_of(&field.schema, names, depth + 1)
+                budget.field()?;
+                if let Some(shape) = shape_of(&field.schema, names, (depth + 1, &mut *budget))
                     .map_err(|e| format!("field {}: {e}", field.name))?
                 {
                     fields.push((field.name.clone(), shape));
@@ -209,13 +244,18 @@ fn shape_of(schema: &Schema, names: &Names<'_>, depth: usize) -> Result<Option<S
             Ok(Some(Shape::Struct(fields)))
         }
         Schema::Array(array) => {
-            Ok(shape_of(&array.items, names, depth + 1)?.map(|items| Shape::List(Box::new(items))))
+            budget.field()?;
+            Ok(shape_of(&array.items, names, (depth + 1, budget))?
+                .map(|items| Shape::List(Box::new(items))))
         }
         Schema::Map(map) => {
-            Ok(shape_of(&map.types, names, depth + 1)?.map(|values| Shape::Map(Box::new(values))))
+            budget.field()?;
+            budget.field()?;
+            Ok(shape_of(&map.types, names, (depth + 1, budget))?
+                .map(|values| Shape::Map(Box::new(values))))
         }
         Schema::Ref { name } => match names.get(name) {
-            Some(named) => shape_of(named, names, depth + 1),
+            Some(named) => shape_of(named, names, (depth + 1, budget)),
             None => Err(format!("Avro schema refers to unknown type {name}")),
         },
         Schema::BigDecimal

@@ -27,6 +27,7 @@
 //! reason): a schema without a type, unions of several non-null types, references
 //! outside the document, recursive schemas.
 
+use super::bounds::{ShapeBudget, check_json};
 use super::cells::{Cell, SCALAR_FIELD, Shape, list_cell, map_cell, struct_cell};
 use super::fit::fit;
 use arrow_schema::DataType;
@@ -50,7 +51,8 @@ impl JsonSchemaWriter {
     pub fn parse(text: &str) -> Result<Self, String> {
         let root: Value =
             serde_json::from_str(text).map_err(|e| format!("JSON Schema does not parse: {e}"))?;
-        match shape_of(&root, &root, 0)? {
+        let mut budget = ShapeBudget::new("JSON Schema");
+        match shape_of(&root, &root, (0, &mut budget))? {
             Some(Shape::Struct(fields)) => Ok(Self {
                 shape: fields,
                 scalar: false,
@@ -67,6 +69,20 @@ impl JsonSchemaWriter {
     /// (`top`: the table's payload columns, whose names may differ from the
     /// properties'; else a struct column's fields, a decoded key's).
     pub fn decode(&self, payload: &[u8], columns: &DataType, top: bool) -> Result<Cell, String> {
+        self.decode_counted(payload, columns, top)
+            .map(|(cell, _)| cell)
+    }
+
+    /// [`JsonSchemaWriter::decode`], with the items the value holds (at most): the
+    /// text is walked first (`bounds::check_json`), its items and depth bounded before
+    /// it is parsed.
+    pub fn decode_counted(
+        &self,
+        payload: &[u8],
+        columns: &DataType,
+        top: bool,
+    ) -> Result<(Cell, u64), String> {
+        let items = check_json(payload)?;
         let value: Value = serde_json::from_slice(payload).map_err(|e| {
             format!(
                 "JSON payload does not parse: {e} (line {}, column {})",
@@ -87,7 +103,7 @@ impl JsonSchemaWriter {
                 "property {path:?} is not declared by the schema (or is declared null): the table has no column for it"
             )
         })?;
-        cell(&value, columns, top)
+        cell(&value, columns, top).map(|cell| (cell, items))
     }
 }
 
@@ -140,8 +156,14 @@ fn resolve<'a>(root: &'a Value, reference: &str) -> Result<&'a Value, String> {
         .ok_or_else(|| format!("JSON Schema reference {reference:?} points at nothing"))
 }
 
-/// The table form of `schema` (within `root`); `None` for `null` (no column).
-fn shape_of(schema: &Value, root: &Value, depth: usize) -> Result<Option<Shape>, String> {
+/// The table form of `schema` (within `root`); `None` for `null` (no column). Every
+/// property, element and map it visits takes from `budget`, so the computation ends
+/// early for a schema whose form is too large, however its `$ref`s multiply.
+fn shape_of(
+    schema: &Value,
+    root: &Value,
+    (depth, budget): (usize, &mut ShapeBudget),
+) -> Result<Option<Shape>, String> {
     if depth > MAX_DEPTH {
         return Err(format!(
             "JSON Schema nests deeper than {MAX_DEPTH} levels (a recursive schema has no table form)"
@@ -151,7 +173,7 @@ fn shape_of(schema: &Value, root: &Value, depth: usize) -> Result<Option<Shape>,
         return Err(format!("JSON Schema {schema} is not an object"));
     };
     if let Some(Value::String(reference)) = object.get("$ref") {
-        return shape_of(resolve(root, reference)?, root, depth + 1);
+        return shape_of(resolve(root, reference)?, root, (depth + 1, budget));
     }
     for union in ["oneOf", "anyOf"] {
         if let Some(Value::Array(options)) = object.get(union) {
@@ -161,7 +183,7 @@ fn shape_of(schema: &Value, root: &Value, depth: usize) -> Result<Option<Shape>,
                 .collect();
             return match kept.as_slice() {
                 [] => Ok(None),
-                [only] => shape_of(only, root, depth + 1),
+                [only] => shape_of(only, root, (depth + 1, budget)),
                 _ => Err(format!(
                     "JSON Schema {union} of {} non-null schemas has no table form (only null and one schema)",
                     kept.len()
@@ -205,7 +227,9 @@ fn shape_of(schema: &Value, root: &Value, depth: usize) -> Result<Option<Shape>,
         "string" => primitive(PrimitiveType::String),
         "array" => match object.get("items") {
             Some(items) => {
-                Ok(shape_of(items, root, depth + 1)?.map(|item| Shape::List(Box::new(item))))
+                budget.field()?;
+                Ok(shape_of(items, root, (depth + 1, budget))?
+                    .map(|item| Shape::List(Box::new(item))))
             }
             None => Err("JSON Schema array without items has no table form".into()),
         },
@@ -213,7 +237,8 @@ fn shape_of(schema: &Value, root: &Value, depth: usize) -> Result<Option<Shape>,
             (Some(Value::Object(properties)), _) => {
                 let mut fields = Vec::with_capacity(properties.len());
                 for (name, property) in properties {
-                    if let Some(shape) = shape_of(property, root, depth + 1)
+                    budget.field()?;
+                    if let Some(shape) = shape_of(property, root, (depth + 1, &mut *budget))
                         .map_err(|e| format!("property {name}: {e}"))?
                     {
                         fields.push((name.clone(), shape));
@@ -222,7 +247,9 @@ fn shape_of(schema: &Value, root: &Value, depth: usize) -> Result<Option<Shape>,
                 Ok(Some(Shape::Struct(fields)))
             }
             (_, Some(values @ Value::Object(_))) => {
-                Ok(shape_of(values, root, depth + 1)?.map(|v| Shape::Map(Box::new(v))))
+                budget.field()?;
+                budget.field()?;
+                Ok(shape_of(values, root, (depth + 1, budget))?.map(|v| Shape::Map(Box::new(v))))
             }
             _ => Err(
                 "JSON Schema object without properties nor an additionalProperties schema has no table form"

@@ -14,6 +14,8 @@
 //! Arrow batches and the Parquet row group being built, never by the segment's size.
 
 mod avro;
+mod avro_bounds;
+mod bounds;
 mod cells;
 mod columns;
 mod decode;
@@ -22,6 +24,7 @@ pub(crate) mod json;
 mod json_schema;
 mod lfs;
 mod protobuf;
+mod protobuf_bounds;
 mod registry;
 mod route;
 mod run;

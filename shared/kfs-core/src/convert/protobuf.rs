@@ -27,6 +27,7 @@
 //! reason): recursive messages (`google.protobuf.Struct` among them), and imports
 //! that are neither registry references nor Google's well-known types.
 
+use super::bounds::ShapeBudget;
 use super::cells::{Cell, Shape, list_cell, map_cell, struct_cell};
 use super::fit::fit;
 use crate::registry::SchemaId;
@@ -165,7 +166,9 @@ impl ProtobufWriter {
     /// The table form of the message `selector` names: its fields as columns.
     pub fn shape(&self, selector: &MessageSelector) -> Result<Vec<(String, Shape)>, String> {
         let message = self.message(selector)?;
-        fields_shape(&message, 0).map_err(|e| format!("message {}: {e}", message.full_name()))
+        let mut budget = ShapeBudget::new("Protobuf");
+        fields_shape(&message, (0, &mut budget))
+            .map_err(|e| format!("message {}: {e}", message.full_name()))
     }
 
     /// Decodes one payload of schema `id` (the value after its schema id: the message
@@ -179,20 +182,32 @@ impl ProtobufWriter {
         columns: &DataType,
         top: bool,
     ) -> Result<Cell, String> {
+        self.decode_counted(id, payload, (columns, top))
+            .map(|(cell, _)| cell)
+    }
+
+    /// [`ProtobufWriter::decode`], with the items the value holds. The message is
+    /// walked first (`protobuf_bounds`): its lengths, depth and items are bounded
+    /// before it is decoded.
+    pub fn decode_counted(
+        &self,
+        id: &SchemaId,
+        payload: &[u8],
+        (columns, top): (&DataType, bool),
+    ) -> Result<(Cell, u64), String> {
         let (selector, message) = message_selector(id, payload)?;
         let descriptor = self.message(&selector)?;
-        let decoded = prost_reflect::DynamicMessage::decode(descriptor, message).map_err(|e| {
-            format!(
-                "Protobuf payload does not decode (after byte {}): {e}",
-                payload.len() - message.len()
-            )
-        })?;
+        let after = payload.len() - message.len();
+        let items = super::protobuf_bounds::check_protobuf(&descriptor, message)
+            .map_err(|e| format!("{e} (after byte {after})"))?;
+        let decoded = prost_reflect::DynamicMessage::decode(descriptor, message)
+            .map_err(|e| format!("Protobuf payload does not decode (after byte {after}): {e}"))?;
         let DataType::Struct(fields) = columns else {
             return Err(format!(
                 "a Protobuf message cannot be written to a {columns} column"
             ));
         };
-        message_cell(&decoded, fields, top)
+        message_cell(&decoded, fields, top).map(|cell| (cell, items))
     }
 }
 
@@ -270,12 +285,21 @@ fn wrapper(message: &MessageDescriptor) -> Option<PrimitiveType> {
 
 const TIMESTAMP: &str = "google.protobuf.Timestamp";
 
-/// The fields of `message` as columns.
-fn fields_shape(message: &MessageDescriptor, depth: usize) -> Result<Vec<(String, Shape)>, String> {
+/// A message's depth in the schema, and what its table form may still take.
+type ShapeWalk<'b> = (usize, &'b mut ShapeBudget);
+
+/// The fields of `message` as columns; every field, element and map takes from the
+/// budget, so the computation ends early for a message whose form is too large,
+/// however often its fields reuse one message type.
+fn fields_shape(
+    message: &MessageDescriptor,
+    (depth, budget): ShapeWalk<'_>,
+) -> Result<Vec<(String, Shape)>, String> {
     message
         .fields()
         .map(|field| {
-            let shape = field_shape(&field, depth + 1)
+            budget.field()?;
+            let shape = field_shape(&field, (depth + 1, &mut *budget))
                 .map_err(|e| format!("field {}: {e}", field.name()))?;
             Ok((field.name().to_owned(), shape))
         })
@@ -283,15 +307,20 @@ fn fields_shape(message: &MessageDescriptor, depth: usize) -> Result<Vec<(String
 }
 
 /// The table form of one field (a list when repeated, a map for a map field).
-fn field_shape(field: &FieldDescriptor, depth: usize) -> Result<Shape, String> {
+fn field_shape(field: &FieldDescriptor, (depth, budget): ShapeWalk<'_>) -> Result<Shape, String> {
     if field.is_map() {
         let Kind::Message(entry) = field.kind() else {
             return Err("a map field without its entry message".into());
         };
-        let value = kind_shape(&entry.map_entry_value_field().kind(), depth + 1)?;
+        budget.field()?;
+        budget.field()?;
+        let value = kind_shape(&entry.map_entry_value_field().kind(), (depth + 1, budget))?;
         return Ok(Shape::Map(Box::new(value)));
     }
-    let shape = kind_shape(&field.kind(), depth)?;
+    if field.is_list() {
+        budget.field()?;
+    }
+    let shape = kind_shape(&field.kind(), (depth, budget))?;
     Ok(if field.is_list() {
         Shape::List(Box::new(shape))
     } else {
@@ -299,7 +328,7 @@ fn field_shape(field: &FieldDescriptor, depth: usize) -> Result<Shape, String> {
     })
 }
 
-fn kind_shape(kind: &Kind, depth: usize) -> Result<Shape, String> {
+fn kind_shape(kind: &Kind, (depth, budget): ShapeWalk<'_>) -> Result<Shape, String> {
     if depth > MAX_DEPTH {
         return Err(format!(
             "Protobuf message nests deeper than {MAX_DEPTH} levels (a recursive message has no table form)"
@@ -325,7 +354,7 @@ fn kind_shape(kind: &Kind, depth: usize) -> Result<Shape, String> {
         }
         Kind::Message(message) => match wrapper(message) {
             Some(wrapped) => primitive(wrapped),
-            None => Ok(Shape::Struct(fields_shape(message, depth)?)),
+            None => Ok(Shape::Struct(fields_shape(message, (depth, budget))?)),
         },
     }
 }

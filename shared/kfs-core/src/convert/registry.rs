@@ -50,31 +50,60 @@ impl WriterSchema {
     /// Schema, one per message the values name for Protobuf (`messages`: what a
     /// segment's values start with; one naming no message is left out, its values
     /// are dead letters when decoded).
+    /// Fields whose form is an empty struct (an empty record or message, or lists and
+    /// maps of them) are left out: Parquet has no empty struct, and such a column
+    /// would fail every data file of the table. Their values hold no field (a
+    /// Protobuf value setting one is a dead letter, as for any field without a
+    /// column).
     pub fn shapes(&self, messages: &MessageLists) -> Result<Vec<Vec<(String, Shape)>>, String> {
-        match self {
-            Self::Avro(avro) => Ok(vec![avro.shape.clone()]),
-            Self::JsonSchema(json) => Ok(vec![json.shape.clone()]),
+        let shapes = match self {
+            Self::Avro(avro) => vec![avro.shape.clone()],
+            Self::JsonSchema(json) => vec![json.shape.clone()],
             Self::Protobuf(protobuf) => messages
                 .iter()
                 .filter(|selector| protobuf.message(selector).is_ok())
                 .map(|selector| protobuf.shape(selector))
-                .collect(),
-        }
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(shapes.into_iter().map(storable_fields).collect())
     }
 
     /// Decodes a payload into a cell of `columns` (`top`: the table's payload
-    /// columns; else the fields of a struct column, a decoded key's).
-    fn decode(
+    /// columns; else the fields of a struct column, a decoded key's), with the items
+    /// it holds; a payload beyond the bounds of `convert::bounds` is refused before
+    /// anything it declares is allocated.
+    pub fn decode(
         &self,
         id: &SchemaId,
         payload: &[u8],
         (columns, top): (&DataType, bool),
-    ) -> Result<Cell, String> {
+    ) -> Result<(Cell, u64), String> {
         match self {
-            Self::Avro(avro) => avro.decode(payload, columns, top),
-            Self::JsonSchema(json) => json.decode(payload, columns, top),
-            Self::Protobuf(protobuf) => protobuf.decode(id, payload, columns, top),
+            Self::Avro(avro) => avro.decode_counted(payload, columns, top),
+            Self::JsonSchema(json) => json.decode_counted(payload, columns, top),
+            Self::Protobuf(protobuf) => protobuf.decode_counted(id, payload, (columns, top)),
         }
+    }
+}
+
+/// `fields` without those whose form holds no column (`WriterSchema::shapes`).
+fn storable_fields(fields: Vec<(String, Shape)>) -> Vec<(String, Shape)> {
+    fields
+        .into_iter()
+        .filter_map(|(name, shape)| Some((name, storable(shape)?)))
+        .collect()
+}
+
+/// `shape` without its empty structs; `None` when nothing is left of it.
+fn storable(shape: Shape) -> Option<Shape> {
+    match shape {
+        Shape::Primitive(_) => Some(shape),
+        Shape::Struct(fields) => {
+            let fields = storable_fields(fields);
+            (!fields.is_empty()).then_some(Shape::Struct(fields))
+        }
+        Shape::List(item) => storable(*item).map(|item| Shape::List(Box::new(item))),
+        Shape::Map(value) => storable(*value).map(|value| Shape::Map(Box::new(value))),
     }
 }
 
@@ -269,8 +298,10 @@ fn row_column(
 }
 
 /// A framed value (or key) decoded with the writer schema it names into a cell of
-/// `columns` (`top`: the table's payload columns), with the bytes of its payload
-/// (inflated, when it was compressed); or why not.
+/// `columns` (`top`: the table's payload columns), with the bytes its decoded form is
+/// counted for while its row waits for its batch: a few times its payload's
+/// (inflated, when it was compressed) and its items' (`bounds::ITEM_BYTES` each); or
+/// why not.
 fn decode(
     writers: &WriterSchemas,
     value: &[u8],
@@ -281,7 +312,18 @@ fn decode(
     match writers.get(&id) {
         Some(Ok(writer)) => writer
             .decode(&id, &framed.payload, columns)
-            .map(|cell| (cell, framed.payload.len()))
+            .map(|(cell, items)| {
+                let items = usize::try_from(items).unwrap_or(usize::MAX);
+                let decoded = items.saturating_mul(super::bounds::ITEM_BYTES);
+                (
+                    cell,
+                    framed
+                        .payload
+                        .len()
+                        .saturating_mul(4)
+                        .saturating_add(decoded),
+                )
+            })
             .map_err(|e| format!("schema {id}: {e}")),
         Some(Err(why)) => Err(why.clone()),
         None => Err(format!("schema {id} was not resolved before conversion")),
@@ -301,9 +343,11 @@ impl RecordRouter for RegistryRouter {
                     keys.push(key);
                 }
                 // Decoded values take a few times their payload's bytes (inflated: a
-                // compressed Glue value counts as what it holds), so a batch is
-                // flushed before they add up.
-                self.value_bytes += 4 * (value_bytes + key_bytes);
+                // compressed Glue value counts as what it holds) and a few dozen per
+                // item (`decode`), so a batch is flushed before they add up.
+                self.value_bytes = self
+                    .value_bytes
+                    .saturating_add(value_bytes.saturating_add(key_bytes));
                 Ok(())
             }
             Err(reason) => dead_letter(self.dead.as_mut(), (topic, partition), record, &reason),

@@ -98,7 +98,9 @@ fn kind(value: &Value) -> &'static str {
 /// How many fields a JSON table may have, and gain from one segment: a record whose
 /// value would go beyond either is a dead letter with the reason, so that a producer
 /// sending random field names cannot grow a schema without bound. Set per table by the
-/// properties [`MAX_FIELDS_PROPERTY`] and [`MAX_NEW_FIELDS_PROPERTY`].
+/// properties [`MAX_FIELDS_PROPERTY`] and [`MAX_NEW_FIELDS_PROPERTY`]. A registry
+/// table has the first cap too ([`ColumnCaps::fields_within`]): a writer schema whose
+/// columns would take it beyond is refused before any schema change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ColumnCaps {
     /// Field ids a table may use in all (columns and nested fields, the record
@@ -142,6 +144,21 @@ impl ColumnCaps {
                 defaults.max_new_fields_per_segment,
             ),
         }
+    }
+}
+
+impl ColumnCaps {
+    /// `Ok` when a table whose next field id is `next_id` (its fields grown by a
+    /// writer schema) stays within [`ColumnCaps::max_fields`]; else why not.
+    pub fn fields_within(&self, next_id: i32) -> Result<(), String> {
+        let used = next_id.saturating_sub(1);
+        if used > self.max_fields {
+            return Err(format!(
+                "its columns take the table to {used} fields, beyond its cap of {} fields ({MAX_FIELDS_PROPERTY})",
+                self.max_fields
+            ));
+        }
+        Ok(())
     }
 }
 
