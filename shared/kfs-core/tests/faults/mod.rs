@@ -114,9 +114,41 @@ pub struct Faults {
     crashed: AtomicBool,
     /// Whether the fault happened.
     pub fired: AtomicBool,
+    /// The deployment another engine maintains just before this process's first
+    /// commit (of an append, a replace or an expiry) on a table with a snapshot, if
+    /// any; cleared once it has.
+    pub outside_before_commit: std::sync::Mutex<Option<std::path::PathBuf>>,
 }
 
 impl Faults {
+    /// Another engine maintains the deployment in `dir` (a rewrite without our
+    /// summary, every other snapshot expired) between this process's load of the
+    /// table and its first commit (see [`outside::maintain_outside`]).
+    pub fn with_outside_commit(self: Arc<Self>, dir: &Path) -> Arc<Self> {
+        if let Ok(mut slot) = self.outside_before_commit.lock() {
+            *slot = Some(dir.to_owned());
+        }
+        self
+    }
+
+    /// Runs the outside maintenance due before a commit, if any.
+    async fn outside_first(&self) {
+        let dir = self
+            .outside_before_commit
+            .lock()
+            .ok()
+            .and_then(|slot| slot.clone());
+        let Some(dir) = dir else {
+            return;
+        };
+        if let Ok(outside::OutsideOutcome::Maintained) =
+            outside::maintain_outside(&dir, 4_242_424_242).await
+            && let Ok(mut slot) = self.outside_before_commit.lock()
+        {
+            *slot = None;
+        }
+    }
+
     /// `mode` at the `occurrence`-th call of `step` (0: never).
     /// No fault.
     pub fn none() -> Arc<Self> {
@@ -131,6 +163,7 @@ impl Faults {
             calls: AtomicUsize::new(0),
             crashed: AtomicBool::new(false),
             fired: AtomicBool::new(false),
+            outside_before_commit: std::sync::Mutex::new(None),
         })
     }
 
@@ -466,6 +499,7 @@ impl Catalog for FaultyCatalog {
     }
     async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
         let faults = &self.faults;
+        faults.outside_first().await;
         faulty(
             faults,
             Step::CatalogCommit,
@@ -491,6 +525,7 @@ impl TableSwap for FaultySwap {
         updates: Vec<iceberg::TableUpdate>,
     ) -> iceberg::Result<Table> {
         let faults = &self.faults;
+        faults.outside_first().await;
         faulty(
             faults,
             Step::CompactionCommit,
