@@ -13,6 +13,9 @@ use parquet::file::statistics::Statistics;
 use proptest::prelude::*;
 use std::sync::Arc;
 
+/// A row: a string, a binary and a long, each perhaps null.
+type Row = (Option<String>, Option<Vec<u8>>, Option<i64>);
+
 /// A string value: ASCII, non-ASCII or the highest code point, up to 300 bytes.
 fn text() -> impl Strategy<Value = Option<String>> {
     let piece = prop_oneof![
@@ -63,7 +66,7 @@ fn schema() -> Fallible<Arc<Schema>> {
 }
 
 /// The non-null values of column `id` as Iceberg values.
-fn column_values(rows: &[(Option<String>, Option<Vec<u8>>, Option<i64>)], id: i32) -> Vec<Datum> {
+fn column_values(rows: &[Row], id: i32) -> Vec<Datum> {
     rows.iter()
         .filter_map(|(s, b, n)| match id {
             1 => s.clone().map(Datum::string),
@@ -100,10 +103,7 @@ fn statistic(id: i32, bytes: Option<&[u8]>) -> Option<Datum> {
     })
 }
 
-async fn check(
-    rows: Vec<(Option<String>, Option<Vec<u8>>, Option<i64>)>,
-    group_rows: usize,
-) -> Fallible<()> {
+async fn check(rows: Vec<Row>, group_rows: usize) -> Fallible<()> {
     let schema = schema()?;
     let arrow = crate::table::arrow_schema(&schema)?;
     let columns: Vec<ArrayRef> = vec![
@@ -161,10 +161,7 @@ async fn check(
 
 /// Runs `check` to completion on a fresh current-thread runtime (proptest's bodies are
 /// synchronous).
-fn check_blocking(
-    rows: Vec<(Option<String>, Option<Vec<u8>>, Option<i64>)>,
-    group_rows: usize,
-) -> Result<(), String> {
+fn check_blocking(rows: Vec<Row>, group_rows: usize) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .map_err(|e| e.to_string())?;
