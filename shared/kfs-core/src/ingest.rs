@@ -172,7 +172,7 @@ impl TopicTable {
     /// (a JSON or registry table's segment read once for several passes), and, for a
     /// registry table, the copies of one value at its bounds, which its segment's
     /// size does not tell (a zlib value of a few KB inflating to
-    /// `registry::MAX_INFLATED_PAYLOAD`: [`INFLATED_VALUE_COPIES`] of it).
+    /// `registry::MAX_INFLATED_PAYLOAD`: `INFLATED_VALUE_COPIES` of it).
     pub fn held_bytes(&self, size: u64) -> u64 {
         let format = crate::table::value_format_of(&self.table);
         let held = match format {
