@@ -390,7 +390,7 @@ async fn checksums(
     let table = local.catalog.load_table(&table_ident(name)).await?;
     let batches: Vec<arrow_array::RecordBatch> = table
         .scan()
-        .select(["offset", "lfs_checksum_alg", "lfs_checksum"])
+        .select(["offset", "lfs_checksum", "lfs_checksum_alg"])
         .build()?
         .to_arrow()
         .await?
@@ -401,12 +401,15 @@ async fn checksums(
         let offsets = batch
             .column(0)
             .as_primitive::<arrow_array::types::Int64Type>();
-        let text = |column: usize, row: usize| {
-            let strings = batch.column(column).as_string::<i32>();
+        let text = |column: &str, row: usize| {
+            let strings = batch.column_by_name(column)?.as_string::<i32>();
             (!strings.is_null(row)).then(|| strings.value(row).to_owned())
         };
         for row in 0..batch.num_rows() {
-            found.insert(offsets.value(row), (text(1, row), text(2, row)));
+            found.insert(
+                offsets.value(row),
+                (text("lfs_checksum_alg", row), text("lfs_checksum", row)),
+            );
         }
     }
     Ok(found)
@@ -490,5 +493,26 @@ async fn an_envelope_cannot_lower_the_verification_the_operator_asked_for() -> R
         );
     }
     assert!(why[&4].contains("fails its md5 checksum"), "{}", why[&4]);
+
+    // The operator accepts crc32: the crc32-only envelope is verified so, and says so.
+    let mut lower = naming(LfsMode::Resolve);
+    lower.lfs.policy.min_checksum = kfs_plan::lfs::ChecksumAlg::Crc32;
+    let (rows, why) = run(lower).await?;
+    assert_eq!(
+        rows.keys().copied().collect::<Vec<_>>(),
+        vec![2, 3],
+        "{why:?}"
+    );
+    assert_eq!(rows[&2], (Some("crc32".into()), Some(crc.clone())));
+    assert!(why[&1].contains("minimum crc32"), "{}", why[&1]);
+    // Verification off: the size only, and the rows say nothing was verified.
+    let mut off = naming(LfsMode::Resolve);
+    off.lfs.policy.min_checksum = kfs_plan::lfs::ChecksumAlg::None;
+    let (rows, why) = run(off).await?;
+    assert_eq!(rows.len(), 5, "{why:?}");
+    assert!(
+        rows.values().all(|r| *r == (Some("none".into()), None)),
+        "{rows:?}"
+    );
     Ok(())
 }
