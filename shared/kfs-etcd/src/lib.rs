@@ -248,7 +248,22 @@ async fn read(
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{EtcdConnection, prefix_end};
+
+    #[test]
+    fn a_user_is_never_sent_over_plain_http() {
+        let mut connection = EtcdConnection::plain(vec!["http://u:s3cr3t-XYZ@etcd:2379".into()]);
+        assert_eq!(connection.check(), Ok(()));
+        connection.user = Some(("kfs".into(), "pw".into()));
+        let refused = connection.check();
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.contains("ETCD_USERNAME") && !e.contains("s3cr3t-XYZ")),
+            "{refused:?}"
+        );
+        assert!(!format!("{connection:?}").contains("s3cr3t-XYZ"));
+    }
 
     #[test]
     fn a_prefix_ends_where_its_last_byte_would_carry() {

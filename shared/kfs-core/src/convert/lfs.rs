@@ -4,8 +4,9 @@
 //! record whose envelope does not decode (when blobs are fetched), whose blob lies
 //! outside the topic's own blobs, is missing, is too large, fails a checksum or
 //! carries none as strong as the operator's minimum goes to the dead-letter table
-//! with the reason (`lfs_checksum_alg` says what a resolved blob was verified by); a failing store (throttling, 5xx, a
-//! refused permission) fails the conversion as its error says, and it is retried.
+//! with the reason (`lfs_checksum_alg` says what a resolved blob was verified by); a
+//! failing store (throttling, 5xx, a refused permission) fails the conversion as its
+//! error says, and it is retried.
 //!
 //! Blobs are fetched on the async side ([`serve_blobs`]), `concurrency` at a time: the
 //! decoding thread hands each claim check over as it meets it and waits only when

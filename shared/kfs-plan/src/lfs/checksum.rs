@@ -89,7 +89,7 @@ pub fn claims(envelope: &Envelope) -> Result<Vec<(ChecksumAlg, &str)>, String> {
             claims.push((alg, sum.as_str()));
         }
     }
-    claims.sort_by(|a, b| b.0.cmp(&a.0));
+    claims.sort_by_key(|claim| std::cmp::Reverse(claim.0));
     Ok(claims)
 }
 
