@@ -14,6 +14,7 @@ mod partitioning_cli;
 mod quarantine_cli;
 mod registry_cli;
 mod run_local;
+mod secrets_cli;
 
 /// Tests that need servers started per test (moto, etcd, PostgreSQL, `cargo lambda`);
 /// `cargo test -- --skip servers::` leaves them out.

@@ -20,13 +20,18 @@ use std::time::{Duration, Instant};
 use support::{kfs, output_of, repo, succeed, tempdir};
 
 /// The registry server, stopped when dropped.
-struct Registry {
+pub(crate) struct Registry {
     child: Child,
-    url: String,
+    /// Its base URL, without credentials.
+    pub(crate) url: String,
 }
 
+/// The password the registry server wants (user `kfs`).
+pub(crate) const PASSWORD: &str = "s3cret-registry";
+
 impl Registry {
-    fn start(dir: &Path) -> Self {
+    /// Starts the server, wanting user `kfs` and [`PASSWORD`].
+    pub(crate) fn start(dir: &Path) -> Self {
         let port_file = dir.join("registry.port");
         let child = Command::new("python3")
             .arg(repo().join("tests/python/check_registry.py"))
@@ -35,7 +40,7 @@ impl Registry {
                 "--user",
                 "kfs",
                 "--password",
-                "s3cret-registry",
+                PASSWORD,
                 "--port-file",
             ])
             .arg(&port_file)
@@ -66,7 +71,8 @@ impl Drop for Registry {
     }
 }
 
-fn make(dir: &Path, part: &str) {
+/// Writes part `part` of the registry-encoded segments into `dir`.
+pub(crate) fn make(dir: &Path, part: &str) {
     succeed(
         Command::new("python3")
             .arg(repo().join("tests/python/check_registry.py"))

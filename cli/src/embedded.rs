@@ -236,7 +236,7 @@ impl WarehouseArgs {
                 "--catalog-type sql: --catalog-uri must be a postgres:// URL (a SQLite catalog is --catalog FILE), not {:?}",
                 self.catalog_uri
                     .as_deref()
-                    .and_then(|uri| uri.split('@').next_back())
+                    .map(kfs_plan::secret_url::redact)
                     .unwrap_or_default()
             )));
         }
@@ -247,7 +247,7 @@ impl WarehouseArgs {
         };
         let settings = CatalogSettings {
             kind: Some(self.catalog_type.clone()),
-            uri: self.catalog_uri.clone(),
+            uri: self.catalog_uri.clone().map(Into::into),
             database: self.catalog.clone(),
             warehouse: self.rest_warehouse.clone(),
             table_bucket_arn: self.table_bucket_arn.clone(),

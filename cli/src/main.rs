@@ -126,8 +126,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            // One line, whatever the error says.
-            let line = err.to_string().replace('\n', " ");
+            // One line, whatever the error says; a URL in it (a client library's
+            // message) without its secrets.
+            let line = kfs_plan::secret_url::redact_text(&err.to_string().replace('\n', " "));
             eprintln!("kfs-iceberg: {line}");
             ExitCode::FAILURE
         }

@@ -126,7 +126,7 @@ async fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
         settings.key_format = Some(format.clone());
     }
     if let Some(url) = &args.schema_registry_url {
-        settings.schema_registry.url = Some(url.clone());
+        settings.schema_registry.url = Some(url.clone().into());
     }
     if let Some(file) = &args.schema_registry_credentials {
         settings.schema_registry.credentials_file = Some(file.clone());

@@ -18,7 +18,7 @@
 //! | `VALUE_FORMAT` | how the tables the functions create store record values: `raw` (default) `json` (typed columns; values that cannot be written go to `<table>__dlq`) or `registry` (Avro values framed for a schema registry, as typed columns) |
 //! | `LFS_MODE` | what is done with large-file (LFS) claim-check records: `off` (default), `resolve` (blobs fetched from the segment bucket into `value`), `reference` (envelopes kept, described by `lfs_*` columns), `skip` or `hybrid` (resolved up to `LFS_MAX_INLINE_SIZE`, referenced above); a blob that cannot be had sends its record to `<table>__dlq` |
 //! | `LFS_TOPICS` | JSON object `{"<topic>": "<mode>"}`: per-topic LFS modes |
-//! | `LFS_MAX_INLINE_SIZE`, `LFS_CONCURRENCY`, `LFS_VERIFY_CHECKSUMS` | largest blob resolved, in bytes (default 64 MiB); blobs fetched at once (default 4); `on` (default) or `off` |
+//! | `LFS_MAX_INLINE_SIZE`, `LFS_CONCURRENCY`, `LFS_VERIFY_CHECKSUMS`, `LFS_MIN_CHECKSUM_ALG` | largest blob resolved, in bytes (default 64 MiB); blobs fetched at once (default 4); `on` (default) or `off`; the weakest checksum accepted, `sha256` (default), `md5`, `crc32` or `none` (an envelope cannot lower it) |
 //! | `KEY_FORMAT` | how registry tables read record keys: `raw` (default) or `registry` (keys framed for the schema registry, decoded into the struct column `key_fields`; a record whose key is not goes to `<table>__dlq`) |
 //! | `SCHEMA_REGISTRY_URL` | with `VALUE_FORMAT=registry`: the schema registry the values' schema ids are looked up in: `https://…` for the Confluent REST API, `glue://` (or `glue://REGION`) for the AWS Glue Schema Registry, read with the function's role |
 //! | `SCHEMA_REGISTRY_SECRET_ARN` | Secrets Manager secret, or SSM parameter, holding the registry's credentials as JSON: `{"username", "password"}` (Confluent Cloud: API key and secret) or `{"token"}`; read at cold start, never logged |
@@ -26,7 +26,7 @@
 //! | `PARTITION_BY` | partition spec of the tables the functions create, e.g. `day(timestamp)` or `hour(timestamp), bucket(16, key)` (default: unpartitioned; existing tables keep theirs) |
 //! | `CONVERT_CONCURRENCY` | segments converted at once per invocation (default 4) |
 //! | `SWEEP_MAX_SEGMENTS` | segments the committer's sweep converts per run (default 200) |
-//! | `ETCD_ENDPOINTS` | comma-separated etcd endpoints of the offset cross-check (empty: off); `https://` for TLS |
+//! | `ETCD_ENDPOINTS` | comma-separated etcd endpoints of the offset cross-check (empty: off); `https://` for TLS; a user or client certificate over `http://`, or TLS files beside it, are refused at start |
 //! | `ETCD_GRACE`, `ETCD_UNREACHABLE` | how long a segment past etcd's offsets (or etcd unreachable) waits (default `5m`), then `hold` (default) or `proceed` |
 //! | `ETCD_CA_FILE`, `ETCD_CERT_FILE`, `ETCD_KEY_FILE` | PEM files (in the package or a layer, under `/opt`) of etcd's CA and the client certificate |
 //! | `ETCD_USERNAME`, `ETCD_PASSWORD_SECRET_ARN` | etcd's authentication: the user, and the secret or SSM parameter holding its password |
@@ -257,12 +257,14 @@ impl FunctionEnv {
                 Some((name.clone(), password))
             }
         };
-        Ok(kfs_etcd::EtcdConnection {
+        let connection = kfs_etcd::EtcdConnection {
             endpoints: self.etcd.endpoints.clone(),
             ca_pem,
             identity_pem,
             user,
-        })
+        };
+        connection.check().map_err(ConfigError)?;
+        Ok(connection)
     }
 
     /// Where the committer keeps its last tick's summary (beside the tables).

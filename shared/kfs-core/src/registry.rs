@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::fault::ErrorKind;
+use kfs_plan::secret_url::SecretUrl;
 
 /// Magic byte of Confluent's framing.
 pub const CONFLUENT_MAGIC: u8 = 0;
@@ -188,7 +189,7 @@ impl RegisteredSchema {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("schema registry {location}: {message}")]
 pub struct RegistryError {
-    /// The request (the registry's URL, credentials never included).
+    /// The request (the registry's URL, redacted: credentials never included).
     pub location: String,
     /// What happened.
     pub message: String,
@@ -286,7 +287,9 @@ impl RegistryCredentials {
 #[derive(Debug, Clone)]
 pub struct HttpRegistry {
     client: reqwest::Client,
-    url: String,
+    /// The base URL, which may carry a user and password (sent as basic
+    /// authentication, never printed).
+    url: SecretUrl,
     credentials: RegistryCredentials,
 }
 
@@ -315,7 +318,7 @@ const MAX_REFERENCES: usize = 64;
 
 impl HttpRegistry {
     /// The registry at `url` (`https://…`), authenticating with `credentials`.
-    pub fn new(url: &str, credentials: RegistryCredentials) -> Result<Self, String> {
+    pub fn new(url: &SecretUrl, credentials: RegistryCredentials) -> Result<Self, String> {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(format!(
                 "schema registry URL {url:?}: expected http:// or https://"
@@ -327,7 +330,7 @@ impl HttpRegistry {
             .map_err(|e| format!("schema registry client: {e}"))?;
         Ok(Self {
             client,
-            url: url.trim_end_matches('/').to_owned(),
+            url: SecretUrl::from(url.expose().trim_end_matches('/')),
             credentials,
         })
     }
@@ -344,7 +347,7 @@ impl HttpRegistry {
         };
         let mut request = self
             .client
-            .get(&location)
+            .get(format!("{}{path}", self.url.expose()))
             .header("Accept", "application/vnd.schemaregistry.v1+json");
         let credentials = &self.credentials;
         if let Some(token) = &credentials.token {
@@ -457,8 +460,8 @@ impl SchemaRegistry for HttpRegistry {
 pub enum RegistryLocation {
     /// A registry speaking the Confluent REST API (`http://…`, `https://…`).
     Confluent {
-        /// Its base URL.
-        url: String,
+        /// Its base URL (a user and password in it are sent as basic authentication).
+        url: SecretUrl,
         /// How requests authenticate.
         credentials: RegistryCredentials,
     },
@@ -473,8 +476,8 @@ pub enum RegistryLocation {
 impl RegistryLocation {
     /// The registry `url` names, authenticating with `credentials` (which the Glue
     /// registry, using AWS credentials, refuses).
-    pub fn parse(url: &str, credentials: RegistryCredentials) -> Result<Self, String> {
-        if let Some(region) = url.strip_prefix("glue://") {
+    pub fn parse(url: &SecretUrl, credentials: RegistryCredentials) -> Result<Self, String> {
+        if let Some(region) = url.expose().strip_prefix("glue://") {
             if credentials != RegistryCredentials::default() {
                 return Err(format!(
                     "schema registry {url:?} is AWS Glue's, which authenticates with the AWS credentials: it takes no registry credentials"
@@ -499,7 +502,7 @@ impl RegistryLocation {
             ));
         }
         Ok(Self::Confluent {
-            url: url.to_owned(),
+            url: url.clone(),
             credentials,
         })
     }

@@ -14,10 +14,14 @@ use kfs_plan::layout::{PartitionField, parse_partition_spec};
 use kfs_plan::naming::{
     KeyFormat, TableName, TableNaming, TablePattern, TopicSelection, ValueFormat,
 };
+use kfs_plan::secret_url::SecretUrl;
 use serde::Deserialize;
 
 use crate::catalog::{CatalogKind, RestCredentials, RestSettings, S3TablesSettings};
 use crate::maintenance::MaintenancePolicy;
+
+mod etcd;
+pub use etcd::EtcdSettings;
 
 /// Settings that cannot be used: which one, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,6 +120,7 @@ const VARIABLES: &[(&str, &str)] = &[
     ("lfs mode", "LFS_MODE"),
     ("lfs topics", "LFS_TOPICS"),
     ("lfs", "LFS_MAX_INLINE_SIZE/LFS_CONCURRENCY"),
+    ("lfs min_checksum_alg", "LFS_MIN_CHECKSUM_ALG"),
 ];
 
 /// The schema registry registry-encoded values name their schemas in
@@ -125,8 +130,8 @@ const VARIABLES: &[(&str, &str)] = &[
 #[serde(deny_unknown_fields)]
 pub struct SchemaRegistrySettings {
     /// Its base URL, `https://…`, or `glue://[REGION]` for the AWS Glue Schema
-    /// Registry (`SCHEMA_REGISTRY_URL`).
-    pub url: Option<String>,
+    /// Registry (`SCHEMA_REGISTRY_URL`); a user and password in it are never printed.
+    pub url: Option<SecretUrl>,
     /// A JSON file holding `{"username", "password"}` or `{"token"}` (never printed).
     pub credentials_file: Option<PathBuf>,
 }
@@ -146,8 +151,12 @@ pub struct LargeFileSettings {
     /// `LFS_MAX_INLINE_SIZE`).
     pub max_inline_size: Option<u64>,
     /// Whether blobs are checked against their envelope's checksum (default true;
-    /// `LFS_VERIFY_CHECKSUMS`, `on` or `off`).
+    /// `LFS_VERIFY_CHECKSUMS`, `on` or `off`; off: `min_checksum_alg = "none"`).
     pub verify_checksums: Option<bool>,
+    /// The weakest checksum a resolved blob is verified by: `sha256` (default),
+    /// `md5`, `crc32` or `none` (`LFS_MIN_CHECKSUM_ALG`); an envelope carrying none
+    /// as strong is a dead letter, whatever its `checksum_alg` says.
+    pub min_checksum_alg: Option<String>,
     /// Blobs fetched at once (default 4; `LFS_CONCURRENCY`).
     pub concurrency: Option<usize>,
     /// The bucket blobs are read from: the segment bucket (the default), or, for a
@@ -175,7 +184,7 @@ impl LargeFileSettings {
                     .transpose()?
                     .unwrap_or_default(),
                 max_inline_size: self.max_inline_size.unwrap_or(defaults.max_inline_size),
-                verify_checksums: self.verify_checksums.unwrap_or(defaults.verify_checksums),
+                min_checksum: self.min_checksum(&fail)?,
                 concurrency: self.concurrency.unwrap_or(defaults.concurrency),
                 origin: kfs_plan::lfs::BlobOrigin {
                     bucket: self.bucket.clone(),
@@ -191,6 +200,33 @@ impl LargeFileSettings {
         }
         settings.validate().map_err(|e| fail("lfs", &e))?;
         Ok(settings)
+    }
+
+    /// The weakest checksum accepted: `min_checksum_alg`, `none` when checksums are
+    /// not verified (both given must agree), else `sha256`.
+    fn min_checksum(
+        &self,
+        fail: &dyn Fn(&str, &dyn std::fmt::Display) -> SettingsError,
+    ) -> Result<kfs_plan::lfs::ChecksumAlg, SettingsError> {
+        use kfs_plan::lfs::ChecksumAlg;
+        let named = self
+            .min_checksum_alg
+            .as_deref()
+            .map(ChecksumAlg::parse)
+            .transpose()
+            .map_err(|e| fail("lfs min_checksum_alg", &e))?;
+        match (self.verify_checksums, named) {
+            (Some(false), Some(alg)) if alg != ChecksumAlg::None => Err(fail(
+                "lfs min_checksum_alg",
+                &format!(
+                    "{} asks for {} checksums while verification is off (lfs verify_checksums): set one of them",
+                    alg.name(),
+                    alg.name()
+                ),
+            )),
+            (Some(false), _) => Ok(ChecksumAlg::None),
+            (_, named) => Ok(named.unwrap_or_default()),
+        }
     }
 }
 
@@ -211,8 +247,9 @@ pub struct CatalogSettings {
     /// `sql`, `rest`, `glue`, `s3tables` or `memory` (`CATALOG_TYPE`).
     #[serde(rename = "type")]
     pub kind: Option<String>,
-    /// The REST catalog's base URI, or a `postgres://` SQL catalog (`CATALOG_URI`).
-    pub uri: Option<String>,
+    /// The REST catalog's base URI, or a `postgres://` SQL catalog (`CATALOG_URI`);
+    /// its password and secret parameters are never printed.
+    pub uri: Option<SecretUrl>,
     /// The SQLite file of a `sql` catalog.
     pub database: Option<PathBuf>,
     /// The REST catalog's warehouse name (`CATALOG_WAREHOUSE`).
@@ -236,31 +273,6 @@ pub struct MaintenanceSettings {
     pub orphan_age: Option<String>,
     /// Merge a table's manifests past this many (default 10; `MAX_MANIFESTS`).
     pub max_manifests: Option<usize>,
-}
-
-/// The etcd offset cross-check.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EtcdSettings {
-    /// Endpoints (`ETCD_ENDPOINTS`, comma-separated; none: the check is off).
-    #[serde(default)]
-    pub endpoints: Vec<String>,
-    /// How long a segment past etcd's offsets waits (default `5m`; `ETCD_GRACE`).
-    pub grace: Option<String>,
-    /// `hold` (default) or `proceed` when etcd stays unreachable (`ETCD_UNREACHABLE`).
-    pub unreachable: Option<String>,
-    /// PEM file of the CA that signed etcd's certificate (`ETCD_CA_FILE`).
-    pub ca_file: Option<PathBuf>,
-    /// PEM file of the client certificate, for etcd's `--client-cert-auth`
-    /// (`ETCD_CERT_FILE`, with `ETCD_KEY_FILE`).
-    pub cert_file: Option<PathBuf>,
-    /// PEM file of the client certificate's private key (`ETCD_KEY_FILE`).
-    pub key_file: Option<PathBuf>,
-    /// User of etcd's authentication (`ETCD_USERNAME`).
-    pub username: Option<String>,
-    /// The Secrets Manager secret or SSM parameter holding the user's password
-    /// (`ETCD_PASSWORD_SECRET_ARN`): the password itself is never a setting.
-    pub password_secret: Option<String>,
 }
 
 /// Validated settings: what the pipeline runs on.
@@ -370,7 +382,7 @@ impl Settings {
             start_offsets: BTreeMap::new(),
             catalog: CatalogSettings {
                 kind: var("CATALOG_TYPE"),
-                uri: var("CATALOG_URI"),
+                uri: var("CATALOG_URI").map(SecretUrl::from),
                 database: None,
                 warehouse: var("CATALOG_WAREHOUSE"),
                 table_bucket_arn: var("TABLE_BUCKET_ARN"),
@@ -384,7 +396,7 @@ impl Settings {
             },
             spelling: Spelling::Environment,
             schema_registry: SchemaRegistrySettings {
-                url: var("SCHEMA_REGISTRY_URL"),
+                url: var("SCHEMA_REGISTRY_URL").map(SecretUrl::from),
                 credentials_file: None,
             },
             lfs: LargeFileSettings {
@@ -396,11 +408,12 @@ impl Settings {
                 )?,
                 max_inline_size: number("LFS_MAX_INLINE_SIZE")?.map(|n| n as u64),
                 verify_checksums,
+                min_checksum_alg: var("LFS_MIN_CHECKSUM_ALG"),
                 concurrency: number("LFS_CONCURRENCY")?,
                 bucket: None,
             },
             etcd: EtcdSettings {
-                endpoints: list("ETCD_ENDPOINTS"),
+                endpoints: list("ETCD_ENDPOINTS").into_iter().map(Into::into).collect(),
                 grace: var("ETCD_GRACE"),
                 unreachable: var("ETCD_UNREACHABLE"),
                 ca_file: var("ETCD_CA_FILE").map(PathBuf::from),
@@ -509,6 +522,7 @@ impl Settings {
             start_offsets.insert(topic.clone(), map);
         }
         let schema_registry = self.schema_registry(&naming, &fail)?;
+        self.etcd.check_transport(self.spelling, origin)?;
         Ok(ValidSettings {
             schema_registry,
             naming,
@@ -526,7 +540,7 @@ impl Settings {
         fail: &dyn Fn(&str, &dyn std::fmt::Display) -> SettingsError,
     ) -> Result<Option<crate::registry::RegistryLocation>, SettingsError> {
         let settings = &self.schema_registry;
-        let Some(url) = settings.url.as_deref() else {
+        let Some(url) = settings.url.as_ref() else {
             if naming.value_format == ValueFormat::Registry {
                 return Err(fail(
                     "schema_registry",
@@ -630,7 +644,7 @@ impl CatalogSettings {
                     database: database.clone(),
                 },
                 (Some(file), None) => CatalogKind::Sql {
-                    database: PathBuf::from(file),
+                    database: PathBuf::from(file.expose()),
                 },
                 (None, None) => CatalogKind::Sql {
                     database: sqlite_default
@@ -741,8 +755,12 @@ mod tests {
             assert!(!valid.naming.topics.selects("clicks"));
             let lfs = valid.naming.lfs.for_topic("orders-eu");
             assert_eq!(
-                (lfs.mode, lfs.max_inline_size, lfs.verify_checksums),
-                (kfs_plan::lfs::LfsMode::Hybrid, 1024, false)
+                (lfs.mode, lfs.max_inline_size, lfs.min_checksum),
+                (
+                    kfs_plan::lfs::LfsMode::Hybrid,
+                    1024,
+                    kfs_plan::lfs::ChecksumAlg::None
+                )
             );
             assert_eq!(
                 valid.naming.lfs.for_topic("audit-x").mode,
@@ -787,6 +805,7 @@ mod tests {
             ("LFS_MAX_INLINE_SIZE", "0"),
             ("LFS_CONCURRENCY", "1000"),
             ("LFS_VERIFY_CHECKSUMS", "maybe"),
+            ("LFS_MIN_CHECKSUM_ALG", "blake3"),
         ] {
             let error = env(&[(name, value)]).err().map(|e| e.to_string());
             assert!(
@@ -813,6 +832,22 @@ mod tests {
                 region: Some("eu-west-1".into())
             })
             && valid.naming.key_format == KeyFormat::Registry),);
+        // The checksum minimum and switching verification off must agree.
+        let error = env(&[
+            ("LFS_VERIFY_CHECKSUMS", "off"),
+            ("LFS_MIN_CHECKSUM_ALG", "sha256"),
+        ])
+        .err();
+        assert!(
+            error
+                .as_ref()
+                .is_some_and(|e| e.0.contains("LFS_MIN_CHECKSUM_ALG")),
+            "{error:?}"
+        );
+        let crc32 = env(&[("LFS_MIN_CHECKSUM_ALG", "crc32")]);
+        assert!(crc32.is_ok_and(
+            |valid| valid.naming.lfs.policy.min_checksum == kfs_plan::lfs::ChecksumAlg::Crc32
+        ));
         // Claim checks are handled in raw tables only.
         let error = env(&[("VALUE_FORMAT", "json"), ("LFS_MODE", "resolve")]).err();
         assert!(

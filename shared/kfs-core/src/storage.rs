@@ -53,8 +53,9 @@ impl Warehouse {
     }
 }
 
-/// S3 settings from the standard AWS environment variables.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// S3 settings from the standard AWS environment variables (`Debug` prints neither
+/// the secret key nor the session token, and the endpoint without its secrets).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct S3Settings {
     /// `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`: a custom endpoint (path-style access).
     pub endpoint: Option<String>,
@@ -66,6 +67,22 @@ pub struct S3Settings {
     pub secret_access_key: Option<String>,
     /// `AWS_SESSION_TOKEN`.
     pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |secret: &Option<String>| secret.as_ref().map(|_| "<hidden>");
+        f.debug_struct("S3Settings")
+            .field(
+                "endpoint",
+                &self.endpoint.as_deref().map(kfs_plan::secret_url::redact),
+            )
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &hidden(&self.secret_access_key))
+            .field("session_token", &hidden(&self.session_token))
+            .finish()
+    }
 }
 
 impl S3Settings {
@@ -137,5 +154,21 @@ mod tests {
             Ok("file:///tmp/wh".into())
         );
         assert!(Warehouse::parse("s3:///x").is_err());
+    }
+
+    #[test]
+    fn s3_settings_never_print_their_secrets() {
+        let settings = S3Settings::from_lookup(&|name| match name {
+            "AWS_ENDPOINT_URL" => {
+                Some("http://minio:s3cr3t-XYZ@minio:9000/?token=s3cr3t-XYZ".into())
+            }
+            "AWS_SECRET_ACCESS_KEY" | "AWS_SESSION_TOKEN" => Some("s3cr3t-XYZ".into()),
+            _ => None,
+        });
+        let printed = format!("{settings:?}");
+        assert!(
+            !printed.contains("s3cr3t-XYZ") && printed.contains("minio:9000"),
+            "{printed}"
+        );
     }
 }

@@ -300,9 +300,11 @@ impl TickLog {
         format!("{}/shard-{shard}.json", self.root)
     }
 
-    /// Records `summary` as `shard`'s last tick.
+    /// Records `summary` as `shard`'s last tick; a URL in its messages (an error a
+    /// client library wrote) is kept without its secrets.
     pub async fn write(&self, shard: Shard, summary: &Value) -> iceberg::Result<()> {
-        let bytes = serde_json::to_vec(summary).unwrap_or_default();
+        let text = serde_json::to_string(summary).unwrap_or_default();
+        let bytes = kfs_plan::secret_url::redact_text(&text).into_bytes();
         self.file_io
             .new_output(self.path(shard.index))?
             .write(bytes.into())
@@ -319,7 +321,9 @@ impl TickLog {
                 break;
             }
             let bytes = self.file_io.new_input(&path)?.read().await?;
-            if let Ok(summary) = serde_json::from_slice(&bytes) {
+            // A log written before URLs were redacted is read without its secrets.
+            let text = kfs_plan::secret_url::redact_text(&String::from_utf8_lossy(&bytes));
+            if let Ok(summary) = serde_json::from_str(&text) {
                 ticks.push(summary);
             }
         }

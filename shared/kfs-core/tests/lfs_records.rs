@@ -379,3 +379,140 @@ async fn a_throttled_blob_store_is_retried_never_quarantined() -> Result<(), Box
     assert_eq!(dead.len(), 5, "{dead:?}");
     Ok(())
 }
+
+/// `lfs_checksum_alg` and `lfs_checksum` of table `name`'s rows by offset.
+async fn checksums(
+    local: &Local,
+    name: &TableName,
+) -> Result<BTreeMap<i64, (Option<String>, Option<String>)>, BoxError> {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    let table = local.catalog.load_table(&table_ident(name)).await?;
+    let batches: Vec<arrow_array::RecordBatch> = table
+        .scan()
+        .select(["offset", "lfs_checksum", "lfs_checksum_alg"])
+        .build()?
+        .to_arrow()
+        .await?
+        .try_collect()
+        .await?;
+    let mut found = BTreeMap::new();
+    for batch in batches {
+        let offsets = batch
+            .column(0)
+            .as_primitive::<arrow_array::types::Int64Type>();
+        let text = |column: &str, row: usize| {
+            let strings = batch.column_by_name(column)?.as_string::<i32>();
+            (!strings.is_null(row)).then(|| strings.value(row).to_owned())
+        };
+        for row in 0..batch.num_rows() {
+            found.insert(
+                offsets.value(row),
+                (text("lfs_checksum_alg", row), text("lfs_checksum", row)),
+            );
+        }
+    }
+    Ok(found)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_cannot_lower_the_verification_the_operator_asked_for() -> Result<(), BoxError>
+{
+    use sha2::Digest;
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+    let body = b"the blob's bytes".to_vec();
+    let key = |n: usize| format!("ns/docs/lfs/2026/12/03/obj-{n}");
+    let sha256 = hex(&sha2::Sha256::digest(&body));
+    let wrong = hex(&sha2::Sha256::digest(b"other bytes"));
+    let crc = format!("{:08x}", crc32fast::hash(&body));
+    let md5 = {
+        use md5::Digest;
+        hex(&md5::Md5::digest(&body))
+    };
+    let envelope = |n: usize, fields: &str| {
+        format!(
+            r#"{{"kfs_lfs":1,"bucket":"seg","key":"{}","size":{}{fields}}}"#,
+            key(n),
+            body.len()
+        )
+    };
+    let values = [
+        // 0: "none", and a sha256 that does not match: still checked.
+        envelope(0, &format!(r#","sha256":"{wrong}","checksum_alg":"none""#)),
+        // 1: "none" and nothing else: below the minimum.
+        envelope(1, r#","checksum_alg":"none""#),
+        // 2: crc32 only: below the minimum (sha256 by default).
+        envelope(2, &format!(r#","checksum":"{crc}","checksum_alg":"crc32""#)),
+        // 3: md5 and sha256: both checked, sha256 recorded.
+        envelope(
+            3,
+            &format!(r#","sha256":"{sha256}","checksum":"{md5}","checksum_alg":"md5""#),
+        ),
+        // 4: sha256 right, the md5 beside it wrong: the envelope does not hold.
+        envelope(
+            4,
+            &format!(
+                r#","sha256":"{sha256}","checksum":"{crc}00000000000000000000000","checksum_alg":"md5""#
+            ),
+        ),
+    ];
+    let run = |naming: TableNaming| {
+        let values = values.clone();
+        let body = body.clone();
+        async move {
+            let local = Local::open().await?;
+            for n in 0..values.len() {
+                local.source.put(&key(n), body.clone());
+            }
+            let records = kfs_workload::simple_records(0, values.len() as i64, |offset| {
+                Some(values[usize::try_from(offset).ok()?].as_bytes().to_vec())
+            });
+            local.put_records("docs", records)?;
+            let report = local.run(&naming).await?;
+            assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
+            let name = naming.table_for("docs");
+            let rows = checksums(&local, &name).await?;
+            let why = reasons(&local, &name).await?;
+            Ok::<_, BoxError>((rows, why))
+        }
+    };
+
+    let (rows, why) = run(naming(LfsMode::Resolve)).await?;
+    assert_eq!(
+        rows.keys().copied().collect::<Vec<_>>(),
+        vec![3],
+        "{rows:?} {why:?}"
+    );
+    assert_eq!(rows[&3], (Some("sha256".into()), Some(sha256.clone())));
+    assert!(why[&0].contains("fails its sha256 checksum"), "{}", why[&0]);
+    for offset in [1, 2] {
+        assert!(
+            why[&offset].contains("minimum") && why[&offset].contains("sha256"),
+            "{offset}: {}",
+            why[&offset]
+        );
+    }
+    assert!(why[&4].contains("fails its md5 checksum"), "{}", why[&4]);
+
+    // The operator accepts crc32: the crc32-only envelope is verified so, and says so.
+    let mut lower = naming(LfsMode::Resolve);
+    lower.lfs.policy.min_checksum = kfs_plan::lfs::ChecksumAlg::Crc32;
+    let (rows, why) = run(lower).await?;
+    assert_eq!(
+        rows.keys().copied().collect::<Vec<_>>(),
+        vec![2, 3],
+        "{why:?}"
+    );
+    assert_eq!(rows[&2], (Some("crc32".into()), Some(crc.clone())));
+    assert!(why[&1].contains("minimum crc32"), "{}", why[&1]);
+    // Verification off: the size only, and the rows say nothing was verified.
+    let mut off = naming(LfsMode::Resolve);
+    off.lfs.policy.min_checksum = kfs_plan::lfs::ChecksumAlg::None;
+    let (rows, why) = run(off).await?;
+    assert_eq!(rows.len(), 5, "{why:?}");
+    assert!(
+        rows.values().all(|r| *r == (Some("none".into()), None)),
+        "{rows:?}"
+    );
+    Ok(())
+}

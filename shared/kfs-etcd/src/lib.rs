@@ -15,6 +15,8 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use kfs_plan::crosscheck::{EtcdState, read_etcd_contents};
+use kfs_plan::etcd_transport::EtcdSecurity;
+use kfs_plan::secret_url::SecretUrl;
 use serde::Deserialize;
 
 /// The cluster snapshot key.
@@ -27,7 +29,8 @@ pub const TOPICS_PREFIX: &str = "/kafscale/topics/";
 pub struct EtcdConnection {
     /// Endpoints, tried in order until one answers; one without a scheme is
     /// `http://` (`https://` with TLS material). None: the cross-check is off.
-    pub endpoints: Vec<String>,
+    /// Credentials and TLS material are never used over `http://` ([`Self::check`]).
+    pub endpoints: Vec<SecretUrl>,
     /// PEM of the CA that signed etcd's server certificate (else the system roots).
     pub ca_pem: Option<Vec<u8>>,
     /// PEM of the client certificate and its private key, for `--client-cert-auth`.
@@ -52,9 +55,23 @@ impl EtcdConnection {
     /// Plain endpoints, no TLS material nor user.
     pub fn plain(endpoints: Vec<String>) -> Self {
         Self {
-            endpoints,
+            endpoints: endpoints.into_iter().map(SecretUrl::from).collect(),
             ..Self::default()
         }
+    }
+
+    /// Refuses credentials (the user, the client certificate) over a plain `http://`
+    /// endpoint, and TLS material beside one (see `kfs_plan::etcd_transport`).
+    pub fn check(&self) -> Result<(), String> {
+        kfs_plan::etcd_transport::check(
+            &self.endpoints,
+            "ETCD_ENDPOINTS",
+            &EtcdSecurity {
+                ca_file: self.ca_pem.as_ref().map(|_| "ETCD_CA_FILE"),
+                client_certificate: self.identity_pem.as_ref().map(|_| "ETCD_CERT_FILE"),
+                user: self.user.as_ref().map(|_| "ETCD_USERNAME"),
+            },
+        )
     }
 
     fn client(&self, timeout: Duration) -> Result<reqwest::Client, String> {
@@ -80,15 +97,11 @@ impl EtcdConnection {
         builder.build().map_err(|e| format!("HTTP client: {e}"))
     }
 
-    fn base(&self, endpoint: &str) -> String {
-        let endpoint = endpoint.trim_end_matches('/');
-        if endpoint.contains("://") {
-            endpoint.to_owned()
-        } else if self.ca_pem.is_some() || self.identity_pem.is_some() {
-            format!("https://{endpoint}")
-        } else {
-            format!("http://{endpoint}")
-        }
+    fn base(&self, endpoint: &SecretUrl) -> SecretUrl {
+        kfs_plan::etcd_transport::base_url(
+            endpoint,
+            self.ca_pem.is_some() || self.identity_pem.is_some(),
+        )
     }
 }
 
@@ -96,6 +109,10 @@ impl EtcdConnection {
 pub async fn read_etcd(connection: &EtcdConnection, timeout: Duration) -> EtcdState {
     if connection.endpoints.is_empty() {
         return EtcdState::Disabled;
+    }
+    // Never a credential in the clear, even when the settings were not checked.
+    if let Err(refused) = connection.check() {
+        return EtcdState::Unreachable(refused);
     }
     let client = match connection.client(timeout) {
         Ok(client) => client,
@@ -105,11 +122,12 @@ pub async fn read_etcd(connection: &EtcdConnection, timeout: Duration) -> EtcdSt
     for endpoint in &connection.endpoints {
         let base = connection.base(endpoint);
         let attempt = async {
+            let base = base.expose();
             let token = match &connection.user {
-                Some((name, password)) => Some(authenticate(&client, &base, name, password).await?),
+                Some((name, password)) => Some(authenticate(&client, base, name, password).await?),
                 None => None,
             };
-            read(&client, &base, token.as_deref()).await
+            read(&client, base, token.as_deref()).await
         };
         match tokio::time::timeout(timeout, attempt).await {
             Ok(Ok(state)) => return state,
@@ -159,10 +177,17 @@ struct KeyValue {
 /// What went wrong reading one endpoint.
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
+    /// Without the request's URL (which may carry secrets): see `From`.
     #[error("{0}")]
-    Http(#[from] reqwest::Error),
+    Http(reqwest::Error),
     #[error("answer is not base64: {0}")]
     Base64(#[from] base64::DecodeError),
+}
+
+impl From<reqwest::Error> for ReadError {
+    fn from(error: reqwest::Error) -> Self {
+        Self::Http(error.without_url())
+    }
 }
 
 /// The keys from `key` up to (not including) `range_end`, or `key` alone.
@@ -223,7 +248,22 @@ async fn read(
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{EtcdConnection, prefix_end};
+
+    #[test]
+    fn a_user_is_never_sent_over_plain_http() {
+        let mut connection = EtcdConnection::plain(vec!["http://u:s3cr3t-XYZ@etcd:2379".into()]);
+        assert_eq!(connection.check(), Ok(()));
+        connection.user = Some(("kfs".into(), "pw".into()));
+        let refused = connection.check();
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.contains("ETCD_USERNAME") && !e.contains("s3cr3t-XYZ")),
+            "{refused:?}"
+        );
+        assert!(!format!("{connection:?}").contains("s3cr3t-XYZ"));
+    }
 
     #[test]
     fn a_prefix_ends_where_its_last_byte_would_carry() {

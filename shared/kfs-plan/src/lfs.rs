@@ -3,13 +3,16 @@
 //! produces a small JSON envelope in its place. This module detects and parses the
 //! envelopes, says what the configured mode does with each one, checks that a blob
 //! lies where the topic's blobs may lie, and verifies a fetched blob against its
-//! envelope. Fetching is the host's.
+//! envelope ([`checksum`]). Fetching is the host's.
 //!
 //! Unlike the upstream processor, which drops a record whose envelope does not decode
 //! or whose blob is missing or corrupt, every such record is handed back with the
 //! reason (the converter writes it to the dead-letter table).
 
 use std::collections::BTreeMap;
+
+pub mod checksum;
+pub use checksum::{ChecksumAlg, Verified, verify_blob};
 
 /// Bytes at the start of a value searched for `"kfs_lfs"` (as upstream).
 pub const DETECT_WINDOW: usize = 50;
@@ -131,8 +134,9 @@ pub struct LfsPolicy {
     pub mode: LfsMode,
     /// Largest blob resolved into a row, in bytes (1 to [`MAX_INLINE_SIZE_LIMIT`]).
     pub max_inline_size: u64,
-    /// Whether blobs are checked against their envelope's checksum (on by default).
-    pub verify_checksums: bool,
+    /// The weakest checksum a resolved blob is verified by (`sha256` by default;
+    /// `none`: the size only): an envelope carrying none as strong is a dead letter.
+    pub min_checksum: ChecksumAlg,
     /// Blobs fetched at once (1 to [`MAX_CONCURRENCY`]).
     pub concurrency: usize,
     /// Where blobs may be read from.
@@ -144,7 +148,7 @@ impl Default for LfsPolicy {
         Self {
             mode: LfsMode::Off,
             max_inline_size: DEFAULT_MAX_INLINE_SIZE,
-            verify_checksums: true,
+            min_checksum: ChecksumAlg::default(),
             concurrency: DEFAULT_CONCURRENCY,
             origin: BlobOrigin::default(),
         }
@@ -223,7 +227,8 @@ pub struct Envelope {
     /// The blob's checksum by `checksum_alg`, hex.
     #[serde(default)]
     pub checksum: Option<String>,
-    /// `sha256`, `md5`, `crc32` or `none`.
+    /// `sha256`, `md5`, `crc32` or `none` (it never lowers the operator's minimum:
+    /// see [`checksum`]).
     #[serde(default)]
     pub checksum_alg: Option<String>,
     /// The producer's content type.
@@ -338,78 +343,6 @@ pub fn blob_key(
     }
 }
 
-/// Checks a fetched blob against its envelope: its size, and (when `verify`) its
-/// checksum (`checksum` by `checksum_alg` when given, else `sha256`; crc32 is the IEEE
-/// polynomial, as 8 hex digits or a decimal number).
-pub fn verify_blob(envelope: &Envelope, blob: &[u8], verify: bool) -> Result<(), String> {
-    if blob.len() as u64 != envelope.size {
-        return Err(format!(
-            "LFS blob {} has {} bytes, its envelope says {}",
-            envelope.key,
-            blob.len(),
-            envelope.size
-        ));
-    }
-    if !verify {
-        return Ok(());
-    }
-    let alg = envelope
-        .checksum_alg
-        .as_deref()
-        .map(str::to_ascii_lowercase);
-    let (alg, expected) = match (alg.as_deref(), &envelope.checksum) {
-        (Some("none"), _) => return Ok(()),
-        (Some(alg), Some(sum)) => (alg.to_owned(), sum.clone()),
-        _ => match &envelope.sha256 {
-            Some(sum) => ("sha256".to_owned(), sum.clone()),
-            None => {
-                return Err(format!(
-                    "LFS envelope of {} carries no checksum to verify (set lfs verify_checksums = false to accept such blobs)",
-                    envelope.key
-                ));
-            }
-        },
-    };
-    let expected = expected.trim().to_ascii_lowercase();
-    let matches = match alg.as_str() {
-        "sha256" => {
-            use sha2::Digest;
-            hex(&sha2::Sha256::digest(blob)) == expected
-        }
-        "md5" => {
-            use md5::Digest;
-            hex(&md5::Md5::digest(blob)) == expected
-        }
-        "crc32" => {
-            let crc = crc32fast::hash(blob);
-            format!("{crc:08x}") == expected || crc.to_string() == expected
-        }
-        other => {
-            return Err(format!(
-                "LFS envelope of {} names checksum algorithm {other:?} (expected sha256, md5, crc32 or none)",
-                envelope.key
-            ));
-        }
-    };
-    if matches {
-        Ok(())
-    } else {
-        Err(format!(
-            "LFS blob {} fails its {alg} checksum (expected {expected})",
-            envelope.key
-        ))
-    }
-}
-
-/// Lowercase hex of `bytes`.
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut text, b| {
-        let _ = write!(text, "{b:02x}");
-        text
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,7 +354,7 @@ mod tests {
             bucket: "seg".into(),
             key: key.into(),
             size: body.len() as u64,
-            sha256: Some(hex(&sha2::Sha256::digest(body))),
+            sha256: Some(checksum::hex(&sha2::Sha256::digest(body))),
             checksum: None,
             checksum_alg: None,
             content_type: None,
@@ -506,29 +439,5 @@ mod tests {
             policy.mode = mode;
             assert_eq!(policy.blob_bytes_in_flight(), bytes, "{mode:?}");
         }
-    }
-
-    #[test]
-    fn verifies_size_and_each_checksum() {
-        let body = b"The quick brown fox jumps over the lazy dog";
-        let mut e = envelope("k", body);
-        assert_eq!(verify_blob(&e, body, true), Ok(()));
-        assert!(verify_blob(&e, b"other", true).is_err());
-        e.checksum_alg = Some("md5".into());
-        e.checksum = Some("9e107d9d372bb6826bd81d3542a419d6".into());
-        assert_eq!(verify_blob(&e, body, true), Ok(()));
-        e.checksum_alg = Some("crc32".into());
-        e.checksum = Some("414fa339".into());
-        assert_eq!(verify_blob(&e, body, true), Ok(()));
-        e.checksum = Some("414fa338".into());
-        assert!(verify_blob(&e, body, true).is_err());
-        assert_eq!(verify_blob(&e, body, false), Ok(()));
-        e.checksum_alg = Some("none".into());
-        assert_eq!(verify_blob(&e, body, true), Ok(()));
-        e.checksum_alg = Some("blake3".into());
-        assert!(verify_blob(&e, body, true).is_err());
-        e.checksum_alg = None;
-        e.sha256 = None;
-        assert!(verify_blob(&e, body, true).is_err());
     }
 }

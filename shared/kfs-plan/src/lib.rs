@@ -12,6 +12,8 @@
 //! - [`compaction`]: which small files to rewrite together, which snapshots to expire.
 //! - [`lfs`]: large-file claim-check records: detected, checked, verified.
 //! - [`duration`]: durations as operators write them (`0s`, `5d`).
+//! - [`etcd_transport`]: how etcd endpoints are reached; credentials never in the clear.
+//! - [`secret_url`]: URLs that may carry credentials, never printed with them.
 //! - [`fault`]: the one error taxonomy (transient, conflict, invalid data, config).
 //! - [`shard`]: which committer schedule handles which topic.
 //! - [`hash`]: the stable hash behind file names, commit ids and shards.
@@ -25,6 +27,7 @@ pub mod commit;
 pub mod compaction;
 pub mod crosscheck;
 pub mod duration;
+pub mod etcd_transport;
 pub mod events;
 pub mod fault;
 pub mod hash;
@@ -34,6 +37,7 @@ pub mod lfs;
 pub mod naming;
 pub mod offsets;
 pub mod progress;
+pub mod secret_url;
 pub mod shard;
 pub mod sweep;
 pub mod value_columns;

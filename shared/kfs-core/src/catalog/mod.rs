@@ -47,8 +47,9 @@ pub enum CatalogKind {
     },
     /// The Iceberg SQL catalog on a PostgreSQL database.
     SqlPostgres {
-        /// `postgres://user:password@host:port/database`.
-        url: String,
+        /// `postgres://user:password@host:port/database` (never printed with its
+        /// password).
+        url: kfs_plan::secret_url::SecretUrl,
     },
     /// AWS Glue Data Catalog.
     Glue {
@@ -99,8 +100,8 @@ pub fn is_table_bucket_arn(text: &str) -> bool {
 /// Where a REST catalog is and how to authenticate to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestSettings {
-    /// Base URI; the client appends `/v1/...`.
-    pub uri: String,
+    /// Base URI; the client appends `/v1/...` (never printed with its secrets).
+    pub uri: kfs_plan::secret_url::SecretUrl,
     /// The catalog's warehouse *name* (Polaris' catalog, Unity's catalog name), sent to
     /// `/v1/config`; distinct from the storage location, which the server decides.
     pub warehouse: Option<String>,
@@ -224,8 +225,8 @@ pub async fn open_catalog_handle(
         }),
         #[cfg(feature = "sql")]
         CatalogKind::SqlPostgres { url } => Ok(CatalogHandle {
-            catalog: Arc::new(open_postgres_catalog(url, warehouse, s3).await?),
-            swap: Arc::new(SqlTableSwap::open_postgres(url, LOCAL_CATALOG_NAME).await?),
+            catalog: Arc::new(open_postgres_catalog(url.expose(), warehouse, s3).await?),
+            swap: Arc::new(SqlTableSwap::open_postgres(url.expose(), LOCAL_CATALOG_NAME).await?),
         }),
         #[cfg(not(feature = "sql"))]
         CatalogKind::Sql { .. } | CatalogKind::SqlPostgres { .. } => Err(iceberg::Error::new(
@@ -238,7 +239,10 @@ pub async fn open_catalog_handle(
             };
             let mut props = s3.file_io_properties();
             props.extend(rest.credentials.properties().clone());
-            props.insert(REST_CATALOG_PROP_URI.to_owned(), rest.uri.clone());
+            props.insert(
+                REST_CATALOG_PROP_URI.to_owned(),
+                rest.uri.expose().to_owned(),
+            );
             if let Some(name) = &rest.warehouse {
                 props.insert(REST_CATALOG_PROP_WAREHOUSE.to_owned(), name.clone());
             }
@@ -256,7 +260,7 @@ pub async fn open_catalog_handle(
             Ok(CatalogHandle {
                 catalog,
                 swap: Arc::new(RestTableSwap::new(
-                    rest.uri.clone(),
+                    rest.uri.expose().to_owned(),
                     rest.warehouse.clone(),
                     rest.credentials.properties().clone(),
                 )),

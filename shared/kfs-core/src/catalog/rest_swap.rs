@@ -38,7 +38,7 @@ pub struct RestTableSwap {
 impl std::fmt::Debug for RestTableSwap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RestTableSwap")
-            .field("uri", &self.uri)
+            .field("uri", &kfs_plan::secret_url::redact(&self.uri))
             .field("warehouse", &self.warehouse)
             .finish_non_exhaustive()
     }

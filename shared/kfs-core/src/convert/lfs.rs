@@ -2,9 +2,11 @@
 //! table is kept, skipped, referenced (described by the `lfs_*` columns) or resolved
 //! (its blob fetched into `value`) as its topic's mode says ([`kfs_plan::lfs`]). A
 //! record whose envelope does not decode (when blobs are fetched), whose blob lies
-//! outside the topic's own blobs, is missing, is too large or fails its checksum goes
-//! to the dead-letter table with the reason; a failing store (throttling, 5xx, a
-//! refused permission) fails the conversion as its error says, and it is retried.
+//! outside the topic's own blobs, is missing, is too large, fails a checksum or
+//! carries none as strong as the operator's minimum goes to the dead-letter table
+//! with the reason (`lfs_checksum_alg` says what a resolved blob was verified by); a
+//! failing store (throttling, 5xx, a refused permission) fails the conversion as its
+//! error says, and it is retried.
 //!
 //! Blobs are fetched on the async side ([`serve_blobs`]), `concurrency` at a time: the
 //! decoding thread hands each claim check over as it meets it and waits only when
@@ -20,7 +22,7 @@ use arrow_schema::FieldRef;
 use futures::StreamExt;
 use iceberg::table::Table;
 use kfs_plan::fault::ErrorKind;
-use kfs_plan::lfs::{Disposition, Envelope, LfsMode, LfsPolicy};
+use kfs_plan::lfs::{Disposition, Envelope, LfsMode, LfsPolicy, Verified, checksum};
 use kfs_segment::{OwnedRecord, Record};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -103,6 +105,15 @@ struct InFlight {
     reply: oneshot::Receiver<BlobReply>,
 }
 
+/// How a claim check's row describes its blob.
+#[derive(Clone, Copy)]
+enum Described<'a> {
+    /// The value holds the blob, verified so.
+    Resolved(&'a Verified),
+    /// The value is the envelope.
+    Referenced,
+}
+
 /// The `lfs_*` columns being built.
 struct BlobColumns {
     resolved: BooleanBuilder,
@@ -127,18 +138,23 @@ impl BlobColumns {
         }
     }
 
-    /// Appends the description of a claim check's blob (`resolved`: the value holds
-    /// it), or nulls for a record that is none.
-    fn append(&mut self, blob: Option<(&Envelope, bool)>) {
+    /// Appends the description of a claim check's blob, or nulls for a record that is
+    /// none. A resolved blob (the value holds it) is described by the checksum it was
+    /// verified by (`none` and no checksum when the policy verifies none); a
+    /// referenced one by the strongest checksum its envelope carries, unverified.
+    fn append(&mut self, blob: Option<(&Envelope, Described)>) {
         let (checksum, checksum_alg) = match blob {
-            Some((e, _)) => match (&e.checksum, &e.checksum_alg) {
-                (Some(sum), alg) => (Some(sum.as_str()), alg.as_deref()),
-                (None, _) => (e.sha256.as_deref(), e.sha256.as_ref().map(|_| "sha256")),
+            Some((_, Described::Resolved(verified))) => {
+                (verified.checksum.as_deref(), Some(verified.alg.name()))
+            }
+            Some((e, Described::Referenced)) => match checksum::claims(e).ok().as_deref() {
+                Some([(alg, sum), ..]) => (Some(*sum), Some(alg.name())),
+                _ => (None, None),
             },
             None => (None, None),
         };
         self.resolved
-            .append_option(blob.map(|(_, resolved)| resolved));
+            .append_option(blob.map(|(_, described)| matches!(described, Described::Resolved(_))));
         self.bucket.append_option(blob.map(|(e, _)| &e.bucket));
         self.key.append_option(blob.map(|(e, _)| &e.key));
         self.size
@@ -238,7 +254,7 @@ impl LfsRouter {
         topic: &str,
         partition: i32,
         record: &Record<'_>,
-        blob: Option<(&Envelope, bool)>,
+        blob: Option<(&Envelope, Described<'_>)>,
     ) -> Result<(), PushError> {
         self.table.push(topic, partition, record)?;
         if let Some((_, columns)) = &mut self.described {
@@ -281,15 +297,15 @@ impl LfsRouter {
             })
         })?;
         let checked = fetched.map_err(PushError::Source)?.and_then(|blob| {
-            kfs_plan::lfs::verify_blob(&envelope, &blob, self.policy.verify_checksums)
-                .map(|()| blob)
+            kfs_plan::lfs::verify_blob(&envelope, &blob, self.policy.min_checksum)
+                .map(|verified| (blob, verified))
         });
         match checked {
-            Ok(blob) => self.write(
+            Ok((blob, verified)) => self.write(
                 &topic,
                 partition,
                 &record.with_value(Some(&blob)),
-                Some((&envelope, true)),
+                Some((&envelope, Described::Resolved(&verified))),
             ),
             Err(reason) => self.refuse(
                 &topic,
@@ -330,9 +346,12 @@ impl RecordRouter for LfsRouter {
                 self.skipped += 1;
                 Ok(())
             }
-            Disposition::Reference => {
-                self.write(topic, partition, record, Some((&envelope, false)))
-            }
+            Disposition::Reference => self.write(
+                topic,
+                partition,
+                record,
+                Some((&envelope, Described::Referenced)),
+            ),
             Disposition::Resolve => {
                 let key = match kfs_plan::lfs::blob_key(
                     &self.policy.origin,
