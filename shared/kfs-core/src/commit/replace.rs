@@ -21,6 +21,28 @@ use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 use kfs_plan::offsets::{GAP_HISTORY_KEY, MAX_TIMESTAMP_KEY, OFFSETS_KEY, STARTS_KEY, TOPIC_KEY};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+/// What every snapshot of a table carries forward unchanged when it adds no offsets
+/// (a replace, a replay of dead letters): the offset map, the partitions' starts, the
+/// gap history, the newest timestamp and the topic, as the newest snapshot with each
+/// has it.
+pub(crate) fn carried_properties(table: &Table) -> HashMap<String, String> {
+    let mut properties = HashMap::new();
+    for key in [
+        OFFSETS_KEY,
+        STARTS_KEY,
+        GAP_HISTORY_KEY,
+        MAX_TIMESTAMP_KEY,
+        TOPIC_KEY,
+    ] {
+        if let Some(value) =
+            ancestry(table).find_map(|s| s.summary().additional_properties.get(key))
+        {
+            properties.insert(key.to_owned(), value.clone());
+        }
+    }
+    properties
+}
+
 /// A change of the live file set, as a replace snapshot.
 #[derive(Debug, Clone, Default)]
 pub struct Replacement {
@@ -196,19 +218,7 @@ pub async fn stage_replace(
         properties.insert(key.to_owned(), value.to_string());
     }
     // The offset map (and what else every snapshot carries) moves forward unchanged.
-    for key in [
-        OFFSETS_KEY,
-        STARTS_KEY,
-        GAP_HISTORY_KEY,
-        MAX_TIMESTAMP_KEY,
-        TOPIC_KEY,
-    ] {
-        if let Some(value) =
-            ancestry(table).find_map(|s| s.summary().additional_properties.get(key))
-        {
-            properties.insert(key.to_owned(), value.clone());
-        }
-    }
+    properties.extend(carried_properties(table));
     properties.insert(MAINTENANCE_ID_KEY.to_owned(), change.maintenance_id.clone());
     let snapshot = Snapshot::builder()
         .with_snapshot_id(snapshot_id)
