@@ -6,6 +6,7 @@
 //! Every failure prints one line on stderr naming the file, the byte
 //! position and the reason, and exits non-zero.
 
+mod dead_letters_cmd;
 mod dump;
 mod embedded;
 mod gen_cmd;
@@ -57,6 +58,8 @@ enum Command {
     RewriteManifests(maintain_cmd::RewriteManifestsArgs),
     /// List quarantined segments, or release them for another try.
     Quarantine(quarantine_cmd::QuarantineArgs),
+    /// Replay a registry table's dead letters once their cause is gone.
+    DeadLetters(dead_letters_cmd::DeadLettersArgs),
 }
 
 /// A failure of a command, worded for the operator.
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
         Command::RemoveOrphans(args) => block_on(maintain_cmd::orphans(&args)),
         Command::RewriteManifests(args) => block_on(maintain_cmd::rewrite(&args)),
         Command::Quarantine(args) => block_on(quarantine_cmd::run(&args)),
+        Command::DeadLetters(args) => block_on(dead_letters_cmd::run(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
