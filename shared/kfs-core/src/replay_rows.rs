@@ -118,9 +118,12 @@ fn letters_of(batch: &RecordBatch) -> iceberg::Result<Vec<DeadLetter>> {
     Ok(letters)
 }
 
+/// A record's headers: key bytes and value, in order.
+type Headers = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
 /// A row's headers: key bytes (the `key_bytes` column where the key was not UTF-8)
 /// and value.
-fn headers_of(entries: &dyn Array) -> iceberg::Result<Vec<(Vec<u8>, Option<Vec<u8>>)>> {
+fn headers_of(entries: &dyn Array) -> iceberg::Result<Headers> {
     let entries = entries
         .as_struct_opt()
         .ok_or_else(|| invalid("headers' entries"))?;
