@@ -82,3 +82,41 @@ async fn dead_letters_of_an_unknown_schema_are_replayed_exactly_once() -> Result
     assert!(rows.values().all(|n| *n == 1));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replays_at_once_append_each_record_once() -> Result<(), BoxError> {
+    let local = Local::open().await?;
+    let registry = Arc::new(Counting {
+        not_found: 3,
+        ..Counting::default()
+    });
+    let config = PipelineConfig {
+        naming: TableNaming {
+            value_format: ValueFormat::Registry,
+            ..TableNaming::default()
+        },
+        schemas: Some(Arc::new(SchemaCache::new(registry.clone()))),
+        ..PipelineConfig::default()
+    };
+    local.put_records(
+        "orders",
+        kfs_workload::simple_records(0, 5, |o| Some(long_value(7, o as u8))),
+    )?;
+    local.run_config(&config).await?;
+    let name = config.naming.table_for("orders");
+    assert_eq!(
+        offsets(&local.catalog, &name.dead_letters()).await?.len(),
+        5
+    );
+    let fresh = || Arc::new(SchemaCache::new(registry.clone()));
+    let (one, two) = tokio::join!(
+        replay_dead_letters(local.access(), &name, fresh()),
+        replay_dead_letters(local.access(), &name, fresh()),
+    );
+    let (one, two) = (one?, two?);
+    assert_eq!(one.replayed + two.replayed, 5, "{one:?} {two:?}");
+    let rows = offsets(&local.catalog, &name).await?;
+    assert_eq!(rows.len(), 5);
+    assert!(rows.values().all(|n| *n == 1));
+    Ok(())
+}
