@@ -6,6 +6,7 @@
 //! Every failure prints one line on stderr naming the file, the byte
 //! position and the reason, and exits non-zero.
 
+mod dead_letters_cmd;
 mod dump;
 mod embedded;
 mod gen_cmd;
@@ -63,6 +64,8 @@ enum Command {
     /// Decide a table's progress where the pipeline cannot: set it after another
     /// engine's expiry removed it, or keep it after a rollback past our commits.
     Progress(progress_cmd::ProgressArgs),
+    /// Replay a registry table's dead letters once their cause is gone.
+    DeadLetters(dead_letters_cmd::DeadLettersArgs),
 }
 
 /// A failure of a command, worded for the operator.
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         Command::RewriteManifests(args) => block_on(maintain_cmd::rewrite(&args)),
         Command::Quarantine(args) => block_on(quarantine_cmd::run(&args)),
         Command::Progress(args) => block_on(progress_cmd::run(&args)),
+        Command::DeadLetters(args) => block_on(dead_letters_cmd::run(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

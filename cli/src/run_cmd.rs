@@ -94,7 +94,7 @@ fn partition_spec(
 
 /// The schema cache in front of the registry at `location`: AWS Glue's through the
 /// AWS edge when built with it.
-async fn open_schema_registry(
+pub(crate) async fn open_schema_registry(
     location: &kfs_core::RegistryLocation,
 ) -> Result<std::sync::Arc<kfs_core::RegistrySchemas>, CliError> {
     #[cfg(feature = "aws")]

@@ -545,7 +545,7 @@ async fn convert_json_segment(
 /// table refuses (a field named like a partition field). Then the segment is read
 /// again and converted. A registry that cannot answer fails the conversion
 /// (transient: it is retried).
-async fn convert_registry_segment(
+pub(crate) async fn convert_registry_segment(
     CatalogAccess { catalog, swap }: CatalogAccess<'_>,
     target: &TopicTable,
     input: SegmentInput<'_>,
@@ -579,18 +579,31 @@ async fn convert_registry_segment(
         }
     };
     // Values' schemas first, then keys', each in the order the segment names them.
-    let named = (values.into_named().into_iter().map(|n| (Role::Value, n)))
-        .chain(named_keys.into_named().into_iter().map(|n| (Role::Key, n)));
+    let named: Vec<_> = (values.into_named().into_iter().map(|n| (Role::Value, n)))
+        .chain(named_keys.into_named().into_iter().map(|n| (Role::Key, n)))
+        .collect();
+    // Each distinct id once, several at a time, within the segment's lookup budget.
+    let mut ids: Vec<crate::registry::SchemaId> = Vec::new();
+    for (_, (id, _)) in &named {
+        if !ids.contains(id) {
+            ids.push(*id);
+        }
+    }
+    let found = schemas
+        .get_all(&ids, crate::convert::WriterSchema::parse)
+        .await
+        .map_err(|e| PipelineError::Unconverted {
+            segment: input.key.to_string(),
+            message: e.to_string(),
+            kind: e.kind,
+        })?;
+    let found: std::collections::HashMap<_, _> = ids.into_iter().zip(found).collect();
     let mut parsed = Vec::new();
     for (role, (id, messages)) in named {
-        let resolved = schemas
-            .get(id, crate::convert::WriterSchema::parse)
-            .await
-            .map_err(|e| PipelineError::Unconverted {
-                segment: input.key.to_string(),
-                message: e.to_string(),
-                kind: e.kind,
-            })?;
+        let resolved = found
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| Err(format!("schema {id} was not looked up")));
         // The columns of its values, or why they have none.
         let resolved = resolved.and_then(|writer| Ok((writer.shapes(&messages)?, writer)));
         parsed.push((role, id, resolved));
@@ -827,7 +840,7 @@ async fn scanning<T: Send + 'static>(
 /// A conversion: the converted segment with the table it was written for (its
 /// schema as the conversion left it) and the dead-letter table, if it had records
 /// for it; or the conversion's error.
-type Conversion = Result<(ConvertedSegment, Table, Option<Table>), ConvertError>;
+pub(crate) type Conversion = Result<(ConvertedSegment, Table, Option<Table>), ConvertError>;
 
 /// The dead-letter table of `name` (whose table is `table`), created on first need and
 /// brought to the current record layout.

@@ -28,6 +28,8 @@ mod maintenance;
 mod parquet;
 mod pass;
 mod registry;
+mod registry_cache;
+mod replay;
 mod settings;
 mod source;
 mod storage;
@@ -44,7 +46,7 @@ pub use catalog::{
 };
 pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};
-pub use convert::{RegistrySchemas, WriterSchema};
+pub use convert::{MAX_SCHEMAS_PER_SEGMENT, RegistrySchemas, WriterSchema};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome, conversion_mib};
 pub use error::PipelineError;
 pub use fault::{
@@ -70,8 +72,12 @@ pub use pass::{
     run_once,
 };
 pub use registry::{
-    Framed, HttpRegistry, MemoryRegistry, RegisteredSchema, RegistryCredentials, RegistryError,
-    RegistryLocation, SchemaCache, SchemaId, SchemaKind, SchemaRegistry, frame, open_registry,
+    Framed, HttpRegistry, LookupPolicy, MemoryRegistry, RegisteredSchema, RegistryCredentials,
+    RegistryError, RegistryLocation, SchemaCache, SchemaId, SchemaKind, SchemaRegistry, frame,
+    open_registry,
+};
+pub use replay::{
+    REPLAYED_FROM_KEY, REPLAYED_KEY, ReplayReport, replay_dead_letters, retryable_reason,
 };
 pub use settings::{
     CatalogSettings, EtcdSettings, LargeFileSettings, MaintenanceSettings, SchemaRegistrySettings,

@@ -5,15 +5,16 @@
 //! wire framing of a value, Confluent's or the AWS Glue Schema Registry's ([`frame`],
 //! pure). The AWS Glue Schema Registry itself is at the edge (`kfs-aws`).
 //!
-//! A schema is fetched once per id and kept for the process ([`SchemaCache`]). An
-//! unknown id is not an error of the registry (its records are dead letters); a
-//! registry that cannot answer (a timeout, 5xx, throttling) is transient; a refused
-//! credential is for the operator.
+//! Schemas are looked up with a budget and kept ([`SchemaCache`], in
+//! `registry_cache`). An unknown id is not an error of the registry (its records are
+//! dead letters once the registry keeps saying so); a registry that cannot answer (a
+//! timeout, 5xx, throttling) is transient; a refused credential is for the operator.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::fault::ErrorKind;
+pub use crate::registry_cache::{LookupPolicy, SchemaCache};
 use kfs_plan::secret_url::SecretUrl;
 
 /// Magic byte of Confluent's framing.
@@ -203,6 +204,19 @@ pub trait SchemaRegistry: Send + Sync + std::fmt::Debug {
     /// The schema `id`, or `None` when the registry has no such schema (a Confluent
     /// registry holds no Glue schema versions, and the other way round).
     async fn schema(&self, id: SchemaId) -> Result<Option<RegisteredSchema>, RegistryError>;
+
+    /// Schema `id`, or why the registry has none (not found: an answer a lagging
+    /// replica may give for a moment, so it is asked again before the id's records
+    /// are dead letters).
+    async fn lookup(
+        &self,
+        id: SchemaId,
+    ) -> Result<Result<RegisteredSchema, String>, RegistryError> {
+        Ok(self
+            .schema(id)
+            .await?
+            .ok_or_else(|| format!("schema {id} is not in the schema registry")))
+    }
 }
 
 /// Schemas held in memory (tests, fault injection).
@@ -399,11 +413,23 @@ fn path_segment(text: &str) -> String {
 #[async_trait::async_trait]
 impl SchemaRegistry for HttpRegistry {
     async fn schema(&self, id: SchemaId) -> Result<Option<RegisteredSchema>, RegistryError> {
-        let SchemaId::Confluent(id) = id else {
-            return Ok(None);
+        Ok(self.lookup(id).await?.ok())
+    }
+
+    async fn lookup(
+        &self,
+        schema_id: SchemaId,
+    ) -> Result<Result<RegisteredSchema, String>, RegistryError> {
+        let missing = || {
+            Ok(Err(format!(
+                "schema {schema_id} is not in the schema registry"
+            )))
+        };
+        let SchemaId::Confluent(id) = schema_id else {
+            return missing();
         };
         let Some(body) = self.get(&format!("/schemas/ids/{id}")).await? else {
-            return Ok(None);
+            return missing();
         };
         let config = |message: String| RegistryError {
             location: format!("{}/schemas/ids/{id}", self.url),
@@ -431,23 +457,17 @@ impl SchemaRegistry for HttpRegistry {
                 reference.version
             );
             let Some(found) = self.get(&path).await? else {
-                // Its records are dead letters: the schema cannot be read.
-                return Ok(Some(RegisteredSchema {
-                    kind,
-                    text: body.schema,
-                    references: vec![(
-                        reference.name,
-                        format!(
-                            "<subject {} version {} is not in the schema registry>",
-                            reference.subject, reference.version
-                        ),
-                    )],
-                }));
+                // Not found, like an id: asked again before its records are dead
+                // letters (a lagging replica may not hold the reference yet).
+                return Ok(Err(format!(
+                    "schema {schema_id} references subject {} version {}, which is not in the schema registry",
+                    reference.subject, reference.version
+                )));
             };
             references.insert(0, (reference.name, found.schema));
             pending.extend(found.references);
         }
-        Ok(Some(RegisteredSchema {
+        Ok(Ok(RegisteredSchema {
             kind,
             text: body.schema,
             references,
@@ -519,46 +539,6 @@ pub fn open_registry<T>(location: &RegistryLocation) -> Result<SchemaCache<T>, S
             "the AWS Glue Schema Registry needs a build with AWS support (kfs-iceberg's default feature aws)"
                 .into(),
         ),
-    }
-}
-
-/// What a schema id resolved to, parsed: `Err` holds why its records cannot be read
-/// (an unknown id, a schema that does not parse or has no table form).
-pub type Resolved<T> = Result<Arc<T>, String>;
-
-/// Schemas by id, fetched once and parsed once for the process.
-#[derive(Debug)]
-pub struct SchemaCache<T> {
-    registry: Arc<dyn SchemaRegistry>,
-    parsed: Mutex<HashMap<SchemaId, Resolved<T>>>,
-}
-
-impl<T> SchemaCache<T> {
-    /// A cache in front of `registry`.
-    pub fn new(registry: Arc<dyn SchemaRegistry>) -> Self {
-        Self {
-            registry,
-            parsed: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Schema `id`, parsed by `parse`; fetched from the registry the first time.
-    pub async fn get(
-        &self,
-        id: SchemaId,
-        parse: impl FnOnce(RegisteredSchema) -> Result<T, String>,
-    ) -> Result<Resolved<T>, RegistryError> {
-        if let Some(found) = self.parsed.lock().ok().and_then(|p| p.get(&id).cloned()) {
-            return Ok(found);
-        }
-        let resolved = match self.registry.schema(id).await? {
-            Some(schema) => parse(schema).map(Arc::new),
-            None => Err(format!("schema {id} is not in the schema registry")),
-        };
-        if let Ok(mut parsed) = self.parsed.lock() {
-            parsed.insert(id, resolved.clone());
-        }
-        Ok(resolved)
     }
 }
 
@@ -634,22 +614,5 @@ mod tests {
             !printed.contains("s3cret") && !printed.contains("t0ken"),
             "{printed}"
         );
-    }
-
-    #[tokio::test]
-    async fn a_schema_is_fetched_once() -> Result<(), RegistryError> {
-        let registry = Arc::new(MemoryRegistry::default());
-        let one = SchemaId::Confluent(1);
-        registry.register(one, RegisteredSchema::new(SchemaKind::Avro, "\"long\""));
-        let cache: SchemaCache<usize> = SchemaCache::new(registry.clone());
-        let first = cache.get(one, |s| Ok(s.text.len())).await?.map(|n| *n);
-        registry.register(one, RegisteredSchema::new(SchemaKind::Avro, "changed"));
-        let again = cache.get(one, |s| Ok(s.text.len())).await?.map(|n| *n);
-        assert_eq!((first, again), (Ok(6), Ok(6)));
-        let unknown = cache
-            .get(SchemaId::Confluent(2), |s| Ok(s.text.len()))
-            .await?;
-        assert!(unknown.is_err_and(|e| e.contains("not in the schema registry")));
-        Ok(())
     }
 }

@@ -11,6 +11,7 @@
 mod coalesce;
 mod dead_letters;
 pub(crate) mod replace;
+pub(crate) use replace::carried_properties;
 
 use crate::ledger::{EntryState, Ledger, LedgerEntry, LedgerError, partition_heads};
 use crate::table::history::newest_in_files;

@@ -21,6 +21,31 @@ use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 use kfs_plan::offsets::{GAP_HISTORY_KEY, MAX_TIMESTAMP_KEY, OFFSETS_KEY, STARTS_KEY, TOPIC_KEY};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+/// What every snapshot of a table carries forward unchanged when it adds no offsets
+/// (a replace, a replay of dead letters): the offset map, the partitions' starts, the
+/// gap history, the newest timestamp and the topic, as the table's properties store
+/// them (which no other engine's expiry removes), or else as the newest snapshot with
+/// each has it.
+pub(crate) fn carried_properties(table: &Table) -> HashMap<String, String> {
+    let mut properties = HashMap::new();
+    let stored = table.metadata().properties();
+    for key in [
+        OFFSETS_KEY,
+        STARTS_KEY,
+        GAP_HISTORY_KEY,
+        MAX_TIMESTAMP_KEY,
+        TOPIC_KEY,
+    ] {
+        let value = stored
+            .get(&kfs_plan::progress::progress_property(key))
+            .or_else(|| ancestry(table).find_map(|s| s.summary().additional_properties.get(key)));
+        if let Some(value) = value {
+            properties.insert(key.to_owned(), value.clone());
+        }
+    }
+    properties
+}
+
 /// A change of the live file set, as a replace snapshot.
 #[derive(Debug, Clone, Default)]
 pub struct Replacement {
@@ -195,24 +220,8 @@ pub async fn stage_replace(
     ] {
         properties.insert(key.to_owned(), value.to_string());
     }
-    // The offset map (and what else every snapshot carries) moves forward unchanged:
-    // as the table's properties store it, or else as the newest summary carries it.
-    for key in [
-        OFFSETS_KEY,
-        STARTS_KEY,
-        GAP_HISTORY_KEY,
-        MAX_TIMESTAMP_KEY,
-        TOPIC_KEY,
-    ] {
-        let stored = metadata
-            .properties()
-            .get(&kfs_plan::progress::progress_property(key));
-        if let Some(value) = stored
-            .or_else(|| ancestry(table).find_map(|s| s.summary().additional_properties.get(key)))
-        {
-            properties.insert(key.to_owned(), value.clone());
-        }
-    }
+    // The offset map (and what else every snapshot carries) moves forward unchanged.
+    properties.extend(carried_properties(table));
     properties.insert(MAINTENANCE_ID_KEY.to_owned(), change.maintenance_id.clone());
     let snapshot = Snapshot::builder()
         .with_snapshot_id(snapshot_id)

@@ -39,7 +39,9 @@ pub use lfs::LfsValues;
 pub(crate) use lfs::{blob_channel, serve_blobs};
 #[cfg(feature = "test-support")]
 pub use registry::registry_columns;
-pub use registry::{NamedSchemas, RegistrySchemas, WriterSchema, WriterSchemas};
+pub use registry::{
+    MAX_SCHEMAS_PER_SEGMENT, NamedSchemas, RegistrySchemas, WriterSchema, WriterSchemas,
+};
 pub use run::{RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
 pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
 

@@ -120,9 +120,16 @@ pub const SCANNED_BYTES: u64 = 512;
 /// letters with the reason, never lose a field.
 pub const MAX_MESSAGE_LISTS: usize = 16;
 
+/// Most distinct schemas a segment's values (and, apart, its keys) may name: the
+/// first this many are looked up in the registry; records naming others are dead
+/// letters with the reason. A producer names a few per topic; a hostile one naming
+/// thousands must not make a lookup each (each a request, and a schema absorbed).
+pub const MAX_SCHEMAS_PER_SEGMENT: usize = 100;
+
 /// The schemas a segment's values (or keys) name, in the order they first appear
 /// (the order they are absorbed in: the table's columns never depend on how ids
-/// sort, Glue's being random), with the Protobuf messages they name.
+/// sort, Glue's being random), with the Protobuf messages they name; at most
+/// [`MAX_SCHEMAS_PER_SEGMENT`].
 #[derive(Debug, Default)]
 pub struct NamedSchemas {
     named: Vec<(SchemaId, MessageLists)>,
@@ -130,8 +137,12 @@ pub struct NamedSchemas {
 }
 
 impl NamedSchemas {
-    /// Notes the schema a framed value names, and the message it would name.
+    /// Notes the schema a framed value names, and the message it would name (unless
+    /// the segment has named [`MAX_SCHEMAS_PER_SEGMENT`] others).
     pub fn note(&mut self, framed: &crate::registry::Framed<'_>) {
+        if self.named.len() >= MAX_SCHEMAS_PER_SEGMENT && !self.at.contains_key(&framed.id) {
+            return;
+        }
         let at = *self.at.entry(framed.id).or_insert_with(|| {
             self.named.push((framed.id, MessageLists::new()));
             self.named.len() - 1
@@ -326,7 +337,10 @@ fn decode(
             })
             .map_err(|e| format!("schema {id}: {e}")),
         Some(Err(why)) => Err(why.clone()),
-        None => Err(format!("schema {id} was not resolved before conversion")),
+        // The scan notes the first schemas only.
+        None => Err(format!(
+            "schema {id} was not looked up: the segment names more than {MAX_SCHEMAS_PER_SEGMENT} distinct schemas, the most one segment's records may name"
+        )),
     }
 }
 

@@ -628,7 +628,15 @@ impl<'a> Process<'a> {
             inner: registry,
             faults: self.faults.clone(),
         };
-        self.schemas = Some(Arc::new(kfs_core::SchemaCache::new(Arc::new(faulty))));
+        // Retries as in production, with short pauses (the matrices run thousands).
+        let policy = kfs_core::LookupPolicy {
+            first_pause: std::time::Duration::from_millis(1),
+            ..kfs_core::LookupPolicy::default()
+        };
+        self.schemas = Some(Arc::new(kfs_core::SchemaCache::with_policy(
+            Arc::new(faulty),
+            policy,
+        )));
         self
     }
 
