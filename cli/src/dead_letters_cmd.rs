@@ -58,7 +58,8 @@ pub async fn run(args: &DeadLettersArgs) -> Result<(), CliError> {
         Some(path) => kfs_core::RegistryCredentials::from_file(path).map_err(CliError::Usage)?,
         None => kfs_core::RegistryCredentials::default(),
     };
-    let location = kfs_core::RegistryLocation::parse(schema_registry_url, credentials)
+    let url = kfs_plan::secret_url::SecretUrl::new(schema_registry_url.as_str());
+    let location = kfs_core::RegistryLocation::parse(&url, credentials)
         .map_err(|e| CliError::Usage(format!("--schema-registry-url: {e}")))?;
     let schemas = crate::run_cmd::open_schema_registry(&location).await?;
     let opened = warehouse.open().await?;

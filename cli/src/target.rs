@@ -26,7 +26,9 @@ pub fn describe_catalog(kind: &CatalogKind) -> String {
         // user:password@host/database: only what follows the credentials.
         CatalogKind::SqlPostgres { url } => format!(
             "sql (PostgreSQL {})",
-            url.rsplit_once('@').map_or(url.as_str(), |(_, host)| host)
+            url.expose()
+                .rsplit_once('@')
+                .map_or(url.redacted(), |(_, host)| host.to_owned())
         ),
         CatalogKind::Glue { endpoint: None } => "glue (the account's Glue Data Catalog)".into(),
         CatalogKind::Glue {

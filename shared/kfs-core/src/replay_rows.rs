@@ -227,7 +227,7 @@ pub(super) fn target(
         KeyFormat::Raw
     };
     let progress =
-        crate::table::table_progress(&table).map_err(|source| PipelineError::Summary {
+        crate::table::table_progress(&table).map_err(|source| PipelineError::Progress {
             table: name.to_string(),
             source,
         })?;

@@ -183,7 +183,10 @@ async fn a_segment_naming_5000_schema_ids_makes_bounded_concurrent_lookups() -> 
 #[ignore = "measurement: needs scripts/registry_stub.py running"]
 async fn measure_5000_ids_over_http() -> Result<(), BoxError> {
     let url = std::env::var("KFS_REGISTRY_BENCH_URL")?;
-    let registry = kfs_core::HttpRegistry::new(&url, kfs_core::RegistryCredentials::default())?;
+    let registry = kfs_core::HttpRegistry::new(
+        &kfs_plan::secret_url::SecretUrl::new(url.as_str()),
+        kfs_core::RegistryCredentials::default(),
+    )?;
     let local = Local::open().await?;
     let config = config(Arc::new(registry));
     local.put_records(
