@@ -72,10 +72,10 @@ pub use pass::{
     run_once,
 };
 pub use registry::{
-    Framed, HttpRegistry, LookupPolicy, MemoryRegistry, RegisteredSchema, RegistryCredentials,
-    RegistryError, RegistryLocation, SchemaCache, SchemaId, SchemaKind, SchemaRegistry, frame,
-    open_registry,
+    Framed, HttpRegistry, MemoryRegistry, RegisteredSchema, RegistryCredentials, RegistryError,
+    RegistryLocation, SchemaId, SchemaKind, SchemaRegistry, frame,
 };
+pub use registry_cache::{LookupPolicy, SchemaCache, open_registry};
 pub use replay::{
     REPLAYED_FROM_KEY, REPLAYED_KEY, ReplayReport, replay_dead_letters, retryable_reason,
 };

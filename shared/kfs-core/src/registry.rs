@@ -5,16 +5,15 @@
 //! wire framing of a value, Confluent's or the AWS Glue Schema Registry's ([`frame`],
 //! pure). The AWS Glue Schema Registry itself is at the edge (`kfs-aws`).
 //!
-//! Schemas are looked up with a budget and kept ([`SchemaCache`], in
+//! Schemas are looked up with a budget and kept (`SchemaCache`, in
 //! `registry_cache`). An unknown id is not an error of the registry (its records are
 //! dead letters once the registry keeps saying so); a registry that cannot answer (a
 //! timeout, 5xx, throttling) is transient; a refused credential is for the operator.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crate::fault::ErrorKind;
-pub use crate::registry_cache::{LookupPolicy, SchemaCache};
 use kfs_plan::secret_url::SecretUrl;
 
 /// Magic byte of Confluent's framing.
@@ -525,20 +524,6 @@ impl RegistryLocation {
             url: url.clone(),
             credentials,
         })
-    }
-}
-
-/// A schema cache in front of the registry at `location`: a Confluent-compatible one;
-/// the AWS Glue Schema Registry is opened at the AWS edge and refused here.
-pub fn open_registry<T>(location: &RegistryLocation) -> Result<SchemaCache<T>, String> {
-    match location {
-        RegistryLocation::Confluent { url, credentials } => Ok(SchemaCache::new(Arc::new(
-            HttpRegistry::new(url, credentials.clone())?,
-        ))),
-        RegistryLocation::Glue { .. } => Err(
-            "the AWS Glue Schema Registry needs a build with AWS support (kfs-iceberg's default feature aws)"
-                .into(),
-        ),
     }
 }
 

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::fault::ErrorKind;
-use crate::registry::{RegisteredSchema, RegistryError, SchemaId, SchemaRegistry};
+use crate::registry::{
+    HttpRegistry, RegisteredSchema, RegistryError, RegistryLocation, SchemaId, SchemaRegistry,
+};
 
 /// How a segment's schemas are looked up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +218,20 @@ fn out_of_time(id: SchemaId, policy: &LookupPolicy, not_found: u32, failed: u32)
             policy.time_budget
         ),
         kind: ErrorKind::Transient,
+    }
+}
+
+/// A schema cache in front of the registry at `location`: a Confluent-compatible one;
+/// the AWS Glue Schema Registry is opened at the AWS edge and refused here.
+pub fn open_registry<T>(location: &RegistryLocation) -> Result<SchemaCache<T>, String> {
+    match location {
+        RegistryLocation::Confluent { url, credentials } => Ok(SchemaCache::new(Arc::new(
+            HttpRegistry::new(url, credentials.clone())?,
+        ))),
+        RegistryLocation::Glue { .. } => Err(
+            "the AWS Glue Schema Registry needs a build with AWS support (kfs-iceberg's default feature aws)"
+                .into(),
+        ),
     }
 }
 
