@@ -151,34 +151,6 @@ async fn rows(local: &Local, name: &TableName) -> Result<BTreeMap<i64, Row>, Box
     Ok(found)
 }
 
-/// The dead letters' reasons by offset.
-async fn reasons(local: &Local, name: &TableName) -> Result<BTreeMap<i64, String>, BoxError> {
-    use arrow_array::cast::AsArray;
-    let table = local
-        .catalog
-        .load_table(&table_ident(&name.dead_letters()))
-        .await?;
-    let batches: Vec<arrow_array::RecordBatch> = table
-        .scan()
-        .select(["offset", "error"])
-        .build()?
-        .to_arrow()
-        .await?
-        .try_collect()
-        .await?;
-    let mut found = BTreeMap::new();
-    for batch in batches {
-        let offsets = batch
-            .column(0)
-            .as_primitive::<arrow_array::types::Int64Type>();
-        let errors = batch.column(1).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            found.insert(offsets.value(row), errors.value(row).to_owned());
-        }
-    }
-    Ok(found)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_mode_accounts_for_every_claim_check_once() -> Result<(), BoxError> {
     // (mode, offsets in the table, offsets in the dead-letter table); the others are
@@ -244,7 +216,7 @@ async fn every_mode_accounts_for_every_claim_check_once() -> Result<(), BoxError
             }
         }
         if mode.fetches() {
-            let why = reasons(&local, &name).await?;
+            let why = crate::local::dead_letter_reasons(&local.catalog, &name).await?;
             for (offset, needle) in [
                 (4, "does not exist"),
                 (5, "fails its sha256 checksum"),
@@ -472,7 +444,7 @@ async fn an_envelope_cannot_lower_the_verification_the_operator_asked_for() -> R
             assert!(report.quarantined.is_empty(), "{:?}", report.quarantined);
             let name = naming.table_for("docs");
             let rows = checksums(&local, &name).await?;
-            let why = reasons(&local, &name).await?;
+            let why = crate::local::dead_letter_reasons(&local.catalog, &name).await?;
             Ok::<_, BoxError>((rows, why))
         }
     };

@@ -367,29 +367,7 @@ async fn json_table_sends_what_it_cannot_hold_to_dead_letters_once() -> TestResu
         .unwrap_or_default();
     assert!(doc.contains(r#""n.b""#), "{doc}");
     // Each dead letter says why.
-    let dead = local
-        .catalog
-        .load_table(&table_ident(&name.dead_letters()))
-        .await?;
-    let batches: Vec<arrow_array::RecordBatch> = dead
-        .scan()
-        .select(["offset", "error"])
-        .build()?
-        .to_arrow()
-        .await?
-        .try_collect()
-        .await?;
-    let mut reasons = BTreeMap::new();
-    for batch in batches {
-        use arrow_array::cast::AsArray;
-        let offsets = batch
-            .column(0)
-            .as_primitive::<arrow_array::types::Int64Type>();
-        let errors = batch.column(1).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            reasons.insert(offsets.value(row), errors.value(row).to_owned());
-        }
-    }
+    let reasons = crate::local::dead_letter_reasons(&local.catalog, &name).await?;
     assert!(
         reasons[&11].contains("holds another field"),
         "{}",

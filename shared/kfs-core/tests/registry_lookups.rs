@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::TryStreamExt;
 use iceberg::Catalog;
 use kfs_core::{
     PipelineConfig, RegisteredSchema, RegistryError, SchemaCache, SchemaId, SchemaKind,
     SchemaRegistry, run_once, table_ident,
 };
-use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
+use kfs_plan::naming::{TableNaming, ValueFormat};
 use local::{BoxError, Local, offsets};
 
 const LONG: &str = r#"{"type": "record", "name": "N", "fields": [{"name": "n", "type": "long"}]}"#;
@@ -74,34 +73,6 @@ fn config(registry: Arc<dyn SchemaRegistry>) -> PipelineConfig {
         schemas: Some(Arc::new(SchemaCache::new(registry))),
         ..PipelineConfig::default()
     }
-}
-
-/// The dead letters' reasons by offset.
-pub async fn reasons(local: &Local, name: &TableName) -> Result<BTreeMap<i64, String>, BoxError> {
-    use arrow_array::cast::AsArray;
-    let table = local
-        .catalog
-        .load_table(&table_ident(&name.dead_letters()))
-        .await?;
-    let batches: Vec<arrow_array::RecordBatch> = table
-        .scan()
-        .select(["offset", "error"])
-        .build()?
-        .to_arrow()
-        .await?
-        .try_collect()
-        .await?;
-    let mut found = BTreeMap::new();
-    for batch in batches {
-        let offsets = batch
-            .column(0)
-            .as_primitive::<arrow_array::types::Int64Type>();
-        let errors = batch.column(1).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            found.insert(offsets.value(row), errors.value(row).to_owned());
-        }
-    }
-    Ok(found)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +134,7 @@ async fn a_segment_naming_5000_schema_ids_makes_bounded_concurrent_lookups() -> 
     assert!(most > 1 && most <= 16, "{most} lookups at once");
     let name = config.naming.table_for("orders");
     let rows = offsets(&local.catalog, &name).await?;
-    let dead = reasons(&local, &name).await?;
+    let dead = crate::local::dead_letter_reasons(&local.catalog, &name).await?;
     assert_eq!(rows.len() + dead.len(), 5000);
     assert_eq!(rows.len(), kfs_core::MAX_SCHEMAS_PER_SEGMENT);
     assert!(

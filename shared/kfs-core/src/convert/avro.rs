@@ -139,7 +139,8 @@ impl AvroWriter {
         columns: &DataType,
         top: bool,
     ) -> Result<(Cell, u64), String> {
-        let items = check_avro(&self.schema, &self.names, payload)?;
+        let items = check_avro(&self.schema, &self.names, payload)
+            .map_err(|e| format!("Avro payload does not decode: {e}"))?;
         let mut reader = payload;
         let value = match &self.resolved {
             // Names resolved once, not per value.

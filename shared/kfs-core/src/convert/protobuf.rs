@@ -199,7 +199,7 @@ impl ProtobufWriter {
         let descriptor = self.message(&selector)?;
         let after = payload.len() - message.len();
         let items = super::protobuf_bounds::check_protobuf(&descriptor, message)
-            .map_err(|e| format!("{e} (after byte {after})"))?;
+            .map_err(|e| format!("Protobuf payload does not decode (after byte {after}): {e}"))?;
         let decoded = prost_reflect::DynamicMessage::decode(descriptor, message)
             .map_err(|e| format!("Protobuf payload does not decode (after byte {after}): {e}"))?;
         let DataType::Struct(fields) = columns else {
