@@ -13,52 +13,10 @@ use std::path::Path;
 use std::process::{Child, Command};
 
 use serde_json::Value;
-use support::{files_under, kfs, repo, succeed, tempdir};
-
-fn tiny_bucket(out: &Path, seed: u64, tiny: u32) {
-    succeed(
-        Command::new("python3")
-            .arg(repo().join("tests/independent/make_segments.py"))
-            .arg("--out")
-            .arg(out)
-            .args([
-                "--seed",
-                &seed.to_string(),
-                "--tiny-segments",
-                &tiny.to_string(),
-            ]),
-        "make_segments.py",
-    );
-}
-
-/// `kfs-iceberg run` committing one file per segment (what maintenance must clean up).
-fn run_uncoalesced(source: &str, warehouse: &str) {
-    kfs_ok(&[
-        "run",
-        "--quiet",
-        "--no-coalesce",
-        "--source",
-        source,
-        "--warehouse",
-        warehouse,
-    ]);
-}
-
-fn kfs_ok(args: &[&str]) -> String {
-    String::from_utf8_lossy(&succeed(kfs().args(args), &args.join(" ")).stdout).into_owned()
-}
+use support::{files_under, kfs, kfs_ok, run_uncoalesced, succeed, tempdir, tiny_bucket};
 
 fn verify(warehouse: &Path, expected: &Path) -> Value {
-    let out = succeed(
-        Command::new("python3")
-            .arg(repo().join("tests/python/verify_tables.py"))
-            .arg("--warehouse")
-            .arg(warehouse)
-            .arg("--expected")
-            .arg(expected),
-        "verify_tables.py",
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("verify_tables.py: {e}"))
+    support::verify_tables(warehouse, expected, &[])
 }
 
 fn parquet_files(dir: &Path) -> Vec<String> {

@@ -13,29 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use support::{files_under, kfs, repo, succeed, tempdir};
-
-fn kfs_ok(args: &[&str]) -> String {
-    String::from_utf8_lossy(&succeed(kfs().args(args), &args.join(" ")).stdout).into_owned()
-}
+use support::{
+    files_under, kfs, kfs_ok, repo, run_uncoalesced, succeed, tempdir, tiny_bucket,
+    verify_tables as verify_with,
+};
 
 fn verify(warehouse: &Path, expected: &Path) -> Value {
     verify_with(warehouse, expected, &[])
-}
-
-/// `verify_tables.py` with more arguments (`--foreign`, `--only`).
-fn verify_with(warehouse: &Path, expected: &Path, args: &[&str]) -> Value {
-    let out = succeed(
-        Command::new("python3")
-            .arg(repo().join("tests/python/verify_tables.py"))
-            .arg("--warehouse")
-            .arg(warehouse)
-            .arg("--expected")
-            .arg(expected)
-            .args(args),
-        "verify_tables.py",
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("verify_tables.py: {e}"))
 }
 
 fn outside(warehouse: &Path, args: &[&str]) -> Value {
@@ -48,18 +32,6 @@ fn outside(warehouse: &Path, args: &[&str]) -> Value {
         "outside_engine.py",
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("outside_engine.py: {e}"))
-}
-
-/// The independent encoder's bucket with a `tiny` topic of `tiny` segments.
-fn bucket(out: &Path, tiny: u32) {
-    succeed(
-        Command::new("python3")
-            .arg(repo().join("tests/independent/make_segments.py"))
-            .arg("--out")
-            .arg(out)
-            .args(["--seed", "37", "--tiny-segments", &tiny.to_string()]),
-        "make_segments.py",
-    );
 }
 
 /// Moves the later half of every `tiny` partition's segments (their `.kfs`, `.index`
@@ -106,18 +78,6 @@ fn bring_back(aside: &Path, bucket: &Path) {
     }
 }
 
-fn run(source: &str, warehouse: &str) -> String {
-    kfs_ok(&[
-        "run",
-        "--quiet",
-        "--no-coalesce",
-        "--source",
-        source,
-        "--warehouse",
-        warehouse,
-    ])
-}
-
 /// Every file the table's current snapshot references exists.
 fn referenced_exist(facts: &Value) {
     for table in facts.as_object().into_iter().flat_map(|m| m.values()) {
@@ -136,10 +96,10 @@ fn another_engines_rewrite_and_expiry_between_runs_loses_and_doubles_nothing() {
         dir.path().join("aside"),
         dir.path().join("wh"),
     );
-    bucket(&source, 24);
+    tiny_bucket(&source, 37, 24);
     hold_back_later_half(&source, &aside);
     let (src, wh) = (source.to_string_lossy(), warehouse.to_string_lossy());
-    run(&src, &wh);
+    run_uncoalesced(&src, &wh);
     verify(&warehouse, &source);
 
     // Another engine rewrites every table and expires all our snapshots.
@@ -152,7 +112,7 @@ fn another_engines_rewrite_and_expiry_between_runs_loses_and_doubles_nothing() {
 
     // New segments arrive; the next run takes exactly them.
     bring_back(&aside, &source);
-    run(&src, &wh);
+    run_uncoalesced(&src, &wh);
     let after = verify_with(&warehouse, &source, &foreign);
     referenced_exist(&after);
     let status = kfs_ok(&["status", "--warehouse", &wh]);
@@ -196,7 +156,7 @@ fn another_engines_rewrite_and_expiry_between_runs_loses_and_doubles_nothing() {
         );
     }
     // A run with nothing new changes nothing.
-    run(&src, &wh);
+    run_uncoalesced(&src, &wh);
     verify_with(&warehouse, &source, &foreign);
 }
 
@@ -218,15 +178,15 @@ fn a_rollback_past_our_commits_is_reported_and_nothing_is_re_ingested() {
         dir.path().join("last"),
         dir.path().join("wh"),
     );
-    bucket(&source, 24);
+    tiny_bucket(&source, 37, 24);
     // Three stages of `tiny`: A (first half), B (a quarter), C (the last quarter).
     hold_back_later_half(&source, &later);
     hold_back_later_half(&later, &last);
     let (src, wh) = (source.to_string_lossy(), warehouse.to_string_lossy());
-    run(&src, &wh);
+    run_uncoalesced(&src, &wh);
     let stage_a = keys_under(&source);
     bring_back(&later, &source);
-    run(&src, &wh);
+    run_uncoalesced(&src, &wh);
     verify(&warehouse, &source);
     let stage_b: Vec<String> = keys_under(&source)
         .into_iter()
@@ -272,7 +232,7 @@ fn a_rollback_past_our_commits_is_reported_and_nothing_is_re_ingested() {
         "--table",
         "kafscale.tiny",
     ]);
-    run(&src, &wh);
+    run_uncoalesced(&src, &wh);
     let only = dir.path().join("only.txt");
     let kept: Vec<String> = keys_under(&source)
         .into_iter()

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 #[allow(unused_imports)] // not every test file lists files
 pub use kfs_testkit::files_under;
+use serde_json::Value;
 use std::process::{Command, Output};
 
 /// The workspace root.
@@ -66,4 +67,56 @@ pub fn write_expected(root: &Path) {
         std::fs::write(&target, &dumped.stdout)
             .unwrap_or_else(|e| panic!("{}: {e}", target.display()));
     }
+}
+
+/// `kfs-iceberg ARGS`, which must succeed; its standard output.
+pub fn kfs_ok(args: &[&str]) -> String {
+    String::from_utf8_lossy(&succeed(kfs().args(args), &args.join(" ")).stdout).into_owned()
+}
+
+/// The independent encoder's bucket for `seed`, with a topic `tiny` of `tiny` 1-3
+/// record segments over 2 partitions.
+pub fn tiny_bucket(out: &Path, seed: u64, tiny: u32) {
+    succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/independent/make_segments.py"))
+            .arg("--out")
+            .arg(out)
+            .args([
+                "--seed",
+                &seed.to_string(),
+                "--tiny-segments",
+                &tiny.to_string(),
+            ]),
+        "make_segments.py",
+    );
+}
+
+/// `kfs-iceberg run` committing one file per segment.
+pub fn run_uncoalesced(source: &str, warehouse: &str) {
+    kfs_ok(&[
+        "run",
+        "--quiet",
+        "--no-coalesce",
+        "--source",
+        source,
+        "--warehouse",
+        warehouse,
+    ]);
+}
+
+/// `tests/python/verify_tables.py` on `warehouse` against the segments under
+/// `expected`, with more arguments (`--foreign`, `--only`); its JSON facts.
+pub fn verify_tables(warehouse: &Path, expected: &Path, args: &[&str]) -> Value {
+    let out = succeed(
+        Command::new("python3")
+            .arg(repo().join("tests/python/verify_tables.py"))
+            .arg("--warehouse")
+            .arg(warehouse)
+            .arg("--expected")
+            .arg(expected)
+            .args(args),
+        "verify_tables.py",
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("verify_tables.py: {e}"))
 }
