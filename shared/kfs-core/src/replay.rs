@@ -128,8 +128,16 @@ pub async fn replay_dead_letters(
         if todo.is_empty() {
             return Ok(report);
         }
+        let checked = table.metadata().current_snapshot_id();
         let target = rows::target(name, table, schemas.clone())?;
         let (files, records, refused, table) = rows::convert(access, &target, todo).await?;
+        // The conversion reads the table again (a schema it grew): the append is pinned
+        // to that version, so it must be the snapshot whose rows were checked above,
+        // or another replay's rows may have landed in between: check again. (Its files
+        // are left to orphan cleanup.)
+        if table.metadata().current_snapshot_id() != checked {
+            continue;
+        }
         if files.is_empty() {
             report.still_refused = refused;
             return Ok(report);
