@@ -3,6 +3,7 @@
 
 mod support;
 
+mod bounds_cli;
 mod catalogs_cli;
 mod dump_cli;
 mod gen_cli;

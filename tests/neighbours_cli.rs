@@ -107,7 +107,15 @@ fn another_engines_rewrite_and_expiry_between_runs_loses_and_doubles_nothing() {
     assert!(rewritten["kafscale.tiny"]["snapshots"] == 1, "{rewritten}");
 
     // Another writer appends rows of its own to one of them.
-    outside(&warehouse, &["append-foreign", "kafscale.tiny"]);
+    let appended = outside(&warehouse, &["append-foreign", "kafscale.tiny"]);
+    // The other engines' files (its rewrite's and the other writer's): our maintenance
+    // leaves them as they are.
+    let theirs: Vec<String> = [&rewritten["kafscale.tiny"], &appended["kafscale.tiny"]]
+        .iter()
+        .flat_map(|facts| facts["files"].as_array().cloned().unwrap_or_default())
+        .filter_map(|f| f.as_str().map(str::to_owned))
+        .collect();
+    assert!(theirs.len() > 1, "{rewritten} {appended}");
     let foreign = ["--foreign", "tiny:foreign-writer:3"];
 
     // New segments arrive; the next run takes exactly them.
@@ -154,6 +162,13 @@ fn another_engines_rewrite_and_expiry_between_runs_loses_and_doubles_nothing() {
             facts["tiny"]["offsets"], after["tiny"]["offsets"],
             "{args:?}"
         );
+        let live = facts["tiny"]["data_files"].to_string();
+        for file in &theirs {
+            assert!(
+                live.contains(file.as_str()),
+                "{args:?} removed {file}: {live}"
+            );
+        }
     }
     // A run with nothing new changes nothing.
     run_uncoalesced(&src, &wh);

@@ -51,8 +51,14 @@ def rewrite_expire(catalog):
         summary = table.current_snapshot().summary.additional_properties
         if "kfs.offsets" in summary:
             sys.exit(f"outside_engine: {name}: the rewrite carried kfs.offsets")
-        facts[name] = {"rows": rows.num_rows, "snapshots": len(table.snapshots())}
+        facts[name] = {"rows": rows.num_rows, "snapshots": len(table.snapshots()),
+                       "files": live_files(table)}
     return facts
+
+
+def live_files(table):
+    """The data files of the table's current snapshot (this engine's, after its rewrite)."""
+    return sorted(f["file_path"] for f in table.inspect.files().to_pylist())
 
 
 def append_foreign(catalog, name, rows=3):
@@ -69,8 +75,10 @@ def append_foreign(catalog, name, rows=3):
     ):
         index = batch.schema.get_field_index(column)
         batch = batch.set_column(index, batch.schema.field(index), values.cast(batch.schema.field(index).type))
+    before = set(live_files(table))
     table.append(batch)
-    return {name: {"foreign_rows": rows}}
+    added = sorted(set(live_files(catalog.load_table(name))) - before)
+    return {name: {"foreign_rows": rows, "files": added}}
 
 
 def rollback(catalog, name):

@@ -66,8 +66,30 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Heap a conversion of one bomb may take at its peak, beyond what was held before.
+/// Heap a conversion of one bomb may take at its peak, beyond what was held before;
+/// the same budget for the process's resident set (the kernel's count: the heap, its
+/// fragmentation, and every mapping touched).
 const PEAK_BUDGET: usize = 300 << 20;
+
+/// The process's resident set now and its peak since the last reset, in bytes, from
+/// `/proc/self/status` (`VmRSS`, `VmHWM`); `None` off Linux.
+fn resident() -> Option<(usize, usize)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+            .map(|kib| kib << 10)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Resets the kernel's peak resident set of this process to its current one
+/// (`echo 5 > /proc/self/clear_refs`); false where that is not allowed.
+fn reset_resident_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
 
 const TOPIC: &str = "bombs";
 
@@ -423,10 +445,29 @@ async fn every_bomb_is_a_dead_letter_within_300_mib_and_the_next_segment_convert
         offset += count;
         let before = CURRENT.load(Ordering::Relaxed);
         PEAK.store(before, Ordering::Relaxed);
+        let rss_before = reset_resident_peak().then(resident).flatten();
         let report = local.run_config(&config).await?;
         let peak = PEAK.load(Ordering::Relaxed).saturating_sub(before);
-        println!("{bomb}: peak {} MiB", peak >> 20);
+        let rss = rss_before
+            .zip(resident())
+            .map(|((now, _), (_, high))| (now, high));
+        match rss {
+            Some((now, high)) => println!(
+                "{bomb}: heap peak {} MiB; resident {} -> peak {} MiB (+{} MiB)",
+                peak >> 20,
+                now >> 20,
+                high >> 20,
+                high.saturating_sub(now) >> 20
+            ),
+            None => println!(
+                "{bomb}: heap peak {} MiB (resident set not readable)",
+                peak >> 20
+            ),
+        }
         peaks.push((bomb, peak));
+        if let Some((now, high)) = rss {
+            peaks.push((bomb, high.saturating_sub(now)));
+        }
         assert!(
             report.quarantined.is_empty() && !report.left_work(),
             "{bomb}: {report:?}"

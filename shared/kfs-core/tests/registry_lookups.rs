@@ -146,33 +146,3 @@ async fn a_segment_naming_5000_schema_ids_makes_bounded_concurrent_lookups() -> 
     eprintln!("5,000 ids: {calls} lookups, at most {most} at once, {took:?}");
     Ok(())
 }
-
-/// The 5,000-id segment against a registry over HTTP (`scripts/registry_stub.py`, its
-/// URL in `KFS_REGISTRY_BENCH_URL`): prints the time the pass took; the stub's
-/// `/stats` says how many requests it served.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "measurement: needs scripts/registry_stub.py running"]
-async fn measure_5000_ids_over_http() -> Result<(), BoxError> {
-    let url = std::env::var("KFS_REGISTRY_BENCH_URL")?;
-    let registry = kfs_core::HttpRegistry::new(
-        &kfs_plan::secret_url::SecretUrl::new(url.as_str()),
-        kfs_core::RegistryCredentials::default(),
-    )?;
-    let local = Local::open().await?;
-    let config = config(Arc::new(registry));
-    local.put_records(
-        "orders",
-        kfs_workload::simple_records(0, 5000, |o| Some(long_value(1000 + o as u32, 1))),
-    )?;
-    let started = std::time::Instant::now();
-    let report = local.run_config(&config).await;
-    let took = started.elapsed();
-    let name = config.naming.table_for("orders");
-    let rows = offsets(&local.catalog, &name).await?.len();
-    let dead = offsets(&local.catalog, &name.dead_letters()).await?.len();
-    eprintln!(
-        "5,000 ids over HTTP: {took:?}, {rows} rows, {dead} dead letters, pass ok: {}",
-        report.is_ok()
-    );
-    Ok(())
-}

@@ -101,6 +101,29 @@ pub fn plan_compaction(files: &[FileStat], policy: &CompactionPolicy) -> Vec<Rew
     groups
 }
 
+/// Whether this pipeline wrote the data file at `path`: every file it writes (converted,
+/// coalesced, compacted, re-laid, replayed) is named `{stem}-{token}.parquet`, the token
+/// 16 lowercase hexadecimal digits. Other engines' names end otherwise (pyiceberg's and
+/// Java's in a UUID, whose last group has 12 digits; Spark's in a 5-digit counter), and
+/// compaction leaves their files as they are: they may be sorted or clustered in a
+/// layout of their own, and the platform that wrote them maintains them.
+pub fn written_by_pipeline(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let Some(stem) = name.strip_suffix(".parquet") else {
+        return false;
+    };
+    match stem.rsplit_once('-') {
+        Some((head, token)) => {
+            !head.is_empty()
+                && token.len() == 16
+                && token
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        }
+        None => false,
+    }
+}
+
 /// A snapshot as expiry sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotStat {
@@ -184,6 +207,27 @@ mod tests {
             bytes,
             partition: partition.into(),
             order: format!("{order:08}"),
+        }
+    }
+
+    #[test]
+    fn tells_this_pipelines_files_from_other_engines() {
+        for ours in [
+            "s3://w/t/data/orders-p0-00000000000000000042-00000000deadbeef-0123456789abcdef.parquet",
+            "file:///w/t/data/p=1/coalesced-c1-0-fedcba9876543210.parquet",
+            "compacted-0011223344556677-89abcdef01234567.parquet",
+        ] {
+            assert!(written_by_pipeline(ours), "{ours}");
+        }
+        for foreign in [
+            "s3://w/t/data/00000-0-8f3c1e7a-1b2c-4d5e-8f90-a1b2c3d4e5f6.parquet",
+            "s3://w/t/data/00000-5-8f3c1e7a-1b2c-4d5e-8f90-a1b2c3d4e5f6-0-00001.parquet",
+            "s3://w/t/data/-0123456789abcdef.parquet",
+            "s3://w/t/data/x-0123456789ABCDEF.parquet",
+            "s3://w/t/data/x-0123456789abcdef.orc",
+            "0123456789abcdef.parquet",
+        ] {
+            assert!(!written_by_pipeline(foreign), "{foreign}");
         }
     }
 

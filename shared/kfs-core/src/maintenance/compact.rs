@@ -10,7 +10,7 @@ use crate::table::{file_stat, target_file_size};
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, TableIdent};
-use kfs_plan::compaction::{CompactionPolicy, FileStat, plan_compaction};
+use kfs_plan::compaction::{CompactionPolicy, FileStat, plan_compaction, written_by_pipeline};
 use kfs_plan::hash::Fnv1a;
 use std::time::Instant;
 
@@ -75,7 +75,13 @@ pub async fn compact_table(
         let live = crate::table::live_entries_in(&table, Some(default_spec))
             .await
             .map_err(iceberg)?;
-        let stats: Vec<FileStat> = live.iter().map(|e| file_stat(e.data_file())).collect();
+        // Only files this pipeline wrote: another writer's files are its own (module
+        // doc of `kfs_plan::compaction::written_by_pipeline`).
+        let stats: Vec<FileStat> = live
+            .iter()
+            .filter(|e| written_by_pipeline(e.file_path()))
+            .map(|e| file_stat(e.data_file()))
+            .collect();
         let groups = plan_compaction(&stats, &policy);
         if groups.is_empty() {
             break;
