@@ -4,6 +4,7 @@
 mod support;
 
 mod catalogs_cli;
+mod docs_commands;
 mod dump_cli;
 mod gen_cli;
 mod json_values_cli;
