@@ -250,8 +250,7 @@ fn check(
 
 #[test]
 fn the_command_reference_names_every_subcommand_and_option() {
-    let page = std::fs::read_to_string(repo().join(DOC))
-        .unwrap_or_else(|e| panic!("{DOC}: {e}"));
+    let page = std::fs::read_to_string(repo().join(DOC)).unwrap_or_else(|e| panic!("{DOC}: {e}"));
     let sections = sections(&page);
     let top = help(&[]);
     assert!(
