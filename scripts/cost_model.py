@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """Cost model: what kfs-iceberg costs per GiB ingested, on AWS, from counted requests.
 
-Requests come from moto's own request recorder in three tests, which save what they
-counted under `target/request-counts/`:
+Requests come from moto's own request recorder in two tests (three scenarios), which save
+what they counted under `target/request-counts/`:
 
     cargo test -p kfs-converter --test integration -- servers::batch_requests
     cargo test -p kfs-committer --test integration -- servers::sweep_requests
 
 - `converter-events`: one SQS batch announcing 1,000 KB-sized segments (both files of
   each, as S3 sends them), converted by the converter's handler;
-- `committer-sweep`: a committer tick that finds 1,000 segments by listing alone,
+- `committer-sweep`: a committer tick that finds 400 segments by listing alone,
   converts them in runs and commits them;
-- `committer-commit`: a tick that commits 1,000 segments the converter converted.
+- `committer-commit`: a tick that commits 400 segments the converter converted.
 
 CPU per segment is measured here (`--measure-cpu BINARY` runs `kfs-iceberg gen` and
 `kfs-iceberg run` over 20,000 segments of 2 records and reads the CPU time the run

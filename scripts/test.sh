@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: formatting, lints (warnings are errors), docs, the module
-# cycle check, every test of the workspace, and the seeded simulation at its full count. Needs the Python packages of
-# tests/requirements.txt and the servers of the README's Test section (each test starts
-# its own). Run from anywhere.
+# cycle check, the Markdown links, every test of the workspace, and the seeded simulation
+# at its full count. Needs the Python packages of tests/requirements.txt and the servers
+# docs/testing.md names (each test starts its own). Run from anywhere.
 #
 #   scripts/test.sh          everything
 #   scripts/test.sh --fast   only the tests that need no server (`--skip servers::`)
@@ -54,6 +54,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 echo "== module cycles (at ${SECONDS} s)"
 python3 scripts/module_cycles.py
+
+echo "== doc links (at ${SECONDS} s)"
+python3 scripts/check_links.py
 
 echo "== cargo test (and the seeded simulation at full count beside it) (at ${SECONDS} s)"
 log=$(mktemp)

@@ -5,6 +5,7 @@ mod support;
 
 mod bounds_cli;
 mod catalogs_cli;
+mod docs_commands;
 mod dump_cli;
 mod gen_cli;
 mod json_values_cli;

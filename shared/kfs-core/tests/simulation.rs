@@ -39,8 +39,8 @@
 //! ledger agrees with the table, and no entry of the refused feed is committed.
 //!
 //! `KFS_SIM_SEEDS` seeds from `KFS_SIM_FIRST_SEED` (default 0): by default 100 in a
-//! debug build (every `cargo test`) and 1,000 in a release build; CI runs 1,000 on the
-//! debug build (`scripts/simulation.sh`), and a soak as many as it asks for. A seed
+//! debug build (every `cargo test`) and 1,000 in a release build; `scripts/simulation.sh`
+//! runs 1,000 on the debug build (CI: 400), and a soak as many as it asks for. A seed
 //! fixes the arrivals, events, etcd, faults and processes of every round; how the
 //! processes of a round interleave is left to the runtime, so a failing seed replays
 //! its scenario with `KFS_SIM_FIRST_SEED=N KFS_SIM_SEEDS=1`, and replays exactly, call

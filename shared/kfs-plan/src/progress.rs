@@ -186,7 +186,7 @@ pub enum ProgressError {
     Summary(#[from] SummaryError),
     /// The table was rolled back past our commit.
     #[error(
-        "rolled back past kfs-iceberg's commit {commit_id} (snapshot sequence number {stored}; the current snapshot's is {current}): the offsets that commit recorded (up to {watermarks:?}) may no longer be in the table. Nothing is re-ingested or skipped until an operator decides: `kfs-iceberg progress keep --table TABLE` keeps the recorded progress (what the rollback removed stays out of the table; re-ingesting it is not automated: README, Running beside other maintenance)"
+        "rolled back past kfs-iceberg's commit {commit_id} (snapshot sequence number {stored}; the current snapshot's is {current}): the offsets that commit recorded (up to {watermarks:?}) may no longer be in the table. Nothing is re-ingested or skipped until an operator decides: `kfs-iceberg progress keep --table TABLE` keeps the recorded progress (what the rollback removed stays out of the table; re-ingesting it is not automated: docs/operations/neighbours.md, Rollbacks)"
     )]
     RolledBack {
         /// Our last commit.

@@ -10,7 +10,7 @@
 //! a non-null value of it has one; a string or binary statistic parquet-rs truncated
 //! (at 64 bytes) is still a valid bound (a prefix is below the value, and the truncated
 //! maximum is incremented), so it widens the file's bound like an exact one. iceberg-rust
-//! 0.10.1 skips inexact row groups instead and keeps the others' bounds (UPSTREAM.md).
+//! 0.10.1 skips inexact row groups instead and keeps the others' bounds (docs/upstream.md).
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{ArrowPrimitiveType, Float32Type, Float64Type};
