@@ -87,176 +87,270 @@ pub async fn stage_replace(
             "the table has no snapshot to rewrite",
         )
     })?;
-    let file_io = table.file_io();
-    let snapshot_id = new_snapshot_id(table);
-    let sequence_number = metadata.next_sequence_number();
-    let commit_uuid = uuid::Uuid::new_v4();
-    let schema = metadata.current_schema().clone();
-    let mut manifests: Vec<ManifestFile> = Vec::new();
-    let mut summary = SnapshotSummaryCollector::default();
-    let mut removed = BTreeSet::new();
-    let mut merged: BTreeMap<i32, Vec<(ManifestEntry, bool)>> = BTreeMap::new();
-    let mut totals = (0u64, 0u64, 0u64);
-    let list = table.manifest_list_reader(parent).load().await?;
-    for manifest in list.entries() {
-        if manifest.content != ManifestContentType::Data {
-            manifests.push(manifest.clone());
-            continue;
-        }
-        let loaded = manifest.load_manifest(file_io).await?;
-        let touched = change.merge_manifests
-            || loaded
-                .entries()
-                .iter()
-                .any(|e| e.is_alive() && change.remove.contains(e.file_path()));
-        for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
-            let remove = change.remove.contains(entry.file_path());
-            if remove {
-                removed.insert(entry.file_path().to_owned());
-            } else {
-                totals.0 += entry.record_count();
-                totals.1 += 1;
-                totals.2 += entry.file_size_in_bytes();
-            }
-            if touched {
-                merged
-                    .entry(manifest.partition_spec_id)
-                    .or_default()
-                    .push((entry.as_ref().clone(), remove));
-            }
-        }
-        if !touched {
-            manifests.push(manifest.clone());
-        }
+    let mut staged = Staging {
+        table,
+        parent,
+        snapshot_id: new_snapshot_id(table),
+        commit_uuid: uuid::Uuid::new_v4(),
+        manifests: Vec::new(),
+        summary: SnapshotSummaryCollector::default(),
+        totals: Totals::default(),
+        written: 0,
+    };
+    let touched = staged.sort_manifests(change).await?;
+    staged.rewrite(touched).await?;
+    staged.add(&change.add).await?;
+    staged.finish(change, now_ms).await
+}
+
+/// The live files a replace snapshot holds: records, files, bytes.
+#[derive(Default)]
+struct Totals {
+    records: u64,
+    files: u64,
+    bytes: u64,
+}
+
+impl Totals {
+    fn count(&mut self, file: &DataFile) {
+        self.records += file.record_count();
+        self.files += 1;
+        self.bytes += file.file_size_in_bytes();
     }
-    if removed.len() != change.remove.len() {
-        return Err(Error::new(
-            ErrorKind::CatalogCommitConflicts,
-            format!(
-                "{} of the files to replace are no longer live: re-plan",
-                change.remove.len() - removed.len()
-            ),
-        )
-        .with_retryable(true));
+}
+
+/// The live entries of manifests a replace touches, by partition spec, each with
+/// whether it is replaced.
+type Touched = BTreeMap<i32, Vec<(ManifestEntry, bool)>>;
+
+/// A replace snapshot being built on `parent`.
+struct Staging<'a> {
+    table: &'a Table,
+    parent: &'a iceberg::spec::SnapshotRef,
+    snapshot_id: i64,
+    commit_uuid: uuid::Uuid,
+    /// The new snapshot's manifests so far.
+    manifests: Vec<ManifestFile>,
+    summary: SnapshotSummaryCollector,
+    totals: Totals,
+    /// Manifests written so far (they are numbered).
+    written: usize,
+}
+
+impl Staging<'_> {
+    /// Keeps every manifest the change does not touch, and returns the live entries of
+    /// those it does. Fails with `CatalogCommitConflicts` when a file to remove is no
+    /// longer live.
+    async fn sort_manifests(&mut self, change: &Replacement) -> Result<Touched> {
+        let file_io = self.table.file_io();
+        let mut removed = BTreeSet::new();
+        let mut touched: Touched = BTreeMap::new();
+        let list = self.table.manifest_list_reader(self.parent).load().await?;
+        for manifest in list.entries() {
+            if manifest.content != ManifestContentType::Data {
+                self.manifests.push(manifest.clone());
+                continue;
+            }
+            let loaded = manifest.load_manifest(file_io).await?;
+            let touches = change.merge_manifests
+                || loaded
+                    .entries()
+                    .iter()
+                    .any(|e| e.is_alive() && change.remove.contains(e.file_path()));
+            for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+                let remove = change.remove.contains(entry.file_path());
+                if remove {
+                    removed.insert(entry.file_path().to_owned());
+                } else {
+                    self.totals.count(entry.data_file());
+                }
+                if touches {
+                    touched
+                        .entry(manifest.partition_spec_id)
+                        .or_default()
+                        .push((entry.as_ref().clone(), remove));
+                }
+            }
+            if !touches {
+                self.manifests.push(manifest.clone());
+            }
+        }
+        if removed.len() != change.remove.len() {
+            return Err(Error::new(
+                ErrorKind::CatalogCommitConflicts,
+                format!(
+                    "{} of the files to replace are no longer live: re-plan",
+                    change.remove.len() - removed.len()
+                ),
+            )
+            .with_retryable(true));
+        }
+        Ok(touched)
     }
-    let mut counter = 0;
-    // A data manifest of the new snapshot, for files of `spec`.
-    let mut new_manifest = |spec: &iceberg::spec::PartitionSpecRef| -> Result<_> {
-        counter += 1;
+
+    /// A data manifest of the new snapshot, for files of `spec`.
+    fn new_manifest(
+        &mut self,
+        spec: &iceberg::spec::PartitionSpecRef,
+    ) -> Result<iceberg::spec::ManifestWriter> {
+        self.written += 1;
+        let metadata = self.table.metadata();
         Ok(ManifestWriterBuilder::new(
-            file_io.new_output(format!(
-                "{}/metadata/{commit_uuid}-m{counter}.avro",
-                metadata.location()
+            self.table.file_io().new_output(format!(
+                "{}/metadata/{}-m{}.avro",
+                metadata.location(),
+                self.commit_uuid,
+                self.written
             ))?,
-            Some(snapshot_id),
-            schema.clone(),
+            Some(self.snapshot_id),
+            metadata.current_schema().clone(),
             spec.as_ref().clone(),
         )
         .build_v2_data())
-    };
-    for (spec_id, entries) in merged {
-        let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
-            Error::new(
-                ErrorKind::DataInvalid,
-                format!("no partition spec {spec_id}"),
-            )
-        })?;
-        let mut writer = new_manifest(spec)?;
-        for (entry, remove) in entries {
-            let data_sequence = entry.sequence_number().ok_or_else(|| {
-                Error::new(
-                    ErrorKind::DataInvalid,
-                    format!("{} has no sequence number", entry.file_path()),
-                )
-            })?;
-            let file_sequence = entry.file_sequence_number.or(Some(data_sequence));
-            if remove {
-                summary.remove_file(entry.data_file(), schema.clone(), spec.clone());
-                writer.add_delete_file(entry.data_file().clone(), data_sequence, file_sequence)?;
-            } else {
-                let added_by = entry.snapshot_id().unwrap_or(parent.snapshot_id());
-                writer.add_existing_file(
-                    entry.data_file().clone(),
-                    added_by,
-                    data_sequence,
-                    file_sequence,
-                )?;
+    }
+
+    /// Writes the touched manifests again: a replaced file DELETED (keeping its
+    /// sequence numbers), every other live file EXISTING.
+    async fn rewrite(&mut self, touched: Touched) -> Result<()> {
+        let schema = self.table.metadata().current_schema().clone();
+        for (spec_id, entries) in touched {
+            let spec = self
+                .table
+                .metadata()
+                .partition_spec_by_id(spec_id)
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::DataInvalid,
+                        format!("no partition spec {spec_id}"),
+                    )
+                })?
+                .clone();
+            let mut writer = self.new_manifest(&spec)?;
+            for (entry, remove) in entries {
+                let data_sequence = entry.sequence_number().ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::DataInvalid,
+                        format!("{} has no sequence number", entry.file_path()),
+                    )
+                })?;
+                let file_sequence = entry.file_sequence_number.or(Some(data_sequence));
+                if remove {
+                    self.summary
+                        .remove_file(entry.data_file(), schema.clone(), spec.clone());
+                    writer.add_delete_file(
+                        entry.data_file().clone(),
+                        data_sequence,
+                        file_sequence,
+                    )?;
+                } else {
+                    let added_by = entry.snapshot_id().unwrap_or(self.parent.snapshot_id());
+                    writer.add_existing_file(
+                        entry.data_file().clone(),
+                        added_by,
+                        data_sequence,
+                        file_sequence,
+                    )?;
+                }
             }
+            self.manifests.push(writer.write_manifest_file().await?);
         }
-        manifests.push(writer.write_manifest_file().await?);
+        Ok(())
     }
-    if !change.add.is_empty() {
-        let spec = metadata.default_partition_spec();
-        let mut writer = new_manifest(spec)?;
-        for file in &change.add {
-            summary.add_file(file, schema.clone(), spec.clone());
-            totals.0 += file.record_count();
-            totals.1 += 1;
-            totals.2 += file.file_size_in_bytes();
-            writer.add_file(file.clone(), parent.sequence_number())?;
+
+    /// Adds the new files, with the data sequence number of the snapshot the rewrite
+    /// started from (a rewrite never makes an older row look newer).
+    async fn add(&mut self, files: &[DataFile]) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
         }
-        manifests.insert(0, writer.write_manifest_file().await?);
+        let metadata = self.table.metadata();
+        let (schema, spec) = (
+            metadata.current_schema().clone(),
+            metadata.default_partition_spec().clone(),
+        );
+        let mut writer = self.new_manifest(&spec)?;
+        for file in files {
+            self.summary.add_file(file, schema.clone(), spec.clone());
+            self.totals.count(file);
+            writer.add_file(file.clone(), self.parent.sequence_number())?;
+        }
+        self.manifests
+            .insert(0, writer.write_manifest_file().await?);
+        Ok(())
     }
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
-        metadata.location()
-    );
-    let mut list_writer = ManifestListWriter::v2(
-        file_io.new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        Some(parent.snapshot_id()),
-        sequence_number,
-    );
-    list_writer.add_manifests(manifests.into_iter())?;
-    list_writer.close().await?;
-    let mut properties: HashMap<String, String> = summary.build();
-    for (key, value) in [
-        ("total-records", totals.0),
-        ("total-data-files", totals.1),
-        ("total-files-size", totals.2),
-        ("total-delete-files", 0),
-        ("total-position-deletes", 0),
-        ("total-equality-deletes", 0),
-    ] {
-        properties.insert(key.to_owned(), value.to_string());
-    }
-    // The offset map (and what else every snapshot carries) moves forward unchanged.
-    properties.extend(carried_properties(table));
-    properties.insert(MAINTENANCE_ID_KEY.to_owned(), change.maintenance_id.clone());
-    let snapshot = Snapshot::builder()
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(Some(parent.snapshot_id()))
-        .with_sequence_number(sequence_number)
-        .with_timestamp_ms(now_ms.max(metadata.last_updated_ms()))
-        .with_manifest_list(list_path)
-        .with_schema_id(metadata.current_schema_id())
-        .with_summary(Summary {
-            operation: Operation::Replace,
-            additional_properties: properties,
+
+    /// Writes the manifest list and returns the commit: the snapshot, its summary
+    /// (the offset map carried forward), and `main` required at the parent.
+    async fn finish(self, change: &Replacement, now_ms: i64) -> Result<StagedReplace> {
+        let metadata = self.table.metadata();
+        let (snapshot_id, parent_id) = (self.snapshot_id, self.parent.snapshot_id());
+        let sequence_number = metadata.next_sequence_number();
+        let list_path = format!(
+            "{}/metadata/snap-{snapshot_id}-0-{}.avro",
+            metadata.location(),
+            self.commit_uuid
+        );
+        let mut list_writer = ManifestListWriter::v2(
+            self.table
+                .file_io()
+                .new_output(&list_path)?
+                .writer()
+                .await?,
+            snapshot_id,
+            Some(parent_id),
+            sequence_number,
+        );
+        list_writer.add_manifests(self.manifests.into_iter())?;
+        list_writer.close().await?;
+        let mut properties: HashMap<String, String> = self.summary.build();
+        for (key, value) in [
+            ("total-records", self.totals.records),
+            ("total-data-files", self.totals.files),
+            ("total-files-size", self.totals.bytes),
+            ("total-delete-files", 0),
+            ("total-position-deletes", 0),
+            ("total-equality-deletes", 0),
+        ] {
+            properties.insert(key.to_owned(), value.to_string());
+        }
+        // The offset map (and what else every snapshot carries) moves forward unchanged.
+        properties.extend(carried_properties(self.table));
+        properties.insert(MAINTENANCE_ID_KEY.to_owned(), change.maintenance_id.clone());
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(snapshot_id)
+            .with_parent_snapshot_id(Some(parent_id))
+            .with_sequence_number(sequence_number)
+            .with_timestamp_ms(now_ms.max(metadata.last_updated_ms()))
+            .with_manifest_list(list_path)
+            .with_schema_id(metadata.current_schema_id())
+            .with_summary(Summary {
+                operation: Operation::Replace,
+                additional_properties: properties,
+            })
+            .build();
+        Ok(StagedReplace {
+            snapshot_id,
+            requirements: vec![
+                TableRequirement::UuidMatch {
+                    uuid: metadata.uuid(),
+                },
+                TableRequirement::RefSnapshotIdMatch {
+                    r#ref: MAIN_BRANCH.to_owned(),
+                    snapshot_id: Some(parent_id),
+                },
+            ],
+            updates: vec![
+                TableUpdate::AddSnapshot { snapshot },
+                TableUpdate::SetSnapshotRef {
+                    ref_name: MAIN_BRANCH.to_owned(),
+                    reference: SnapshotReference::new(
+                        snapshot_id,
+                        SnapshotRetention::branch(None, None, None),
+                    ),
+                },
+            ],
         })
-        .build();
-    Ok(StagedReplace {
-        snapshot_id,
-        requirements: vec![
-            TableRequirement::UuidMatch {
-                uuid: metadata.uuid(),
-            },
-            TableRequirement::RefSnapshotIdMatch {
-                r#ref: MAIN_BRANCH.to_owned(),
-                snapshot_id: Some(parent.snapshot_id()),
-            },
-        ],
-        updates: vec![
-            TableUpdate::AddSnapshot { snapshot },
-            TableUpdate::SetSnapshotRef {
-                ref_name: MAIN_BRANCH.to_owned(),
-                reference: SnapshotReference::new(
-                    snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
-            },
-        ],
-    })
+    }
 }
 
 /// A positive snapshot id the table does not have yet.

@@ -372,10 +372,6 @@ pub fn column(data_type: &DataType, cells: &[&Cell]) -> Result<ArrayRef, ArrowEr
         Cell::Bytes(b) => Some(b.clone()),
         _ => None,
     };
-    let nulls = |present: &dyn Fn(&Cell) -> bool| {
-        let valid: Vec<bool> = cells.iter().map(|c| present(c)).collect();
-        (!valid.iter().all(|v| *v)).then(|| NullBuffer::from(valid))
-    };
     Ok(match data_type {
         DataType::Boolean => primitive!(BooleanBuilder, |c: &Cell| match c {
             Cell::Bool(b) => Some(*b),
@@ -427,95 +423,114 @@ pub fn column(data_type: &DataType, cells: &[&Cell]) -> Result<ArrayRef, ArrowEr
                 )?)
             }
         }
-        DataType::Struct(fields) => {
-            let mut children = Vec::with_capacity(fields.len());
-            for (i, field) in fields.iter().enumerate() {
-                let child: Vec<&Cell> = cells
-                    .iter()
-                    .map(|c| match c {
-                        Cell::Struct(values) => values.get(i).unwrap_or(&NULL),
-                        _ => &NULL,
-                    })
-                    .collect();
-                children.push(column(field.data_type(), &child)?);
-            }
-            let nulls = nulls(&|c| matches!(c, Cell::Struct(_)));
-            if fields.is_empty() {
-                Arc::new(StructArray::new_empty_fields(cells.len(), nulls))
-            } else {
-                Arc::new(StructArray::try_new(fields.clone(), children, nulls)?)
-            }
-        }
-        DataType::List(item) => {
-            let mut lengths = Vec::with_capacity(cells.len());
-            let mut flat: Vec<&Cell> = Vec::new();
-            for cell in cells {
-                match cell {
-                    Cell::List(items) => {
-                        lengths.push(items.len());
-                        flat.extend(items.iter());
-                    }
-                    _ => lengths.push(0),
-                }
-            }
-            let values = column(item.data_type(), &flat)?;
-            let nulls = nulls(&|c| matches!(c, Cell::List(_)));
-            Arc::new(ListArray::try_new(
-                item.clone(),
-                OffsetBuffer::from_lengths(lengths),
-                values,
-                nulls,
-            )?)
-        }
-        DataType::Map(entries, sorted) => {
-            let DataType::Struct(kv) = entries.data_type() else {
-                return Err(ArrowError::SchemaError(format!(
-                    "map entries of type {}",
-                    entries.data_type()
-                )));
-            };
-            let mut lengths = Vec::with_capacity(cells.len());
-            let (mut keys, mut values): (Vec<&Cell>, Vec<&Cell>) = (Vec::new(), Vec::new());
-            for cell in cells {
-                match cell {
-                    Cell::Map(pairs) => {
-                        lengths.push(pairs.len());
-                        for (k, v) in pairs {
-                            keys.push(k);
-                            values.push(v);
-                        }
-                    }
-                    _ => lengths.push(0),
-                }
-            }
-            let (Some(key_field), Some(value_field)) = (kv.first(), kv.get(1)) else {
-                return Err(ArrowError::SchemaError(
-                    "map entries without key and value".into(),
-                ));
-            };
-            let entries_array = StructArray::try_new(
-                kv.clone(),
-                vec![
-                    column(key_field.data_type(), &keys)?,
-                    column(value_field.data_type(), &values)?,
-                ],
-                None,
-            )?;
-            let nulls = nulls(&|c| matches!(c, Cell::Map(_)));
-            Arc::new(MapArray::try_new(
-                entries.clone(),
-                OffsetBuffer::from_lengths(lengths),
-                entries_array,
-                nulls,
-                *sorted,
-            )?)
-        }
+        DataType::Struct(fields) => struct_column(fields, cells)?,
+        DataType::List(item) => list_column(item, cells)?,
+        DataType::Map(entries, sorted) => map_column(entries, *sorted, cells)?,
         other => {
             return Err(ArrowError::NotYetImplemented(format!(
                 "registry values in a {other} column"
             )));
         }
     })
+}
+
+/// Which of `cells` are present (`present`), as a null buffer; `None` when all are.
+fn presence(cells: &[&Cell], present: impl Fn(&Cell) -> bool) -> Option<NullBuffer> {
+    let valid: Vec<bool> = cells.iter().map(|c| present(c)).collect();
+    (!valid.iter().all(|v| *v)).then(|| NullBuffer::from(valid))
+}
+
+/// The struct column of `fields` holding `cells` (a cell that is no struct is null).
+fn struct_column(fields: &arrow_schema::Fields, cells: &[&Cell]) -> Result<ArrayRef, ArrowError> {
+    let mut children = Vec::with_capacity(fields.len());
+    for (i, field) in fields.iter().enumerate() {
+        let child: Vec<&Cell> = cells
+            .iter()
+            .map(|c| match c {
+                Cell::Struct(values) => values.get(i).unwrap_or(&NULL),
+                _ => &NULL,
+            })
+            .collect();
+        children.push(column(field.data_type(), &child)?);
+    }
+    let nulls = presence(cells, |c| matches!(c, Cell::Struct(_)));
+    Ok(if fields.is_empty() {
+        Arc::new(StructArray::new_empty_fields(cells.len(), nulls))
+    } else {
+        Arc::new(StructArray::try_new(fields.clone(), children, nulls)?)
+    })
+}
+
+/// The list column of `item`s holding `cells` (a cell that is no list is null).
+fn list_column(item: &arrow_schema::FieldRef, cells: &[&Cell]) -> Result<ArrayRef, ArrowError> {
+    let mut lengths = Vec::with_capacity(cells.len());
+    let mut flat: Vec<&Cell> = Vec::new();
+    for cell in cells {
+        match cell {
+            Cell::List(items) => {
+                lengths.push(items.len());
+                flat.extend(items.iter());
+            }
+            _ => lengths.push(0),
+        }
+    }
+    let values = column(item.data_type(), &flat)?;
+    let nulls = presence(cells, |c| matches!(c, Cell::List(_)));
+    Ok(Arc::new(ListArray::try_new(
+        item.clone(),
+        OffsetBuffer::from_lengths(lengths),
+        values,
+        nulls,
+    )?))
+}
+
+/// The map column of `entries` holding `cells` (a cell that is no map is null).
+fn map_column(
+    entries: &arrow_schema::FieldRef,
+    sorted: bool,
+    cells: &[&Cell],
+) -> Result<ArrayRef, ArrowError> {
+    let DataType::Struct(kv) = entries.data_type() else {
+        return Err(ArrowError::SchemaError(format!(
+            "map entries of type {}",
+            entries.data_type()
+        )));
+    };
+    let mut lengths = Vec::with_capacity(cells.len());
+    let (mut keys, mut values): (Vec<&Cell>, Vec<&Cell>) = (Vec::new(), Vec::new());
+    for cell in cells {
+        match cell {
+            Cell::Map(pairs) => {
+                lengths.push(pairs.len());
+                for (k, v) in pairs {
+                    keys.push(k);
+                    values.push(v);
+                }
+            }
+            _ => lengths.push(0),
+        }
+    }
+    let (Some(key_field), Some(value_field)) = (kv.first(), kv.get(1)) else {
+        return Err(ArrowError::SchemaError(
+            "map entries without key and value".into(),
+        ));
+    };
+    let entries_array = StructArray::try_new(
+        kv.clone(),
+        vec![
+            column(key_field.data_type(), &keys)?,
+            column(value_field.data_type(), &values)?,
+        ],
+        None,
+    )?;
+    let nulls = presence(cells, |c| matches!(c, Cell::Map(_)));
+    Ok(Arc::new(MapArray::try_new(
+        entries.clone(),
+        OffsetBuffer::from_lengths(lengths),
+        entries_array,
+        nulls,
+        sorted,
+    )?))
 }
 
 /// The columns of a new table holding `shape`, and its row type (a struct of them):

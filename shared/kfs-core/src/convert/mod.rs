@@ -42,7 +42,7 @@ pub use registry::registry_columns;
 pub use registry::{
     MAX_SCHEMAS_PER_SEGMENT, NamedSchemas, RegistrySchemas, WriterSchema, WriterSchemas,
 };
-pub use run::{RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
+pub use run::{DecodedSegment, RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
 pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
 
 use crate::failpoint::Failpoint;

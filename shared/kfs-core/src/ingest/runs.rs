@@ -79,6 +79,59 @@ struct OpenRun {
     segment_bytes: u64,
 }
 
+impl OpenRun {
+    /// The next offset after the run, when the segment `key` may join it: it starts
+    /// there, or later after a gap no listed segment is in (`follows`), and the run has
+    /// room for it.
+    fn joined_at(&self, key: &SegmentKey, follows: bool, max_segments: usize) -> Option<i64> {
+        let next = self.entry.last_offset.checked_add(1)?;
+        let room = self.entry.segments() < max_segments && self.segment_bytes < MAX_RUN_BYTES;
+        (room && (next == key.base_offset || (follows && next < key.base_offset))).then_some(next)
+    }
+
+    /// Writes a decoded segment into the run and notes it as a member (`joined_at`:
+    /// where the run ended before it, when it joined after a gap).
+    async fn add(
+        &mut self,
+        decoded: crate::convert::DecodedSegment,
+        (key, object, etag): (&SegmentKey, &SourceObject, String),
+        joined_at: Option<i64>,
+    ) -> Result<(), crate::convert::ConvertError> {
+        let (records, last_offset) = (decoded.records, decoded.last_offset);
+        self.writer.push(decoded).await?;
+        if self.entry.segment != object.key {
+            self.entry.members.push(crate::ledger::RunMember {
+                segment: object.key.clone(),
+                etag,
+                base_offset: key.base_offset,
+                last_offset,
+                gap_from: joined_at.filter(|next| *next < key.base_offset),
+            });
+        }
+        self.entry.last_offset = last_offset;
+        self.entry.records += records;
+        self.segment_bytes += object.size;
+        Ok(())
+    }
+}
+
+/// Closes the open run, then records `entry` quarantined with `error`: a segment
+/// that cannot join a run (its bytes are broken, or it arrived too late) is recorded
+/// on its own, and cuts the run.
+async fn quarantine_alone(
+    ledger: &impl Ledger,
+    run: &mut Option<OpenRun>,
+    outcome: &mut RunsOutcome,
+    entry: LedgerEntry,
+    error: String,
+) -> Result<(), PipelineError> {
+    close_run(ledger, run, outcome).await?;
+    outcome
+        .recorded
+        .push(record(ledger, quarantined(entry, error)).await?);
+    Ok(())
+}
+
 /// Converts the small segments of one partition of a raw table, listed in offset
 /// order, in runs (one set of data files each): a run takes segments while each
 /// starts where the one before it ended, or after a gap no segment was listed in
@@ -146,21 +199,14 @@ pub async fn ingest_runs(
         at += 1;
         let etag = version_tag(object, tail_of(&body));
         if let Some(why) = late(&target.progress, key) {
-            close_run(ledger, &mut run, &mut outcome).await?;
             let error = format!("{}: {why}", source.describe(&object.key));
-            let entry = quarantined(entry_for(target, key, object, etag), error);
-            outcome.recorded.push(record(ledger, entry).await?);
+            let entry = entry_for(target, key, object, etag);
+            quarantine_alone(ledger, &mut run, &mut outcome, entry, error).await?;
             continue;
         }
-        // The next offset after the run, when this segment may join it: it starts
-        // there, or (a gap no listed segment is in) later.
-        let joins = run.as_ref().and_then(|open| {
-            let next = open.entry.last_offset.checked_add(1)?;
-            let room =
-                open.entry.segments() < limits.max_segments && open.segment_bytes < MAX_RUN_BYTES;
-            (room && (next == key.base_offset || (*follows && next < key.base_offset)))
-                .then_some(next)
-        });
+        let joins = run
+            .as_ref()
+            .and_then(|open| open.joined_at(key, *follows, limits.max_segments));
         if joins.is_none() {
             close_run(ledger, &mut run, &mut outcome).await?;
         }
@@ -168,10 +214,9 @@ pub async fn ingest_runs(
         {
             Ok(decoded) => decoded,
             Err(e) if e.kind().quarantines() => {
-                close_run(ledger, &mut run, &mut outcome).await?;
                 let error = format!("{}: {e}", source.describe(&object.key));
-                let entry = quarantined(entry_for(target, key, object, etag), error);
-                outcome.recorded.push(record(ledger, entry).await?);
+                let entry = entry_for(target, key, object, etag);
+                quarantine_alone(ledger, &mut run, &mut outcome, entry, error).await?;
                 continue;
             }
             Err(e) => {
@@ -196,24 +241,11 @@ pub async fn ingest_runs(
                 }
             },
         };
-        let (records, last_offset) = (decoded.records, decoded.last_offset);
-        if let Err(e) = open.writer.push(decoded).await {
+        if let Err(e) = open.add(decoded, (key, object, etag), joins).await {
             let rest = &segments[at - 1..];
             fail_rest(&mut outcome, run.take(), rest, &e.into()).await;
             break;
         }
-        if open.entry.segment != object.key {
-            open.entry.members.push(crate::ledger::RunMember {
-                segment: object.key.clone(),
-                etag,
-                base_offset: key.base_offset,
-                last_offset,
-                gap_from: joins.filter(|next| *next < key.base_offset),
-            });
-        }
-        open.entry.last_offset = last_offset;
-        open.entry.records += records;
-        open.segment_bytes += object.size;
     }
     close_run(ledger, &mut run, &mut outcome).await?;
     Ok(outcome)
