@@ -20,6 +20,9 @@ use crate::source::SourceObject;
 use kfs_plan::sweep::ListedSegment;
 use std::collections::{BTreeMap, HashMap};
 
+/// What the ledger holds of some segments: entries, and unreadable items' reasons.
+type LedgerView = (HashMap<String, LedgerEntry>, HashMap<String, String>);
+
 /// Settings of the converter service.
 #[derive(Debug, Clone)]
 pub struct ConverterSettings {
@@ -191,20 +194,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
             .filter(|(_, _, found)| matches!(found, Ok(Some(_))))
             .map(|(key, _, _)| key.object_key(SegmentFile::Data))
             .collect();
-        let known = self
-            .ledger
-            .get_many(&keys)
-            .await
-            .map_err(PipelineError::from)
-            .map(|listing| {
-                let entries: HashMap<String, LedgerEntry> = listing
-                    .entries
-                    .into_iter()
-                    .map(|entry| (entry.segment.clone(), entry))
-                    .collect();
-                let unreadable: HashMap<String, String> = listing.unreadable.into_iter().collect();
-                (entries, unreadable)
-            });
+        let known = self.ledger_view(&keys).await;
         let mut new: BTreeMap<(String, String, i32), Vec<NewObject>> = BTreeMap::new();
         for (key, slot, found) in current {
             let segment = key.object_key(SegmentFile::Data);
@@ -257,6 +247,18 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                 })
             })
             .collect()
+    }
+
+    /// What the ledger holds of the segments `keys`: their entries, and the items that
+    /// cannot be read with the reason, by segment.
+    async fn ledger_view(&self, keys: &[String]) -> Result<LedgerView, PipelineError> {
+        let listing = self.ledger.get_many(keys).await?;
+        let entries = listing
+            .entries
+            .into_iter()
+            .map(|entry| (entry.segment.clone(), entry))
+            .collect();
+        Ok((entries, listing.unreadable.into_iter().collect()))
     }
 
     /// The segment an object is a file of, or why it is none of the configured ones.

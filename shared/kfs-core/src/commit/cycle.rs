@@ -113,33 +113,7 @@ pub async fn commit_table(
                 continue;
             }
         };
-        let taken: Vec<&LedgerEntry> = plan
-            .take
-            .iter()
-            .filter_map(|s| entries.get(s.id.as_str()).copied())
-            .collect();
-        ledger
-            .mark_committed(&taken, landed.snapshot_id, now_ms)
-            .await
-            .map_err(|e| cycle.ledger_error(e))?;
-        // This attempt's snapshot landed, holding the merged files: the small ones are
-        // garbage now (a crash before this leaves them to orphan cleanup).
-        for path in landed
-            .merged_away
-            .iter()
-            .filter(|p| !landed.appended.contains(*p))
-        {
-            let _ = crate::failpoint::delete_file(landed.table.file_io(), path).await;
-        }
-        outcome.snapshot_id = Some(landed.snapshot_id);
-        outcome.segments = usize::try_from(plan.segments()).unwrap_or(usize::MAX);
-        outcome.files = landed.appended.len();
-        outcome.coalesced = landed.merged_away.len();
-        outcome.records = plan.records();
-        outcome.dead_letters = landed.dead_letters;
-        outcome.gaps = plan.gaps.clone();
-        outcome.newest_record_ms = newest_record_ms(&landed.table);
-        return Ok(outcome);
+        return cycle.settle(landed, &plan, &entries, outcome).await;
     }
     Err(CommitError::Contended {
         table: cycle.table_name,
@@ -219,6 +193,43 @@ impl<L: Ledger> Cycle<'_, L> {
             table: self.table_name.clone(),
             source,
         }
+    }
+
+    /// Marks what `plan` took committed at the landed snapshot, deletes the small files
+    /// merged into the appended ones (garbage now: a crash before this leaves them to
+    /// orphan cleanup), and completes `outcome`.
+    async fn settle(
+        &self,
+        landed: Landed,
+        plan: &CommitPlan,
+        entries: &HashMap<&str, &LedgerEntry>,
+        mut outcome: CommitOutcome,
+    ) -> Result<CommitOutcome, CommitError> {
+        let taken: Vec<&LedgerEntry> = plan
+            .take
+            .iter()
+            .filter_map(|s| entries.get(s.id.as_str()).copied())
+            .collect();
+        self.ledger
+            .mark_committed(&taken, landed.snapshot_id, self.now_ms)
+            .await
+            .map_err(|e| self.ledger_error(e))?;
+        for path in landed
+            .merged_away
+            .iter()
+            .filter(|p| !landed.appended.contains(*p))
+        {
+            let _ = crate::failpoint::delete_file(landed.table.file_io(), path).await;
+        }
+        outcome.snapshot_id = Some(landed.snapshot_id);
+        outcome.segments = usize::try_from(plan.segments()).unwrap_or(usize::MAX);
+        outcome.files = landed.appended.len();
+        outcome.coalesced = landed.merged_away.len();
+        outcome.records = plan.records();
+        outcome.dead_letters = landed.dead_letters;
+        outcome.gaps = plan.gaps.clone();
+        outcome.newest_record_ms = newest_record_ms(&landed.table);
+        Ok(outcome)
     }
 
     /// The head of each partition's pending work, the partitions sharing what one

@@ -203,42 +203,7 @@ pub async fn convert_segment(
         source: Box::new(source),
     };
     let stem = data_file_stem(input.key, input.etag);
-    let (router, dead_letter_table): (Box<dyn RecordRouter>, Option<&Table>) = match values {
-        ValueColumns::Raw => {
-            let schema = arrow_schema(table.metadata().current_schema()).map_err(write_error)?;
-            (
-                Box::new(RawRouter(RecordColumns::new(schema).map_err(write_error)?)),
-                None,
-            )
-        }
-        ValueColumns::Json { dead_letters } => (
-            Box::new(JsonRouter::new(table, dead_letters, segment.clone()).map_err(write_error)?),
-            dead_letters,
-        ),
-        ValueColumns::Registry {
-            writers,
-            key_writers,
-            dead_letters,
-        } => (
-            Box::new(
-                registry::RegistryRouter::new(
-                    table,
-                    (writers, key_writers),
-                    dead_letters,
-                    segment.clone(),
-                )
-                .map_err(write_error)?,
-            ),
-            dead_letters,
-        ),
-        ValueColumns::Lfs(values) => {
-            let dead_letters = values.dead_letters;
-            (
-                Box::new(lfs::LfsRouter::new(table, values, segment.clone()).map_err(write_error)?),
-                dead_letters,
-            )
-        }
-    };
+    let (router, dead_letter_table) = router_for(table, values, &segment).map_err(write_error)?;
     let mut writer = SegmentWriter::new(table, stem.clone())
         .await
         .map_err(write_error)?;
@@ -310,5 +275,44 @@ pub async fn convert_segment(
         records: decoded.records - decoded.dead_letters - decoded.skipped,
         dead_letters: decoded.dead_letters,
         last_offset: decoded.last_offset,
+    })
+}
+
+/// The router that turns a segment's records into `table`'s columns as `values` says,
+/// and the dead-letter table its rejected records go to, if any.
+fn router_for<'t>(
+    table: &Table,
+    values: ValueColumns<'t>,
+    segment: &str,
+) -> iceberg::Result<(Box<dyn RecordRouter>, Option<&'t Table>)> {
+    Ok(match values {
+        ValueColumns::Raw => {
+            let schema = arrow_schema(table.metadata().current_schema())?;
+            (Box::new(RawRouter(RecordColumns::new(schema)?)), None)
+        }
+        ValueColumns::Json { dead_letters } => (
+            Box::new(JsonRouter::new(table, dead_letters, segment.to_owned())?),
+            dead_letters,
+        ),
+        ValueColumns::Registry {
+            writers,
+            key_writers,
+            dead_letters,
+        } => (
+            Box::new(registry::RegistryRouter::new(
+                table,
+                (writers, key_writers),
+                dead_letters,
+                segment.to_owned(),
+            )?),
+            dead_letters,
+        ),
+        ValueColumns::Lfs(values) => {
+            let dead_letters = values.dead_letters;
+            (
+                Box::new(lfs::LfsRouter::new(table, values, segment.to_owned())?),
+                dead_letters,
+            )
+        }
     })
 }

@@ -35,82 +35,31 @@ impl Settings {
     /// Reads the settings from environment variables (the names in the field docs;
     /// empty values count as unset).
     pub fn from_env(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
-        let var = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let list = |name: &str| {
-            var(name)
-                .map(|v| {
-                    v.split(',')
-                        .map(|item| item.trim().to_owned())
-                        .filter(|item| !item.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        fn json<T: serde::de::DeserializeOwned + Default>(
-            name: &str,
-            text: Option<String>,
-            expected: &str,
-        ) -> Result<T, SettingsError> {
-            text.map_or(Ok(T::default()), |text| {
-                serde_json::from_str(&text)
-                    .map_err(|e| invalid(name, format!("expected {expected}: {e}")))
-            })
-        }
-        let number = |name: &str| {
-            var(name)
-                .map(|v| {
-                    v.trim()
-                        .parse::<usize>()
-                        .map_err(|_| invalid(name, format!("{v:?} is not a number")))
-                })
-                .transpose()
-        };
-        let verify_checksums = match var("LFS_VERIFY_CHECKSUMS").as_deref().map(str::trim) {
-            None => None,
-            Some("on" | "true") => Some(true),
-            Some("off" | "false") => Some(false),
-            Some(other) => {
-                return Err(invalid(
-                    "LFS_VERIFY_CHECKSUMS",
-                    format!("{other:?}: expected on or off"),
-                ));
-            }
-        };
-        let enabled = match var("MAINTENANCE").as_deref().map(str::trim) {
-            None | Some("on") => None,
-            Some("off") => Some(false),
-            Some(other) => {
-                return Err(invalid(
-                    "MAINTENANCE",
-                    format!("{other:?}: expected on or off"),
-                ));
-            }
-        };
+        let env = Env(lookup);
+        let (var, list, number) = (
+            |name: &str| env.var(name),
+            |name: &str| env.list(name),
+            |name: &str| env.number(name),
+        );
+        let verify_checksums =
+            env.switch("LFS_VERIFY_CHECKSUMS", &["on", "true"], &["off", "false"])?;
+        // MAINTENANCE: on unless off (`None` keeps the default, on).
+        let enabled = env
+            .switch("MAINTENANCE", &["on"], &["off"])?
+            .and_then(|on| (!on).then_some(false));
         Ok(Self {
             namespace: var("TABLE_NAMESPACE"),
             table_prefix: var("TABLE_PREFIX"),
             include_topics: list("TOPICS_INCLUDE"),
             exclude_topics: list("TOPICS_EXCLUDE"),
             tables: BTreeMap::new(),
-            table_patterns: json(
-                "TABLE_MAPPING",
-                var("TABLE_MAPPING"),
-                "a JSON array of {\"topic\", \"table\"}",
-            )?,
+            table_patterns: env.json("TABLE_MAPPING", "a JSON array of {\"topic\", \"table\"}")?,
             partition_by: var("PARTITION_BY"),
             partitioning: BTreeMap::new(),
-            table_properties: json(
-                "TABLE_PROPERTIES",
-                var("TABLE_PROPERTIES"),
-                "a JSON object of strings",
-            )?,
+            table_properties: env.json("TABLE_PROPERTIES", "a JSON object of strings")?,
             value_format: var("VALUE_FORMAT"),
             key_format: var("KEY_FORMAT"),
-            value_columns: json(
-                "VALUE_COLUMNS",
-                var("VALUE_COLUMNS"),
-                "a JSON object of strings",
-            )?,
+            value_columns: env.json("VALUE_COLUMNS", "a JSON object of strings")?,
             start_offsets: BTreeMap::new(),
             catalog: CatalogSettings {
                 kind: var("CATALOG_TYPE"),
@@ -133,11 +82,7 @@ impl Settings {
             },
             lfs: LargeFileSettings {
                 mode: var("LFS_MODE"),
-                topics: json(
-                    "LFS_TOPICS",
-                    var("LFS_TOPICS"),
-                    "a JSON object of topic to mode",
-                )?,
+                topics: env.json("LFS_TOPICS", "a JSON object of topic to mode")?,
                 max_inline_size: number("LFS_MAX_INLINE_SIZE")?.map(|n| n as u64),
                 verify_checksums,
                 min_checksum_alg: var("LFS_MIN_CHECKSUM_ALG"),
@@ -155,5 +100,66 @@ impl Settings {
                 password_secret: var("ETCD_PASSWORD_SECRET_ARN"),
             },
         })
+    }
+}
+
+/// The environment, read as the settings spell it: empty values count as unset.
+struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+impl Env<'_> {
+    /// The variable `name`, unless unset or empty.
+    fn var(&self, name: &str) -> Option<String> {
+        (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// The comma-separated items of `name` (none when unset).
+    fn list(&self, name: &str) -> Vec<String> {
+        self.var(name)
+            .map(|v| {
+                v.split(',')
+                    .map(|item| item.trim().to_owned())
+                    .filter(|item| !item.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `name` parsed as JSON (`expected` says what it should be); the default when
+    /// unset.
+    fn json<T: serde::de::DeserializeOwned + Default>(
+        &self,
+        name: &str,
+        expected: &str,
+    ) -> Result<T, SettingsError> {
+        self.var(name).map_or(Ok(T::default()), |text| {
+            serde_json::from_str(&text)
+                .map_err(|e| invalid(name, format!("expected {expected}: {e}")))
+        })
+    }
+
+    /// `name` as a count.
+    fn number(&self, name: &str) -> Result<Option<usize>, SettingsError> {
+        self.var(name)
+            .map(|v| {
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| invalid(name, format!("{v:?} is not a number")))
+            })
+            .transpose()
+    }
+
+    /// `name` as a switch: one of `on` (true) or `off` (false) spellings.
+    fn switch(&self, name: &str, on: &[&str], off: &[&str]) -> Result<Option<bool>, SettingsError> {
+        let Some(value) = self.var(name) else {
+            return Ok(None);
+        };
+        let value = value.trim();
+        if on.contains(&value) {
+            Ok(Some(true))
+        } else if off.contains(&value) {
+            Ok(Some(false))
+        } else {
+            Err(invalid(name, format!("{value:?}: expected on or off")))
+        }
     }
 }
