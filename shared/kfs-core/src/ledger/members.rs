@@ -21,7 +21,61 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 
-use super::RunMember;
+use serde::{Deserialize, Serialize};
+
+use super::{LedgerError, from_stored_field, to_stored_field};
+
+/// A segment converted in another segment's run: it has no entry of its own, the
+/// run's entry names it. Stored compactly (a run holds up to
+/// [`MAX_RUN_SEGMENTS`](crate::MAX_RUN_SEGMENTS) of them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunMember {
+    /// Object key of the `.kfs`.
+    #[serde(rename = "s")]
+    pub segment: String,
+    /// ETag or content hash of the converted version.
+    #[serde(rename = "e")]
+    pub etag: String,
+    /// Base offset.
+    #[serde(rename = "b")]
+    pub base_offset: i64,
+    /// Last offset.
+    #[serde(rename = "l")]
+    pub last_offset: i64,
+    /// When the segment before it in the run ended before this one's base offset: the
+    /// first offset after it. The offsets up to this segment are a gap no segment was
+    /// listed in; the commit records it as a gap, or drops the run if a segment is
+    /// listed there by then.
+    #[serde(rename = "g", default, skip_serializing_if = "Option::is_none")]
+    pub gap_from: Option<i64>,
+}
+
+impl RunMember {
+    /// As stored for the entry of `segment` (compact, else JSON), `None` when there
+    /// are none.
+    pub fn to_stored(members: &[Self], segment: &str) -> Result<Option<String>, LedgerError> {
+        if members.is_empty() {
+            return Ok(None);
+        }
+        match encode(members, segment) {
+            Some(compact) => Ok(Some(compact)),
+            None => to_stored_field(members, false, "members", segment),
+        }
+    }
+
+    /// From the stored form of the entry of `segment` (absent: none).
+    pub fn from_stored(stored: Option<&str>, segment: &str) -> Result<Vec<Self>, LedgerError> {
+        match stored {
+            Some(compact) if is_compact(compact) => {
+                decode(compact, segment).map_err(|reason| LedgerError::Corrupt {
+                    segment: segment.to_owned(),
+                    reason: format!("members: {reason}"),
+                })
+            }
+            _ => from_stored_field(stored, "members", segment),
+        }
+    }
+}
 
 const TAG: &str = "r1;";
 const COMPRESSED_TAG: &str = "z1;";

@@ -21,6 +21,7 @@ mod sqlite;
 #[cfg(any(test, feature = "test-support"))]
 pub use contract::check_contract;
 pub use files::{from_ledger, resolve, spill, spilled_to, to_ledger};
+pub use members::RunMember;
 pub use memory::MemoryLedger;
 #[cfg(feature = "test-support")]
 pub use probe::{Probe, Probed};
@@ -166,57 +167,6 @@ impl LedgerEntry {
             .iter()
             .find(|m| m.base_offset == base_offset)
             .map(|m| (m.segment.as_str(), m.etag.as_str()))
-    }
-}
-
-/// A segment converted in another segment's run: it has no entry of its own, the
-/// run's entry names it. Stored compactly (a run holds up to
-/// [`MAX_RUN_SEGMENTS`](crate::MAX_RUN_SEGMENTS) of them).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunMember {
-    /// Object key of the `.kfs`.
-    #[serde(rename = "s")]
-    pub segment: String,
-    /// ETag or content hash of the converted version.
-    #[serde(rename = "e")]
-    pub etag: String,
-    /// Base offset.
-    #[serde(rename = "b")]
-    pub base_offset: i64,
-    /// Last offset.
-    #[serde(rename = "l")]
-    pub last_offset: i64,
-    /// When the segment before it in the run ended before this one's base offset: the
-    /// first offset after it. The offsets up to this segment are a gap no segment was
-    /// listed in; the commit records it as a gap, or drops the run if a segment is
-    /// listed there by then.
-    #[serde(rename = "g", default, skip_serializing_if = "Option::is_none")]
-    pub gap_from: Option<i64>,
-}
-
-impl RunMember {
-    /// As stored for the entry of `segment` (compact, else JSON), `None` when there
-    /// are none.
-    pub fn to_stored(members: &[Self], segment: &str) -> Result<Option<String>, LedgerError> {
-        if members.is_empty() {
-            return Ok(None);
-        }
-        match members::encode(members, segment) {
-            Some(compact) => Ok(Some(compact)),
-            None => to_stored_field(members, false, "members", segment),
-        }
-    }
-
-    /// From the stored form of the entry of `segment` (absent: none).
-    pub fn from_stored(stored: Option<&str>, segment: &str) -> Result<Vec<Self>, LedgerError> {
-        match stored {
-            Some(compact) if members::is_compact(compact) => members::decode(compact, segment)
-                .map_err(|reason| LedgerError::Corrupt {
-                    segment: segment.to_owned(),
-                    reason: format!("members: {reason}"),
-                }),
-            _ => from_stored_field(stored, "members", segment),
-        }
     }
 }
 
