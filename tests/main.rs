@@ -6,6 +6,7 @@ mod support;
 mod bounds_cli;
 mod catalogs_cli;
 mod dump_cli;
+mod first_hour_cli;
 mod gen_cli;
 mod json_values_cli;
 mod lfs_cli;
