@@ -181,6 +181,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_request_not_signed_for_want_of_credentials_is_told_by_the_signers_kind() {
+        // What opendal's S3 service returns when no credential could be loaded.
+        let unsigned = || {
+            opendal::Error::new(opendal::ErrorKind::Unexpected, "signing http request").set_source(
+                reqsign_core::Error::credential_invalid("failed to load signing credential"),
+            )
+        };
+        assert!(missing_credentials(&unsigned()));
+        assert_eq!(opendal_error_kind(&unsigned()), ErrorKind::Config);
+        let through_iceberg =
+            iceberg::Error::new(IcebergKind::Unexpected, "io").with_source(unsigned());
+        assert!(missing_credentials(&through_iceberg));
+        assert_eq!(iceberg_error_kind(&through_iceberg), ErrorKind::Config);
+        let other =
+            opendal::Error::new(opendal::ErrorKind::Unexpected, "signing http request").set_source(
+                reqsign_core::Error::new(reqsign_core::ErrorKind::RequestInvalid, "bad request"),
+            );
+        assert!(!missing_credentials(&other));
+        assert_eq!(opendal_error_kind(&other), ErrorKind::Transient);
+    }
+
+    #[test]
     fn storage_errors_are_classified_by_their_opendal_kind_not_their_flag() {
         // What iceberg-rust's storage layer returns for an S3 SlowDown that outlived
         // opendal's retries: unexpected, not retryable, the cause attached.
