@@ -71,7 +71,20 @@ fn a_source_that_is_missing_empty_or_a_file_is_refused_and_creates_nothing() {
     std::fs::create_dir_all(no_segments.join("a/b")).unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(no_segments.join("a/b/data.json"), "{}").unwrap_or_else(|e| panic!("{e}"));
     let no_segments = no_segments.display().to_string();
-    let cases: [(&str, &[&str]); 5] = [
+    // A segment whose topic folder is no Kafka topic name (the run would ignore it).
+    let bad = dir.path().join("bad");
+    std::fs::create_dir_all(bad.join("default/no topic/0")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::copy(
+        &segment,
+        bad.join("default/no topic/0/segment-00000000000000000000.kfs"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let bad = bad.display().to_string();
+    let cases: [(&str, &[&str]); 6] = [
+        (
+            &bad,
+            &["default/no topic/0/segment-00000000000000000000.kfs is not in the layout"],
+        ),
         (&missing, &["does not exist", "kfs-iceberg gen --out"]),
         (
             &empty,

@@ -53,6 +53,9 @@ fn is_segment_file(key: &str) -> bool {
 struct Walk {
     /// The first segment file found, relative to the source, and its depth.
     segment: Option<(String, usize)>,
+    /// The first segment file at the layout's depth whose folders are not a namespace,
+    /// a topic and a partition number (the run would ignore it).
+    misplaced: Option<String>,
     /// Files seen.
     files: usize,
     /// Whether the listing budget ran out before the walk was complete.
@@ -73,11 +76,20 @@ pub async fn check_layout(
     visit(source, "", 0, &mut walk).await?;
     let location = location.to_owned();
     let Some((found, depth)) = walk.segment else {
-        return match (walk.files, walk.cut_short) {
-            (_, true) => Ok(()),
-            (0, false) if local => Err(PlaceError::SourceEmpty(location).into()),
-            (0, false) => Ok(()),
-            (objects, false) => Err(PlaceError::SourceNoSegments {
+        if walk.cut_short {
+            return Ok(());
+        }
+        if let Some(found) = walk.misplaced {
+            return Err(PlaceError::SourceBadLayout {
+                given: location,
+                found,
+            }
+            .into());
+        }
+        return match walk.files {
+            0 if local => Err(PlaceError::SourceEmpty(location).into()),
+            0 => Ok(()),
+            objects => Err(PlaceError::SourceNoSegments {
                 given: location,
                 objects,
             }
@@ -85,14 +97,7 @@ pub async fn check_layout(
         };
     };
     if depth == LAYOUT_DEPTH {
-        return match SegmentKey::parse(&found) {
-            Some(_) => Ok(()),
-            None => Err(PlaceError::SourceBadLayout {
-                given: location,
-                found,
-            }
-            .into()),
-        };
+        return Ok(());
     }
     if depth < LAYOUT_DEPTH {
         let what = ["partition", "topic", "namespace"][depth];
@@ -146,10 +151,15 @@ async fn visit(
     while let Some(object) = files.next().await {
         let object = object.map_err(source_error)?;
         walk.files += 1;
-        if is_segment_file(&object.key) {
-            walk.segment = Some((object.key, depth));
-            return Ok(());
+        if !is_segment_file(&object.key) {
+            continue;
         }
+        if depth == LAYOUT_DEPTH && SegmentKey::parse(&object.key).is_none() {
+            walk.misplaced.get_or_insert(object.key);
+            continue;
+        }
+        walk.segment = Some((object.key, depth));
+        return Ok(());
     }
     let dirs = source.list_dirs(dir).await.map_err(source_error)?;
     if depth >= LAYOUT_DEPTH + 2 {
