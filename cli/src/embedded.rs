@@ -38,7 +38,8 @@ pub enum Access {
 /// Where the embedded catalog and ledger live.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WarehouseArgs {
-    /// Warehouse: a directory or s3://bucket/prefix (not with `--stack`).
+    /// Warehouse: a directory or s3://bucket/prefix (not with `--stack`). `run` creates
+    /// a missing one; the other commands need one that exists.
     #[arg(long)]
     pub warehouse: Option<String>,
     /// The SQLite file of the catalog (default: `WAREHOUSE/catalog.db`, or `STATE/catalog.db`).

@@ -212,9 +212,9 @@ async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
         let when = format!("{} ({} ago)", rfc3339_ms(finished), age(now - finished));
         // A pass that found nothing new (a second `run`) says so: "0 tables
         // committed" read as if the tables held nothing.
-        if committed == 0 && counts.iter().all(|&n| n == 0) {
+        if committed == 0 && count(&tick["quarantined"]) == 0 && counts.iter().all(|&n| n == 0) {
             println!(
-                "last pass{shard}: {when}: nothing new to convert; what it found was committed before"
+                "last pass{shard}: {when}: nothing new to convert; the tables hold what earlier passes committed"
             );
         } else {
             let [checked, swept, deferred, failed_tables, failed_segments] = counts;
