@@ -180,3 +180,57 @@ async fn visit(
 fn source_error(e: kfs_core::SourceError) -> CliError {
     CliError::Pipeline(format!("source {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kfs_core::MemorySource;
+
+    fn source(keys: &[&str]) -> MemorySource {
+        let source = MemorySource::default();
+        for key in keys {
+            source.put(key, Vec::new());
+        }
+        source
+    }
+
+    fn check(keys: &[&str], local: bool) -> Result<(), String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime
+            .block_on(check_layout(&source(keys), "SRC", local))
+            .map_err(|e| e.to_string())
+    }
+
+    const SEGMENT: &str = "segment-00000000000000000000.kfs";
+
+    #[test]
+    fn segments_are_looked_for_where_the_layout_puts_them() {
+        let good = format!("ns/orders/0/{SEGMENT}");
+        assert_eq!(check(&["ns/lfs-probe.txt", &good], false), Ok(()));
+        // An empty prefix passes in S3, not as a local folder.
+        assert_eq!(check(&[], false), Ok(()));
+        assert!(check(&[], true).is_err_and(|e| e.contains("is empty")));
+        let stray = check(&["notes/a.txt", "b.txt"], false);
+        assert!(stray.is_err_and(|e| e.contains("none of its 2 files is a segment file")));
+        for (key, what) in [
+            (format!("orders/0/{SEGMENT}"), "is a namespace folder"),
+            (format!("0/{SEGMENT}"), "is a topic folder"),
+            (SEGMENT.to_owned(), "is a partition folder"),
+        ] {
+            let refused = check(&[&key], false);
+            assert!(
+                refused.as_ref().is_err_and(|e| e.contains(what)
+                    && e.contains("point --source at the folder above the namespace")),
+                "{key}: {refused:?}"
+            );
+        }
+        let above = check(&[&format!("bucket/ns/orders/0/{SEGMENT}")], false);
+        assert!(above.is_err_and(|e| e.contains("point --source at SRC/bucket")));
+        let odd = format!("ns/no topic/0/{SEGMENT}");
+        assert!(check(&[&odd], false).is_err_and(|e| e.contains("is not in the layout")));
+        // One odd folder beside the layout blocks nothing.
+        assert_eq!(check(&[&odd, &format!("ns/x/1/{SEGMENT}")], false), Ok(()));
+    }
+}
