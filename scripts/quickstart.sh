@@ -5,16 +5,43 @@
 # pyiceberg, an independent reader (installed in target/quickstart-venv when missing).
 # Needs a Rust toolchain, a C compiler and Python 3.
 #
-#   scripts/quickstart.sh [WORKDIR]     (default /tmp/kfs-quickstart; replaced)
+#   scripts/quickstart.sh [WORKDIR]     (default /tmp/kfs-quickstart)
+#
+# WORKDIR is replaced when it is a previous quick start's output (it holds only
+# `bucket/` and `warehouse/`); any other existing folder is refused, never deleted.
+# KFS_BIN=path/to/kfs-iceberg uses that binary instead of building the cli profile
+# (e.g. KFS_BIN=target/debug/kfs-iceberg after `cargo build`).
 set -euo pipefail
+# Paths given relative to where the script was started, made absolute before the cd.
+absolute() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+work=$(absolute "${1:-/tmp/kfs-quickstart}")
+kfs_bin=${KFS_BIN:+$(absolute "$KFS_BIN")}
 cd "$(dirname "$0")/.."
-work=${1:-/tmp/kfs-quickstart}
 
-echo "== build (the cli profile: release optimisation with thin LTO; several minutes on two cores the first time)"
-cargo build --profile cli --locked -p kfs-iceberg
-kfs=target/cli/kfs-iceberg
+if [ -n "$kfs_bin" ]; then
+    kfs=$kfs_bin
+    echo "== using $kfs (KFS_BIN)"
+else
+    echo "== build (the cli profile: release optimisation with thin LTO; several minutes on two cores the first time)"
+    cargo build --profile cli --locked -p kfs-iceberg
+    kfs=$PWD/target/cli/kfs-iceberg
+fi
 
-rm -rf "$work"
+# A previous quick start's output holds bucket/ and warehouse/ and nothing else.
+if [ -e "$work" ]; then
+    if [ ! -d "$work" ]; then
+        echo "$work is a file, not a quick start's folder: give another WORKDIR" >&2
+        exit 1
+    fi
+    unexpected=$(find "$work" -mindepth 1 -maxdepth 1 ! -name bucket ! -name warehouse | head -n 3)
+    if [ -n "$unexpected" ] || [ ! -d "$work/bucket" ]; then
+        echo "$work exists and does not look like a quick start's output (bucket/ and warehouse/ only);" >&2
+        echo "refusing to delete it: give another WORKDIR, or remove it yourself" >&2
+        exit 1
+    fi
+    echo "== removing the previous quick start's output: $work"
+    rm -rf "$work"
+fi
 mkdir -p "$work"
 echo "== sample segments: 2 topics x 2 partitions x 3 segments under $work/bucket"
 "$kfs" gen --out "$work/bucket"
@@ -36,7 +63,7 @@ if ! python3 -c "import pyiceberg, pyarrow, sqlalchemy" 2>/dev/null; then
         }
     fi
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "pyiceberg[sql-sqlite,pyarrow]==0.12.0"
-    python=$venv/bin/python
+    python=$PWD/$venv/bin/python
 fi
 "$python" - "$work/warehouse" <<'PY'
 import sys
@@ -51,3 +78,13 @@ for namespace in catalog.list_namespaces():
         offsets = table.current_snapshot().summary["kfs.offsets"]
         print(f"{'.'.join(ident)}: {rows.num_rows} rows, next offset per partition {offsets}")
 PY
+
+wh=$work/warehouse
+cat <<EOF
+
+== done. The tables are in the warehouse $wh
+   (Iceberg SQL catalog "local" in $wh/catalog.db; data and metadata under $wh/kafscale/).
+Try next:
+  $kfs status --warehouse $wh
+  $python -c "from pyiceberg.catalog.sql import SqlCatalog; t = SqlCatalog('local', uri='sqlite:///$wh/catalog.db', warehouse='file://$wh').load_table('kafscale.orders'); print(t.scan(selected_fields=('topic', 'partition', 'offset', 'key'), limit=5).to_arrow().to_pylist())"
+EOF

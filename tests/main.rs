@@ -7,6 +7,7 @@ mod bounds_cli;
 mod catalogs_cli;
 mod docs_commands;
 mod dump_cli;
+mod first_hour_cli;
 mod gen_cli;
 mod json_values_cli;
 mod lfs_cli;

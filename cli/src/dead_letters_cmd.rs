@@ -40,7 +40,7 @@ enum Action {
 }
 
 /// Runs `dead-letters`.
-pub async fn run(args: &DeadLettersArgs) -> Result<(), CliError> {
+pub async fn run(args: &DeadLettersArgs, stack: Option<&str>) -> Result<(), CliError> {
     let Action::Replay {
         warehouse,
         table,
@@ -62,7 +62,7 @@ pub async fn run(args: &DeadLettersArgs) -> Result<(), CliError> {
     let location = kfs_core::RegistryLocation::parse(&url, credentials)
         .map_err(|e| CliError::Usage(format!("--schema-registry-url: {e}")))?;
     let schemas = crate::run_cmd::open_schema_registry(&location).await?;
-    let opened = warehouse.open().await?;
+    let opened = warehouse.open(stack).await?;
     let report = crate::with_opened!(opened, embedded => {
         let access = kfs_core::CatalogAccess {
             catalog: embedded.catalog.as_ref(),

@@ -19,28 +19,27 @@ use kfs_core::TableSwap;
 #[cfg(not(feature = "aws"))]
 use kfs_core::open_catalog_handle;
 
-use crate::CliError;
+use crate::error::{CliError, PlaceError};
+use crate::options::CatalogTypeArg;
 
 /// Environment variable holding REST catalog credentials as JSON (as `--catalog-credentials`).
 pub const CREDENTIALS_VARIABLE: &str = "KFS_CATALOG_CREDENTIALS";
 
-/// The stack `--stack` names, for the whole command.
-static STACK: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
-/// Makes every command of this process work on the deployed stack `name`.
-pub fn use_stack(name: String) {
-    let _ = STACK.set(name);
-}
-
-/// The deployed stack the command works on, if `--stack` named one.
-pub fn stack() -> Option<&'static str> {
-    STACK.get().map(String::as_str)
+/// Whether a command may create the warehouse (`run`) or needs one that exists (the
+/// read-only and maintenance commands, which never create one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The warehouse and state folders are created when missing.
+    Create,
+    /// The warehouse must exist, with its catalog and ledger.
+    Existing,
 }
 
 /// Where the embedded catalog and ledger live.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WarehouseArgs {
-    /// Warehouse: a directory or s3://bucket/prefix (not with `--stack`).
+    /// Warehouse: a directory or s3://bucket/prefix (not with `--stack`). `run` creates
+    /// a missing one; the other commands need one that exists.
     #[arg(long)]
     pub warehouse: Option<String>,
     /// The SQLite file of the catalog (default: `WAREHOUSE/catalog.db`, or `STATE/catalog.db`).
@@ -54,8 +53,14 @@ pub struct WarehouseArgs {
     /// `--rest-warehouse`, credentials), `glue` (the AWS Glue Data Catalog) or
     /// `s3tables` (`--table-bucket-arn`), or `memory` (a catalog that ends with the
     /// command: a dry run whose data files stay under the warehouse).
-    #[arg(long, value_name = "TYPE", default_value = "sql")]
-    pub catalog_type: String,
+    #[arg(
+        long,
+        value_name = "TYPE",
+        value_enum,
+        ignore_case = true,
+        default_value_t
+    )]
+    pub catalog_type: CatalogTypeArg,
     /// The REST catalog's base URI (the client appends `/v1/...`); with `sql`, a
     /// PostgreSQL database (`postgres://user:password@host:port/database`) instead of
     /// the SQLite file.
@@ -137,12 +142,12 @@ impl WarehouseArgs {
         }
     }
 
-    /// Opens the catalog and the ledger: the stack's with `--stack`, else the
-    /// warehouse's.
-    pub async fn open(&self) -> Result<Opened, CliError> {
-        match stack() {
+    /// Opens the catalog and the ledger: the deployed stack's when `stack` (`--stack`)
+    /// names one, else the existing warehouse's (never created).
+    pub async fn open(&self, stack: Option<&str>) -> Result<Opened, CliError> {
+        match stack {
             Some(name) => self.open_stack(name).await,
-            None => Ok(Opened::Local(self.open_local().await?)),
+            None => Ok(Opened::Local(self.open_local(Access::Existing).await?)),
         }
     }
 
@@ -185,8 +190,9 @@ impl WarehouseArgs {
         )))
     }
 
-    /// Opens the warehouse's catalog and SQLite ledger (never a stack's).
-    pub async fn open_local(&self) -> Result<Embedded<SqliteLedger>, CliError> {
+    /// Opens the warehouse's catalog and SQLite ledger (never a stack's), creating
+    /// the warehouse only with [`Access::Create`].
+    pub async fn open_local(&self, access: Access) -> Result<Embedded<SqliteLedger>, CliError> {
         let location = self.warehouse.as_deref().ok_or_else(|| {
             CliError::Usage(
                 "--warehouse DIR (or --stack NAME, a deployed stack) is required".into(),
@@ -194,12 +200,27 @@ impl WarehouseArgs {
         })?;
         let warehouse = Warehouse::parse(location).map_err(CliError::Usage)?;
         let state = self.state_dir(&warehouse)?;
-        std::fs::create_dir_all(&state).map_err(|source| CliError::Io {
-            path: state.clone(),
-            source,
-        })?;
         let kind = self.catalog_kind(&state)?;
+        self.check_places(location, &warehouse, &state, &kind, access)?;
         let s3 = S3Settings::from_env();
+        let tick_log = kfs_core::TickLog::new(s3.file_io(), &warehouse.location());
+        if let Warehouse::S3 { .. } = warehouse {
+            // One request before anything is created: storage that cannot be signed
+            // for says which variables to set.
+            if let Err(e) = tick_log.read().await
+                && kfs_core::missing_credentials(&e)
+            {
+                return Err(CliError::Credentials {
+                    location: warehouse.location(),
+                });
+            }
+        }
+        if access == Access::Create {
+            std::fs::create_dir_all(&state).map_err(|source| CliError::Io {
+                path: state.clone(),
+                source,
+            })?;
+        }
         let handle = open_catalog_handle(&kind, &warehouse, &s3)
             .await
             .map_err(|e| {
@@ -218,16 +239,73 @@ impl WarehouseArgs {
             catalog: handle.catalog,
             swap: handle.swap,
             ledger,
-            tick_log: kfs_core::TickLog::new(s3.file_io(), &warehouse.location()),
+            tick_log,
             s3,
             warehouse,
         })
     }
 
+    /// Checks the warehouse and state folders before anything is created: neither is
+    /// a file, and with [`Access::Existing`] both exist with the ledger (and the
+    /// SQLite catalog) in them.
+    fn check_places(
+        &self,
+        location: &str,
+        warehouse: &Warehouse,
+        state: &Path,
+        kind: &CatalogKind,
+        access: Access,
+    ) -> Result<(), CliError> {
+        let flag = if self.state.is_some() {
+            "--state"
+        } else {
+            "--warehouse"
+        };
+        let shown = |path: &Path| path.display().to_string();
+        if let Warehouse::Local(dir) = warehouse {
+            if dir.is_file() {
+                return Err(PlaceError::IsAFile {
+                    flag: "--warehouse",
+                    path: location.to_owned(),
+                }
+                .into());
+            }
+            if access == Access::Existing && !dir.exists() {
+                return Err(PlaceError::WarehouseMissing(location.to_owned()).into());
+            }
+        }
+        if state.is_file() {
+            return Err(PlaceError::IsAFile {
+                flag,
+                path: shown(state),
+            }
+            .into());
+        }
+        if access == Access::Create {
+            return Ok(());
+        }
+        if !state.exists() {
+            return Err(PlaceError::StateMissing(shown(state)).into());
+        }
+        let mut needed = vec![state.join("ledger.db")];
+        if let CatalogKind::Sql { database } = kind {
+            needed.insert(0, database.clone());
+        }
+        match needed.into_iter().find(|file| !file.is_file()) {
+            Some(missing) => Err(PlaceError::NotAWarehouse {
+                flag,
+                path: shown(state),
+                missing: shown(&missing),
+            }
+            .into()),
+            None => Ok(()),
+        }
+    }
+
     /// The catalog the options choose ([`CatalogSettings::kind`]); the SQLite catalog
     /// lives in `state` unless `--catalog` says where.
     fn catalog_kind(&self, state: &Path) -> Result<CatalogKind, CliError> {
-        if self.catalog_type == "sql"
+        if self.catalog_type == CatalogTypeArg::Sql
             && self.catalog_uri.as_deref().is_some_and(|uri| {
                 !uri.starts_with("postgres://") && !uri.starts_with("postgresql://")
             })
@@ -240,13 +318,13 @@ impl WarehouseArgs {
                     .unwrap_or_default()
             )));
         }
-        let credentials = if self.catalog_type == "rest" {
+        let credentials = if self.catalog_type == CatalogTypeArg::Rest {
             self.rest_credentials()?
         } else {
             RestCredentials::default()
         };
         let settings = CatalogSettings {
-            kind: Some(self.catalog_type.clone()),
+            kind: Some(self.catalog_type.name().to_owned()),
             uri: self.catalog_uri.clone().map(Into::into),
             database: self.catalog.clone(),
             warehouse: self.rest_warehouse.clone(),

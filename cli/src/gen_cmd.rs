@@ -2,9 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use kfs_workload::{CodecChoice, WorkloadConfig, generate};
+use kfs_workload::{WorkloadConfig, generate};
 
 use crate::CliError;
+use crate::options::CodecArg;
 
 /// Arguments of `gen`.
 #[derive(Debug, clap::Args)]
@@ -27,9 +28,9 @@ pub struct GenArgs {
     /// Data records per segment.
     #[arg(long, default_value_t = 200)]
     records: usize,
-    /// Codec: none, gzip, snappy, lz4, zstd, or mixed (random per batch).
-    #[arg(long, default_value = "mixed")]
-    codec: CodecChoice,
+    /// The codec of every batch, or `mixed` (drawn at random per batch).
+    #[arg(long, value_enum, default_value_t = CodecArg::Mixed)]
+    codec: CodecArg,
     /// PRNG seed: the same seed writes the same bytes.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -62,7 +63,7 @@ pub fn run(args: &GenArgs) -> Result<(), CliError> {
         partitions: args.partitions,
         segments: args.segments,
         records: args.records,
-        codec: args.codec,
+        codec: args.codec.into(),
         seed: args.seed,
         record_spacing_ms: args.record_spacing_ms,
         later_fields: args.later_fields,

@@ -4,24 +4,28 @@
 //! bucket layout, `run` converts and commits, `status` reports, and `compact`,
 //! `expire-snapshots`, `remove-orphans` and `rewrite-manifests` maintain the tables.
 //! Every failure prints one line on stderr naming the file, the byte
-//! position and the reason, and exits non-zero.
+//! position and the reason, and exits non-zero ([`error`] lists the codes).
 
 mod dead_letters_cmd;
 mod dump;
 mod embedded;
+mod error;
 mod gen_cmd;
 mod maintain_cmd;
+mod options;
 mod progress_cmd;
 mod quarantine_cmd;
 mod run_cmd;
+mod source_check;
 mod status_cmd;
 mod target;
 mod time;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+pub use error::CliError;
 
 /// Turns KafScale log segments into Apache Iceberg tables.
 #[derive(Debug, Parser)]
@@ -68,36 +72,6 @@ enum Command {
     DeadLetters(dead_letters_cmd::DeadLettersArgs),
 }
 
-/// A failure of a command, worded for the operator.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong.
-        source: std::io::Error,
-    },
-    /// A segment or index is malformed.
-    #[error("{path}: {source}")]
-    Decode {
-        /// The file.
-        path: PathBuf,
-        /// Where and what.
-        source: kfs_segment::DecodeError,
-    },
-    /// Segments could not be generated.
-    #[error("generating segments: {0}")]
-    Encode(#[from] kfs_segment::EncodeError),
-    /// The arguments or the configuration are wrong.
-    #[error("{0}")]
-    Usage(String),
-    /// The pipeline failed.
-    #[error("{0}")]
-    Pipeline(String),
-}
-
 fn block_on<F: std::future::Future<Output = Result<(), CliError>>>(
     future: F,
 ) -> Result<(), CliError> {
@@ -110,22 +84,21 @@ fn block_on<F: std::future::Future<Output = Result<(), CliError>>>(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(stack) = cli.stack {
-        embedded::use_stack(stack);
-    }
+    // The deployed stack, if any, passed down to the commands that can work on one.
+    let stack = cli.stack.as_deref();
     let result = match cli.command {
         Command::Dump(args) => dump::run(&args),
         Command::Gen(args) => gen_cmd::run(&args),
-        Command::Run(args) => block_on(run_cmd::run(&args)),
-        Command::Status(args) => block_on(status_cmd::run(&args)),
-        Command::Maintain(args) => block_on(maintain_cmd::maintain(&args)),
-        Command::Compact(args) => block_on(maintain_cmd::compact(&args)),
-        Command::ExpireSnapshots(args) => block_on(maintain_cmd::expire(&args)),
-        Command::RemoveOrphans(args) => block_on(maintain_cmd::orphans(&args)),
-        Command::RewriteManifests(args) => block_on(maintain_cmd::rewrite(&args)),
-        Command::Quarantine(args) => block_on(quarantine_cmd::run(&args)),
-        Command::Progress(args) => block_on(progress_cmd::run(&args)),
-        Command::DeadLetters(args) => block_on(dead_letters_cmd::run(&args)),
+        Command::Run(args) => block_on(run_cmd::run(&args, stack)),
+        Command::Status(args) => block_on(status_cmd::run(&args, stack)),
+        Command::Maintain(args) => block_on(maintain_cmd::maintain(&args, stack)),
+        Command::Compact(args) => block_on(maintain_cmd::compact(&args, stack)),
+        Command::ExpireSnapshots(args) => block_on(maintain_cmd::expire(&args, stack)),
+        Command::RemoveOrphans(args) => block_on(maintain_cmd::orphans(&args, stack)),
+        Command::RewriteManifests(args) => block_on(maintain_cmd::rewrite(&args, stack)),
+        Command::Quarantine(args) => block_on(quarantine_cmd::run(&args, stack)),
+        Command::Progress(args) => block_on(progress_cmd::run(&args, stack)),
+        Command::DeadLetters(args) => block_on(dead_letters_cmd::run(&args, stack)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -134,7 +107,7 @@ fn main() -> ExitCode {
             // message) without its secrets.
             let line = kfs_plan::secret_url::redact_text(&err.to_string().replace('\n', " "));
             eprintln!("kfs-iceberg: {line}");
-            ExitCode::FAILURE
+            ExitCode::from(err.exit_code())
         }
     }
 }

@@ -200,7 +200,7 @@ fn cutoff(older_than: &str) -> Result<i64, CliError> {
 }
 
 /// Runs `maintain`: [`maintain_tables`], as the committer runs it after a tick.
-pub async fn maintain(args: &MaintainArgs) -> Result<(), CliError> {
+pub async fn maintain(args: &MaintainArgs, stack: Option<&str>) -> Result<(), CliError> {
     if args.target.dry_run {
         return Err(CliError::Usage(
             "maintain has no --dry-run: use it on compact, expire-snapshots or remove-orphans"
@@ -234,7 +234,7 @@ pub async fn maintain(args: &MaintainArgs) -> Result<(), CliError> {
             args.orphan_age
         )));
     }
-    let opened = args.target.warehouse.open().await?;
+    let opened = args.target.warehouse.open(stack).await?;
     crate::with_opened!(opened, embedded => maintain_on(args, &policy, &embedded).await)
 }
 
@@ -298,8 +298,8 @@ async fn maintain_on<L: Ledger>(
 }
 
 /// Runs `compact`.
-pub async fn compact(args: &CompactArgs) -> Result<(), CliError> {
-    let opened = args.target.warehouse.open().await?;
+pub async fn compact(args: &CompactArgs, stack: Option<&str>) -> Result<(), CliError> {
+    let opened = args.target.warehouse.open(stack).await?;
     crate::with_opened!(opened, embedded => compact_on(args, &embedded).await)
 }
 
@@ -357,8 +357,8 @@ async fn compact_on<L: Ledger>(args: &CompactArgs, embedded: &Embedded<L>) -> Re
 }
 
 /// Runs `expire-snapshots`.
-pub async fn expire(args: &ExpireArgs) -> Result<(), CliError> {
-    let opened = args.target.warehouse.open().await?;
+pub async fn expire(args: &ExpireArgs, stack: Option<&str>) -> Result<(), CliError> {
+    let opened = args.target.warehouse.open(stack).await?;
     crate::with_opened!(opened, embedded => expire_on(args, &embedded).await)
 }
 
@@ -403,8 +403,8 @@ async fn expire_on<L: Ledger>(args: &ExpireArgs, embedded: &Embedded<L>) -> Resu
 }
 
 /// Runs `remove-orphans`.
-pub async fn orphans(args: &OrphanArgs) -> Result<(), CliError> {
-    let opened = args.target.warehouse.open().await?;
+pub async fn orphans(args: &OrphanArgs, stack: Option<&str>) -> Result<(), CliError> {
+    let opened = args.target.warehouse.open(stack).await?;
     crate::with_opened!(opened, embedded => orphans_on(args, &embedded).await)
 }
 
@@ -467,8 +467,8 @@ async fn orphans_on<L: Ledger>(args: &OrphanArgs, embedded: &Embedded<L>) -> Res
 }
 
 /// Runs `rewrite-manifests`.
-pub async fn rewrite(args: &RewriteManifestsArgs) -> Result<(), CliError> {
-    let opened = args.target.warehouse.open().await?;
+pub async fn rewrite(args: &RewriteManifestsArgs, stack: Option<&str>) -> Result<(), CliError> {
+    let opened = args.target.warehouse.open(stack).await?;
     crate::with_opened!(opened, embedded => rewrite_on(args, &embedded).await)
 }
 

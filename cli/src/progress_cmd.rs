@@ -66,7 +66,7 @@ fn parse_offsets(text: &str) -> Result<OffsetMap, String> {
 }
 
 /// Runs `progress`.
-pub async fn run(args: &ProgressArgs) -> Result<(), CliError> {
+pub async fn run(args: &ProgressArgs, stack: Option<&str>) -> Result<(), CliError> {
     let (warehouse, table, decision) = match &args.action {
         Action::Set {
             warehouse,
@@ -79,7 +79,7 @@ pub async fn run(args: &ProgressArgs) -> Result<(), CliError> {
     };
     let name = TableName::parse(table)
         .ok_or_else(|| CliError::Usage(format!("{table:?} is not namespace.name")))?;
-    let opened = warehouse.open().await?;
+    let opened = warehouse.open(stack).await?;
     crate::with_opened!(opened, embedded => decide(&embedded, &name, &decision).await)
 }
 

@@ -52,22 +52,22 @@ fn pipeline(e: impl std::fmt::Display) -> CliError {
 }
 
 /// Runs `quarantine`.
-pub async fn run(args: &QuarantineArgs) -> Result<(), CliError> {
+pub async fn run(args: &QuarantineArgs, stack: Option<&str>) -> Result<(), CliError> {
     match &args.action {
         Action::List { warehouse } => {
-            let opened = warehouse.open().await?;
+            let opened = warehouse.open(stack).await?;
             crate::with_opened!(opened, embedded => list(&embedded).await)
         }
         Action::Retry {
             warehouse,
             segments,
             all,
-        } => act_on(warehouse, segments, *all, Verb::Retry).await,
+        } => act_on(warehouse, segments, *all, Verb::Retry, stack).await,
         Action::Skip {
             warehouse,
             segments,
             all,
-        } => act_on(warehouse, segments, *all, Verb::Skip).await,
+        } => act_on(warehouse, segments, *all, Verb::Skip, stack).await,
     }
 }
 
@@ -103,14 +103,16 @@ enum Verb {
     Skip,
 }
 
-/// Releases or skips the named (or all) quarantined segments.
+/// Releases or skips the named (or all) quarantined segments, on the deployed
+/// `stack` if one is named.
 async fn act_on(
     warehouse: &WarehouseArgs,
     segments: &[String],
     all: bool,
     verb: Verb,
+    stack: Option<&str>,
 ) -> Result<(), CliError> {
-    let opened = warehouse.open().await?;
+    let opened = warehouse.open(stack).await?;
     crate::with_opened!(opened, embedded => act(&embedded, segments, all, verb).await)
 }
 

@@ -9,10 +9,12 @@ use kfs_core::S3Settings;
 use kfs_core::Settings;
 use kfs_core::{PipelineConfig, Progress, RunReport, run_once};
 use kfs_plan::commit::HoldReason;
-use kfs_plan::lfs::{BlobOrigin, LfsMode};
+use kfs_plan::lfs::BlobOrigin;
+use kfs_plan::naming::{KeyFormat, ValueFormat};
 
 use crate::CliError;
-use crate::embedded::WarehouseArgs;
+use crate::embedded::{Access, WarehouseArgs};
+use crate::options::{KeyFormatArg, LfsModeArg, ValueFormatArg};
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -39,15 +41,15 @@ pub struct RunArgs {
     /// columns; needs --schema-registry-url); values that
     /// cannot be written go to `<table>__dlq`. Overrides the configuration file's
     /// `value_format`; existing tables keep theirs.
-    #[arg(long, value_name = "FORMAT")]
-    value_format: Option<String>,
+    #[arg(long, value_name = "FORMAT", value_enum, ignore_case = true)]
+    value_format: Option<ValueFormatArg>,
     /// How registry tables read record keys: `raw` (bytes only, the default) or
     /// `registry` (keys framed for the schema registry, as the values are, decoded
     /// into the struct column `key_fields` as well; a record whose key is not goes to
     /// `<table>__dlq`). Needs `--value-format registry`; overrides the configuration
     /// file's `key_format`.
-    #[arg(long, value_name = "FORMAT")]
-    key_format: Option<String>,
+    #[arg(long, value_name = "FORMAT", value_enum, ignore_case = true)]
+    key_format: Option<KeyFormatArg>,
     /// The schema registry of `--value-format registry`: `https://…` for the
     /// Confluent REST API (Confluent Schema Registry, Karapace, Apicurio, Redpanda),
     /// `glue://` or `glue://REGION` for the AWS Glue Schema Registry (read with the
@@ -65,8 +67,8 @@ pub struct RunArgs {
     /// up to `--lfs-max-inline-size`, referenced above). A blob that is missing, too
     /// large or fails its checksum sends its record to `<table>__dlq`. Overrides the
     /// configuration file's `[lfs] mode`; blobs are read under the source only.
-    #[arg(long, value_name = "MODE")]
-    lfs_mode: Option<String>,
+    #[arg(long, value_name = "MODE", value_enum, ignore_case = true)]
+    lfs_mode: Option<LfsModeArg>,
     /// Largest blob resolved into a row, in bytes (default 64 MiB).
     #[arg(long, value_name = "BYTES")]
     lfs_max_inline_size: Option<u64>,
@@ -117,13 +119,11 @@ async fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
         None => (Settings::default(), "the command line".to_owned()),
     };
     // The flags that name what the file names too win.
-    if let Some(format) = &args.value_format {
-        kfs_plan::naming::ValueFormat::parse(format)
-            .map_err(|e| CliError::Usage(format!("--value-format: {e}")))?;
-        settings.value_format = Some(format.clone());
+    if let Some(format) = args.value_format {
+        settings.value_format = Some(ValueFormat::from(format).name().to_owned());
     }
-    if let Some(format) = &args.key_format {
-        settings.key_format = Some(format.clone());
+    if let Some(format) = args.key_format {
+        settings.key_format = Some(KeyFormat::from(format).name().to_owned());
     }
     if let Some(url) = &args.schema_registry_url {
         settings.schema_registry.url = Some(url.clone().into());
@@ -169,8 +169,13 @@ async fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
     })
 }
 
-/// Runs `run`.
-pub async fn run(args: &RunArgs) -> Result<(), CliError> {
+/// Runs `run` (refused with `--stack`: a stack's committer runs its passes).
+pub async fn run(args: &RunArgs, stack: Option<&str>) -> Result<(), CliError> {
+    if let Some(stack) = stack {
+        return Err(CliError::Usage(format!(
+            "run --stack {stack}: the stack's committer runs its passes (invoke it to run one now); run works on a local warehouse"
+        )));
+    }
     let mut config = load_config(args).await?;
     config.commit.coalesce = !args.no_coalesce;
     if args.no_coalesce {
@@ -180,9 +185,8 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
         config.naming.partition_by = partition_spec(spec, "--partition-by")?;
         config.naming.partition_by_given = true;
     }
-    if let Some(mode) = &args.lfs_mode {
-        config.naming.lfs.policy.mode =
-            LfsMode::parse(mode).map_err(|e| CliError::Usage(format!("--lfs-mode: {e}")))?;
+    if let Some(mode) = args.lfs_mode {
+        config.naming.lfs.policy.mode = mode.into();
     }
     if let Some(size) = args.lfs_max_inline_size {
         config.naming.lfs.policy.max_inline_size = size;
@@ -197,28 +201,20 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
         .naming
         .validate()
         .map_err(|e| CliError::Usage(format!("--lfs-mode: {e}")))?;
+    let local = !args.source.starts_with("s3://");
+    if local {
+        crate::source_check::check_local_path(&args.source)?;
+    }
     let source = OpendalSource::from_location(&args.source, &S3Settings::from_env())
         .map_err(|e| CliError::Pipeline(format!("source {e}")))?;
-    if let Some(stack) = crate::embedded::stack() {
-        return Err(CliError::Usage(format!(
-            "run --stack {stack}: the stack's committer runs its passes (invoke it to run one now); run works on a local warehouse"
-        )));
-    }
-    let embedded = args.warehouse.open_local().await?;
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(0)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} segments {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    // The source's layout before the warehouse is created: a wrong path creates nothing.
+    crate::source_check::check_layout(&source, &args.source, local).await?;
+    let embedded = args.warehouse.open_local(Access::Create).await?;
+    let bar = progress_bar(args.quiet);
     let on_progress = |event: &Progress| match event {
         Progress::Listed { new, .. } => bar.set_length(*new as u64),
-        Progress::Converted { .. } => bar.inc(1),
+        // A run of segments converted into one file counts as each of its segments.
+        Progress::Converted { segments, .. } => bar.inc(*segments as u64),
         Progress::Quarantined { segment, error } => {
             bar.inc(1);
             bar.suspend(|| eprintln!("quarantined {segment}: {error}"));
@@ -242,6 +238,27 @@ pub async fn run(args: &RunArgs) -> Result<(), CliError> {
     if let Err(e) = embedded.tick_log.write(shard, &summary).await {
         eprintln!("kfs-iceberg: the run's summary could not be kept for status: {e}");
     }
+    outcome(&report)
+}
+
+/// The progress bar of a run (hidden with `--quiet`), counted in segments.
+fn progress_bar(quiet: bool) -> ProgressBar {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} segments {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// The run's exit: an error naming what failed, or what waits, if anything did.
+fn outcome(report: &RunReport) -> Result<(), CliError> {
     if !report.failed_tables.is_empty() {
         let reasons: Vec<String> = report
             .failed_tables

@@ -32,8 +32,8 @@ fn age(ms: i64) -> String {
 }
 
 /// Runs `status`.
-pub async fn run(args: &StatusArgs) -> Result<(), CliError> {
-    let opened = args.warehouse.open().await?;
+pub async fn run(args: &StatusArgs, stack: Option<&str>) -> Result<(), CliError> {
+    let opened = args.warehouse.open(stack).await?;
     crate::with_opened!(opened, embedded => report(&embedded).await)
 }
 
@@ -202,16 +202,26 @@ async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
         let committed = tick["tables"].as_object().map_or(0, |t| {
             t.values().filter(|o| !o["snapshot_id"].is_null()).count()
         });
-        println!(
-            "last pass{shard}: {} ({} ago): {committed} tables committed ({} checked), {} segments swept, {} deferred, {} failed tables, {} failed segments",
-            rfc3339_ms(finished),
-            age(now - finished),
+        let counts = [
             count(&tick["tables"]),
             count(&tick["swept"]),
             count(&tick["deferred"]),
             count(&tick["failed_tables"]),
             count(&tick["failed_segments"]),
-        );
+        ];
+        let when = format!("{} ({} ago)", rfc3339_ms(finished), age(now - finished));
+        // A pass that found nothing new (a second `run`) says so: "0 tables
+        // committed" read as if the tables held nothing.
+        if committed == 0 && count(&tick["quarantined"]) == 0 && counts.iter().all(|&n| n == 0) {
+            println!(
+                "last pass{shard}: {when}: nothing new to convert; the tables hold what earlier passes committed"
+            );
+        } else {
+            let [checked, swept, deferred, failed_tables, failed_segments] = counts;
+            println!(
+                "last pass{shard}: {when}: {committed} tables committed ({checked} checked), {swept} segments swept, {deferred} deferred, {failed_tables} failed tables, {failed_segments} failed segments",
+            );
+        }
         if let Some(failed) = tick["failed_tables"].as_object() {
             for (table, error) in failed {
                 println!(

@@ -199,3 +199,80 @@ fn glue_schema_registry_values_against_moto() {
         "{stderr}"
     );
 }
+
+/// An S3 source is checked as a local one is, by listing: a prefix whose objects are
+/// none of them segments, and a namespace folder, are refused before the state is
+/// created; a prefix with no object at all runs (a bucket may be empty at first).
+#[test]
+fn an_s3_source_without_segments_in_the_layout_is_refused_against_moto() {
+    let moto = Moto::start();
+    let env = moto.env();
+    let local = tempdir();
+    let stray = local.path().join("stray");
+    std::fs::create_dir_all(stray.join("notes")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(stray.join("notes/readme.txt"), "no segment").unwrap_or_else(|e| panic!("{e}"));
+    let segments = local.path().join("segments");
+    crate::support::kfs_ok(&[
+        "gen",
+        "--out",
+        &segments.to_string_lossy(),
+        "--topics",
+        "1",
+        "--partitions",
+        "1",
+    ]);
+    moto.tool(&["mb", "kfs-first-hour"]);
+    moto.tool(&["put", &stray.to_string_lossy(), "s3://kfs-first-hour/stray"]);
+    moto.tool(&[
+        "put",
+        &segments.to_string_lossy(),
+        "s3://kfs-first-hour/segments",
+    ]);
+    let state = tempdir();
+    let state_dir = state.path().join("state").to_string_lossy().into_owned();
+    let run_from = |source: &str| {
+        let mut command = kfs();
+        command
+            .args(["run", "--quiet", "--source", source])
+            .args([
+                "--warehouse",
+                "s3://kfs-first-hour/wh",
+                "--state",
+                &state_dir,
+            ])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+        output_of(&mut command)
+    };
+    for (source, words) in [
+        (
+            "s3://kfs-first-hour/stray",
+            [
+                "none of its 1 files is a segment file",
+                "<namespace>/<topic>/<partition>/",
+            ],
+        ),
+        (
+            "s3://kfs-first-hour/segments/default",
+            [
+                "is a namespace folder",
+                "point --source at the folder above the namespace",
+            ],
+        ),
+    ] {
+        let output = run_from(source);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{source}: {stderr}");
+        for word in words {
+            assert!(stderr.contains(word), "{source}: no {word:?} in {stderr}");
+        }
+        assert!(!std::path::Path::new(&state_dir).exists(), "{source}");
+    }
+    let output = run_from("s3://kfs-first-hour/nothing-yet");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("0 segments listed"), "{stdout}");
+}

@@ -13,6 +13,9 @@ pub use kfs_plan::fault::{ErrorKind, Fault};
 /// operator; a range beyond the object is invalid data.
 pub fn opendal_error_kind(error: &opendal::Error) -> ErrorKind {
     use opendal::ErrorKind as Kind;
+    if missing_credentials(error) {
+        return ErrorKind::Config;
+    }
     match error.kind() {
         Kind::RateLimited | Kind::Unexpected => ErrorKind::Transient,
         Kind::ConditionNotMatch | Kind::AlreadyExists => ErrorKind::Conflict,
@@ -26,6 +29,27 @@ pub fn opendal_error_kind(error: &opendal::Error) -> ErrorKind {
         | Kind::IsSameFile => ErrorKind::Config,
         _ => ErrorKind::Transient,
     }
+}
+
+/// What to do when no AWS credentials were found, naming the variables to set.
+pub const MISSING_AWS_CREDENTIALS: &str = "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), and AWS_REGION";
+
+/// Whether `error`, or an error in its chain of sources, is a request that could not
+/// be signed for want of credentials: opendal reports it as an unexpected error whose
+/// source is the signer's (reqsign's) error of kind `CredentialInvalid`, the typed
+/// kind this looks for (no message is read).
+pub fn missing_credentials(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(current) = next {
+        if current
+            .downcast_ref::<reqsign_core::Error>()
+            .is_some_and(|e| e.kind() == reqsign_core::ErrorKind::CredentialInvalid)
+        {
+            return true;
+        }
+        next = current.source();
+    }
+    false
 }
 
 /// The kind of a local file system error: a missing file, a refused permission or a
@@ -155,6 +179,28 @@ impl RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_not_signed_for_want_of_credentials_is_told_by_the_signers_kind() {
+        // What opendal's S3 service returns when no credential could be loaded.
+        let unsigned = || {
+            opendal::Error::new(opendal::ErrorKind::Unexpected, "signing http request").set_source(
+                reqsign_core::Error::credential_invalid("failed to load signing credential"),
+            )
+        };
+        assert!(missing_credentials(&unsigned()));
+        assert_eq!(opendal_error_kind(&unsigned()), ErrorKind::Config);
+        let through_iceberg =
+            iceberg::Error::new(IcebergKind::Unexpected, "io").with_source(unsigned());
+        assert!(missing_credentials(&through_iceberg));
+        assert_eq!(iceberg_error_kind(&through_iceberg), ErrorKind::Config);
+        let other =
+            opendal::Error::new(opendal::ErrorKind::Unexpected, "signing http request").set_source(
+                reqsign_core::Error::new(reqsign_core::ErrorKind::RequestInvalid, "bad request"),
+            );
+        assert!(!missing_credentials(&other));
+        assert_eq!(opendal_error_kind(&other), ErrorKind::Transient);
+    }
 
     #[test]
     fn storage_errors_are_classified_by_their_opendal_kind_not_their_flag() {

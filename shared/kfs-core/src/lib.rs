@@ -50,7 +50,8 @@ pub use convert::{MAX_SCHEMAS_PER_SEGMENT, RegistrySchemas, WriterSchema};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome, conversion_mib};
 pub use error::PipelineError;
 pub use fault::{
-    ErrorKind, Fault, RetryPolicy, iceberg_error, iceberg_error_kind, opendal_error_kind,
+    ErrorKind, Fault, MISSING_AWS_CREDENTIALS, RetryPolicy, iceberg_error, iceberg_error_kind,
+    missing_credentials, opendal_error_kind,
 };
 pub use ingest::MAX_RUN_SEGMENTS;
 #[cfg(feature = "sql")]

@@ -200,11 +200,17 @@ fn object_of(entry: &opendal::Entry) -> SourceObject {
     }
 }
 
+/// A source error from opendal's: missing credentials named as such (with the
+/// variables to set) rather than as the signer's words.
 fn error(location: &str, e: opendal::Error) -> SourceError {
     SourceError {
         location: location.to_owned(),
         kind: crate::fault::opendal_error_kind(&e),
-        message: e.to_string(),
+        message: if crate::fault::missing_credentials(&e) {
+            crate::fault::MISSING_AWS_CREDENTIALS.to_owned()
+        } else {
+            e.to_string()
+        },
     }
 }
 
