@@ -292,3 +292,27 @@ fn the_quick_start_counts_every_segment_and_status_says_what_is_committed() {
     }
     assert!(status.contains("last commit: snapshot"), "{status}");
 }
+
+/// A reader that closes the pipe (`kfs-iceberg status | head`) ends the command as
+/// SIGPIPE ends other tools (status 141), never with a panic.
+#[test]
+fn a_closed_standard_output_ends_the_command_quietly() {
+    let dir = tempdir();
+    let source = sample(dir.path());
+    let warehouse = dir.path().join("warehouse").to_string_lossy().into_owned();
+    kfs_ok(&strs(&run_into(&source, &warehouse)));
+    let mut child = kfs()
+        .args(["status", "--warehouse", &warehouse])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    // The reader goes away before the first line is written.
+    drop(child.stdout.take());
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(141), "{stderr}");
+}

@@ -72,9 +72,12 @@ pub async fn run(args: &DeadLettersArgs, stack: Option<&str>) -> Result<(), CliE
             .await
             .map_err(|e| CliError::Pipeline(e.to_string()))?
     });
-    println!(
+    out!(
         "{name}: {} retryable dead letters; {} replayed now, {} replayed before, {} still refused",
-        report.retryable, report.replayed, report.present, report.still_refused
+        report.retryable,
+        report.replayed,
+        report.present,
+        report.still_refused
     );
     Ok(())
 }

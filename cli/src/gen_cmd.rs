@@ -80,7 +80,7 @@ pub fn run(args: &GenArgs) -> Result<(), CliError> {
         records += generated.records as u64;
         bytes += generated.segment.kfs.len() as u64;
     }
-    println!(
+    out!(
         "wrote {segments} segments ({records} records, {bytes} bytes of .kfs) under {}",
         args.out.display()
     );

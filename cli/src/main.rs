@@ -6,6 +6,15 @@
 //! Every failure prints one line on stderr naming the file, the byte
 //! position and the reason, and exits non-zero ([`error`] lists the codes).
 
+/// Prints a line on standard output as `println!` does, except that a reader that went
+/// away (`kfs-iceberg status | head`) ends the command quietly, as SIGPIPE ends other
+/// Unix tools, instead of a panic ([`output::line`]).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::line(format_args!($($arg)*))
+    };
+}
+
 mod dead_letters_cmd;
 mod dump;
 mod embedded;
@@ -13,6 +22,7 @@ mod error;
 mod gen_cmd;
 mod maintain_cmd;
 mod options;
+mod output;
 mod progress_cmd;
 mod quarantine_cmd;
 mod run_cmd;

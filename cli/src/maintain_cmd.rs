@@ -179,7 +179,7 @@ async fn step_runs<L>(
         .map_err(pipeline)?;
     match off {
         Some(off) if !(target.even_if_disabled && off.overridable) => {
-            println!(
+            out!(
                 "{ident}: skipped: {off}{}",
                 if off.overridable {
                     " (--even-if-disabled runs it anyway)"
@@ -266,7 +266,7 @@ async fn maintain_on<L: Ledger>(
     let mut failed = 0;
     for (table, result) in &results {
         match result {
-            Ok(m) => println!(
+            Ok(m) => out!(
                 "{table}: {} files compacted, {} snapshots expired, {} files deleted, manifests {}, orphan cleanup {}{}",
                 m.files_compacted,
                 m.snapshots_expired,
@@ -323,7 +323,7 @@ async fn compact_on<L: Ledger>(args: &CompactArgs, embedded: &Embedded<L>) -> Re
                 .iter()
                 .filter(|e| e.file_size_in_bytes() < policy.small_below_bytes)
                 .count();
-            println!(
+            out!(
                 "{ident}: {} live files, {small} below {} bytes would be rewritten",
                 live.len(),
                 policy.small_below_bytes
@@ -340,7 +340,7 @@ async fn compact_on<L: Ledger>(args: &CompactArgs, embedded: &Embedded<L>) -> Re
         )
         .await
         .map_err(pipeline)?;
-        println!(
+        out!(
             "{ident}: {} groups, {} files -> {} files ({} -> {} bytes), {} replace snapshots, {} stale groups, {} row groups copied, {} re-encoded",
             report.groups,
             report.files_removed,
@@ -392,7 +392,7 @@ async fn expire_on<L: Ledger>(args: &ExpireArgs, embedded: &Embedded<L>) -> Resu
         } else {
             "expired"
         };
-        println!(
+        out!(
             "{ident}: {verb} {} snapshots ({} kept), {} files unreachable",
             report.expired.len(),
             report.retained,
@@ -447,7 +447,7 @@ async fn orphans_on<L: Ledger>(args: &OrphanArgs, embedded: &Embedded<L>) -> Res
         .await
         .map_err(pipeline)?;
         for path in &report.orphans {
-            println!(
+            out!(
                 "{}{path}",
                 if args.target.dry_run {
                     "would delete "
@@ -456,7 +456,7 @@ async fn orphans_on<L: Ledger>(args: &OrphanArgs, embedded: &Embedded<L>) -> Res
                 }
             );
         }
-        println!(
+        out!(
             "{ident}: {} files listed, {} orphans, {} unreferenced but younger than --older-than",
             report.listed,
             report.orphans.len(),
@@ -488,7 +488,7 @@ async fn rewrite_on<L: Ledger>(
             continue;
         }
         if args.target.dry_run {
-            println!("{ident}: --dry-run: nothing rewritten");
+            out!("{ident}: --dry-run: nothing rewritten");
             continue;
         }
         match rewrite_manifests(
@@ -501,8 +501,8 @@ async fn rewrite_on<L: Ledger>(
         .await
         .map_err(pipeline)?
         {
-            Some(snapshot) => println!("{ident}: manifests merged in snapshot {snapshot}"),
-            None => println!(
+            Some(snapshot) => out!("{ident}: manifests merged in snapshot {snapshot}"),
+            None => out!(
                 "{ident}: at most {} manifests, nothing to do",
                 args.max_manifests
             ),

@@ -97,7 +97,7 @@ async fn decide<L>(
     )
     .await
     .map_err(|e| CliError::Pipeline(format!("{name}: {e}")))?;
-    println!(
+    out!(
         "{name}: progress stored, next offsets {:?}; the next run commits from there",
         progress.watermarks
     );

@@ -79,11 +79,11 @@ async fn list<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
         .await
         .map_err(pipeline)?;
     if entries.is_empty() {
-        println!("no quarantined segments");
+        out!("no quarantined segments");
     }
     for entry in entries {
         if let EntryState::Quarantined { error } = &entry.state {
-            println!(
+            out!(
                 "{}\t{} partition {} from offset {}\t{}\t{}",
                 entry.segment,
                 entry.table,
@@ -177,10 +177,10 @@ async fn act<L: Ledger>(
             continue;
         }
         match verb {
-            Verb::Retry => println!("released {segment}: the next run converts it again"),
+            Verb::Retry => out!("released {segment}: the next run converts it again"),
             Verb::Skip => {
                 let entry = quarantined.iter().find(|e| &e.segment == segment);
-                println!(
+                out!(
                     "skipped {segment}: the next run commits partition {} past offset {} with a gap recorded as skipped",
                     entry.map_or(-1, |e| e.partition),
                     entry.map_or(-1, |e| e.base_offset)

@@ -288,7 +288,7 @@ fn outcome(report: &RunReport) -> Result<(), CliError> {
 }
 
 fn print_report(report: &RunReport) {
-    println!(
+    out!(
         "{} segments listed past the tables' watermarks ({} new, {} already known), {} converted ({} records), {} quarantined, {} incomplete, {} other objects ignored",
         report.segments,
         report.segments - report.known,
@@ -300,30 +300,30 @@ fn print_report(report: &RunReport) {
         report.ignored
     );
     for (segment, error) in &report.quarantined {
-        println!("  quarantined {segment}: {error}");
+        out!("  quarantined {segment}: {error}");
     }
     for (table, error) in &report.failed_tables {
-        println!("table {table}: commit failed: {error}");
+        out!("table {table}: commit failed: {error}");
     }
     for (segment, error) in &report.failed_segments {
-        println!("  failed {segment}: {error} (tried again next run)");
+        out!("  failed {segment}: {error} (tried again next run)");
     }
     for (segment, reason) in &report.unreadable {
-        println!(
+        out!(
             "  ledger item {segment} is unreadable: {reason} (its partition waits at it; repair or delete the item)"
         );
     }
     for (feed, reason) in &report.refused {
-        println!("topic {feed}: refused: {reason}");
+        out!("topic {feed}: refused: {reason}");
     }
     for segment in &report.rewritten {
-        println!(
+        out!(
             "  warning: {segment} was rewritten with different content after it was converted; not ingested again"
         );
     }
     for (table, outcome) in &report.tables {
         match outcome.snapshot_id {
-            Some(id) if outcome.dead_letters > 0 => println!(
+            Some(id) if outcome.dead_letters > 0 => out!(
                 "table {table}: snapshot {id}: +{} segments, {} files, {} records; {} records to {table}{}",
                 outcome.segments,
                 outcome.files,
@@ -331,18 +331,20 @@ fn print_report(report: &RunReport) {
                 outcome.dead_letters,
                 kfs_plan::naming::DEAD_LETTER_SUFFIX
             ),
-            Some(id) => println!(
+            Some(id) => out!(
                 "table {table}: snapshot {id}: +{} segments, {} files, {} records",
-                outcome.segments, outcome.files, outcome.records
+                outcome.segments,
+                outcome.files,
+                outcome.records
             ),
-            None => println!("table {table}: no new snapshot"),
+            None => out!("table {table}: no new snapshot"),
         }
         let marks: Vec<String> = outcome
             .watermarks
             .iter()
             .map(|(p, next)| format!("{p}→{next}"))
             .collect();
-        println!(
+        out!(
             "  next offset per partition: {}",
             if marks.is_empty() {
                 "-".into()
@@ -351,7 +353,7 @@ fn print_report(report: &RunReport) {
             }
         );
         for gap in &outcome.gaps {
-            println!(
+            out!(
                 "  gap recorded: partition {} offsets {}..={} ({})",
                 gap.partition,
                 gap.from,
@@ -384,7 +386,7 @@ fn print_report(report: &RunReport) {
                     format!("{id} ends at the largest offset; no watermark can follow it")
                 }
             };
-            println!("  partition {} held at {at}: {why}", hold.partition);
+            out!("  partition {} held at {at}: {why}", hold.partition);
         }
     }
 }

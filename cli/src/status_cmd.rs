@@ -48,7 +48,7 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
             .await
             .map_err(|e| CliError::Pipeline(e.to_string()))?;
         for (segment, reason) in &listing.unreadable {
-            println!(
+            out!(
                 "ledger item {segment} is unreadable ({reason}): its partition waits at it; repair or delete the item"
             );
         }
@@ -88,14 +88,14 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
         }
     }
     if by_table.is_empty() {
-        println!("no segments seen yet");
+        out!("no segments seen yet");
     }
     let now = now_ms();
     last_ticks(embedded, now).await;
     for (table, entries) in &by_table {
         match entries.first() {
-            Some(entry) => println!("table {table} (topic {})", entry.topic),
-            None => println!("table {table}"),
+            Some(entry) => out!("table {table} (topic {})", entry.topic),
+            None => out!("table {table}"),
         }
         let table = match loaded.remove(table) {
             Some(table) => table,
@@ -109,16 +109,16 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
         match table {
             Ok(loaded) => {
                 match loaded.metadata().current_snapshot() {
-                    Some(snapshot) => println!(
+                    Some(snapshot) => out!(
                         "  last commit: snapshot {} at {} ({} ago)",
                         snapshot.snapshot_id(),
                         rfc3339_ms(snapshot.timestamp_ms()),
                         age(now - snapshot.timestamp_ms())
                     ),
-                    None => println!("  last commit: none"),
+                    None => out!("  last commit: none"),
                 }
                 if let Some(newest) = kfs_core::newest_record_ms(&loaded) {
-                    println!(
+                    out!(
                         "  freshness: newest committed record at {} ({} ago)",
                         rfc3339_ms(newest),
                         age(now - newest)
@@ -129,13 +129,13 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
                 match table_watermarks(&loaded) {
                     Ok(watermarks) => {
                         for (partition, next) in &watermarks {
-                            println!("  partition {partition}: next offset {next}");
+                            out!("  partition {partition}: next offset {next}");
                         }
                     }
-                    Err(e) => println!("  progress: needs an operator: {e}"),
+                    Err(e) => out!("  progress: needs an operator: {e}"),
                 }
             }
-            Err(e) => println!("  table not readable: {e}"),
+            Err(e) => out!("  table not readable: {e}"),
         }
         let pending: Vec<&&LedgerEntry> = entries
             .iter()
@@ -144,22 +144,24 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
         let pending_bytes: u64 = pending.iter().map(|e| e.bytes).sum();
         let pending_files: usize = pending.iter().map(|e| e.data_files.len()).sum();
         match pending.iter().map(|e| e.created_ms).min() {
-            Some(oldest) => println!(
+            Some(oldest) => out!(
                 "  pending: {} segments, {pending_files} files, {pending_bytes} bytes, oldest {} ago",
                 pending.iter().map(|e| e.segments()).sum::<usize>(),
                 age(now - oldest)
             ),
-            None => println!("  pending: none"),
+            None => out!("  pending: none"),
         }
         for entry in entries {
             match &entry.state {
-                EntryState::Quarantined { error } => println!(
+                EntryState::Quarantined { error } => out!(
                     "  quarantined {} (partition {}): {error}",
-                    entry.segment, entry.partition
+                    entry.segment,
+                    entry.partition
                 ),
-                EntryState::Skipped { error } => println!(
+                EntryState::Skipped { error } => out!(
                     "  skipped {} (partition {}, given up by an operator): {error}",
-                    entry.segment, entry.partition
+                    entry.segment,
+                    entry.partition
                 ),
                 _ => {}
             }
@@ -174,12 +176,12 @@ async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
     let ticks = match embedded.tick_log.read().await {
         Ok(ticks) => ticks,
         Err(e) => {
-            println!("last pass: not readable ({e})");
+            out!("last pass: not readable ({e})");
             return;
         }
     };
     if ticks.is_empty() {
-        println!("last pass: none recorded yet");
+        out!("last pass: none recorded yet");
     }
     let count = |value: &Value| match value {
         Value::Array(items) => items.len(),
@@ -213,18 +215,18 @@ async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
         // A pass that found nothing new (a second `run`) says so: "0 tables
         // committed" read as if the tables held nothing.
         if committed == 0 && count(&tick["quarantined"]) == 0 && counts.iter().all(|&n| n == 0) {
-            println!(
+            out!(
                 "last pass{shard}: {when}: nothing new to convert; the tables hold what earlier passes committed"
             );
         } else {
             let [checked, swept, deferred, failed_tables, failed_segments] = counts;
-            println!(
+            out!(
                 "last pass{shard}: {when}: {committed} tables committed ({checked} checked), {swept} segments swept, {deferred} deferred, {failed_tables} failed tables, {failed_segments} failed segments",
             );
         }
         if let Some(failed) = tick["failed_tables"].as_object() {
             for (table, error) in failed {
-                println!(
+                out!(
                     "  failed table {table}: {}",
                     error.as_str().unwrap_or_default()
                 );
@@ -235,7 +237,7 @@ async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
             ("unreadable_ledger_items", "unreadable ledger item"),
         ] {
             for item in tick[key].as_array().into_iter().flatten() {
-                println!(
+                out!(
                     "  {label} {}: {}",
                     item[0].as_str().unwrap_or_default(),
                     item[1].as_str().unwrap_or_default()
@@ -245,7 +247,7 @@ async fn last_ticks<L>(embedded: &Embedded<L>, now: i64) {
         if let Some(maintenance) = tick["maintenance"].as_object() {
             for (table, result) in maintenance {
                 if let Some(error) = result["error"].as_str() {
-                    println!("  maintenance of {table} failed: {error}");
+                    out!("  maintenance of {table} failed: {error}");
                 }
             }
         }
