@@ -12,6 +12,12 @@ sequential requests and took 69 s at 14 ms each.
 
     python3 scripts/registry_lookup_bench.py [--binary target/debug/kfs-iceberg] [--ids 5000] [--latency-ms 14]
 
+The end-to-end test of `kfs-iceberg dead-letters replay` (tests/replay_cli.rs) writes
+its segment and counts its tables with the same code:
+
+    python3 scripts/registry_lookup_bench.py --write-segment SRC --ids 5
+    python3 scripts/registry_lookup_bench.py --count WH
+
 The segment is written by the independent Python writer (tests/independent/kfs_writer.py).
 """
 
@@ -105,7 +111,16 @@ def main() -> None:
     parser.add_argument("--ids", type=int, default=5000)
     parser.add_argument("--latency-ms", type=float, default=14.0)
     parser.add_argument("--modes", default="found,missing")
+    parser.add_argument("--write-segment", type=Path, help="only write the segment under this source folder")
+    parser.add_argument("--count", type=Path, help="only print the rows and dead letters of this warehouse")
     args = parser.parse_args()
+    if args.write_segment:
+        write_segment(args.write_segment, args.ids)
+        return
+    if args.count:
+        rows, dead = counts(args.count)
+        print(json.dumps({"rows": rows, "dead_letters": dead}))
+        return
     if not args.binary.exists():
         sys.exit(f"{args.binary} is missing: cargo build -p kfs-iceberg (or pass --binary)")
     with tempfile.TemporaryDirectory() as tmp:

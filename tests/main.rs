@@ -16,6 +16,7 @@ mod neighbours_cli;
 mod partitioning_cli;
 mod quarantine_cli;
 mod registry_cli;
+mod replay_cli;
 mod run_local;
 mod secrets_cli;
 
