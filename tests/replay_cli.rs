@@ -27,12 +27,15 @@ impl Stub {
             .args(["--latency-ms", "1", "--mode", mode])
             .spawn()
             .unwrap_or_else(|e| panic!("registry_stub.py: {e}"));
+        // Killed and waited for when dropped, on every path.
+        let mut stub = Self {
+            child,
+            url: String::new(),
+        };
         for _ in 0..200 {
             if let Ok(port) = std::fs::read_to_string(&port_file) {
-                return Self {
-                    child,
-                    url: format!("http://127.0.0.1:{port}"),
-                };
+                stub.url = format!("http://127.0.0.1:{port}");
+                return stub;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
