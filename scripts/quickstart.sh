@@ -9,7 +9,8 @@
 #
 # WORKDIR is replaced when it is a previous quick start's output (it holds only
 # `bucket/` and `warehouse/`); any other existing folder is refused, never deleted.
-# KFS_BIN=path/to/kfs-iceberg uses that binary instead of building the cli profile
+# It builds the `quick` profile without the AWS SDKs (minutes); KFS_OPTIMISED=1 builds
+# the optimised `cli` profile instead, and KFS_BIN=path/to/kfs-iceberg uses that binary
 # (e.g. KFS_BIN=target/debug/kfs-iceberg after `cargo build`).
 set -euo pipefail
 # Paths given relative to where the script was started, made absolute before the cd.
@@ -22,9 +23,15 @@ if [ -n "$kfs_bin" ]; then
     kfs=$kfs_bin
     echo "== using $kfs (KFS_BIN)"
 else
-    echo "== build (the cli profile: release optimisation with thin LTO; several minutes on two cores the first time)"
-    cargo build --profile cli --locked -p kfs-iceberg
-    kfs=$PWD/target/cli/kfs-iceberg
+    if [ -n "${KFS_OPTIMISED:-}" ]; then
+        echo "== build (the cli profile: release optimisation with thin LTO; about 20 minutes on two cores the first time)"
+        cargo build --profile cli --locked -p kfs-iceberg
+        kfs=$PWD/target/cli/kfs-iceberg
+    else
+        echo "== build (the quick profile, no AWS SDK: a few minutes the first time; KFS_OPTIMISED=1 builds the optimised cli profile)"
+        cargo build --profile quick --locked -p kfs-iceberg --no-default-features
+        kfs=$PWD/target/quick/kfs-iceberg
+    fi
 fi
 
 # A previous quick start's output holds bucket/ and warehouse/ and nothing else.
