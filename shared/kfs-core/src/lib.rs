@@ -3,16 +3,18 @@
 //! functions and the CLI both run this code; the source, the ledger and the catalog
 //! sit behind narrow interfaces with in-memory implementations. No cloud SDK is linked
 //! here: the AWS implementations (DynamoDB ledger, Glue and S3 Tables catalogs) live
-//! in `kfs-aws` and plug into the same traits.
+//! in `kfs-aws` and plug into the same traits. Parquet data files (writer settings, the
+//! file writer and its metrics, the row-group merge) are the `kfs-parquet` crate's, and
+//! failpoints (fault injection) the `kfs-failpoint` crate's, re-exported as
+//! [`failpoint`].
 //!
 //! Modules, from the bottom up (each depends only on those above it in this list):
 //! `clock`, `fault` (error kinds given where foreign errors enter), `storage` (where
-//! bytes live), `failpoint` (fault injection), `source`
-//! (segments in), `ledger`, `catalog` (and pointer swaps), `parquet` (writer settings
-//! and merges), `registry` (the schemas of registry-encoded values), `table` (layout, history, opening), `convert` (one segment to data
-//! files), `commit` (exactly-once appends), `maintenance`, `error`, `ingest` (one
-//! segment into the ledger), `pass` (one pipeline pass), `tick` (the committer's
-//! tick), `converter` (the converter function's core).
+//! bytes live), `source` (segments in), `ledger`, `catalog` (and pointer swaps),
+//! `registry` (the schemas of registry-encoded values), `table` (layout, history,
+//! opening), `convert` (one segment to data files), `commit` (exactly-once appends),
+//! `maintenance`, `error`, `ingest` (one segment into the ledger), `pass` (one pipeline
+//! pass), `tick` (the committer's tick), `converter` (the converter function's core).
 
 mod catalog;
 mod clock;
@@ -20,12 +22,10 @@ mod commit;
 mod convert;
 mod converter;
 mod error;
-pub mod failpoint;
 mod fault;
 mod ingest;
 mod ledger;
 mod maintenance;
-mod parquet;
 mod pass;
 mod registry;
 mod registry_cache;
@@ -54,6 +54,9 @@ pub use fault::{
     missing_credentials, opendal_error_kind,
 };
 pub use ingest::MAX_RUN_SEGMENTS;
+/// Failpoints of the storage effects (data file writes, deletes), where tests inject
+/// crashes and errors: the `kfs-failpoint` crate, which kfs-parquet's merge shares.
+pub use kfs_failpoint as failpoint;
 #[cfg(feature = "sql")]
 pub use ledger::SqliteLedger;
 pub use ledger::{

@@ -16,11 +16,11 @@ pub use crate::ingest::{
     NewSegment, RunLimits, RunsOutcome, TopicTable, ingest_runs, ingest_segment,
 };
 pub use crate::ledger::{Probe, Probed, check_contract, converted_paths, spilled_to};
-pub use crate::parquet::{merge_data_files, writer_properties};
 pub use crate::source::in_memory;
 pub use crate::table::{
     METADATA_COLUMNS, arrow_schema, ensure_topic_table, evolve_schema, live_entries_in, schema_for,
 };
+pub use kfs_parquet::{merge_data_files, writer_properties};
 
 /// `schema` as tables were laid out before every record had a row: `timestamp`
 /// required and no `key_bytes` in the header entries (to test the upgrade).

@@ -52,7 +52,7 @@ pub(crate) async fn coalesce(
             .iter()
             .filter_map(|f| by_path.get(f.path.as_str()).copied())
             .collect();
-        let (merged, _) = crate::parquet::merge_data_files(
+        let (merged, _) = kfs_parquet::merge_data_files(
             table,
             &inputs,
             &format!(

@@ -4,7 +4,6 @@
 
 use super::ROWS_PER_BATCH;
 use crate::failpoint::Failpoint;
-use crate::parquet::{ParquetFileWriterBuilder, writer_properties};
 use crate::table::arrow_schema;
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;
@@ -19,6 +18,7 @@ use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use kfs_parquet::{ParquetFileWriterBuilder, writer_properties};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::sanitize;
 
@@ -186,7 +186,7 @@ pub async fn rewrite_in_default_spec(
                 format!("{}: {e}", file.file_path()),
             )
         })?;
-        let batch = crate::parquet::conform_batch(&batch, &target).map_err(|e| {
+        let batch = kfs_parquet::conform_batch(&batch, &target).map_err(|e| {
             iceberg::Error::new(
                 iceberg::ErrorKind::DataInvalid,
                 format!("{} does not match the table schema: {e}", file.file_path()),
@@ -210,9 +210,9 @@ pub(crate) async fn discard(table: &Table, writer: SegmentWriter) {
 mod tests {
     use super::*;
     use crate::convert::RecordColumns;
-    use crate::parquet::tests::{Fallible, write};
     use iceberg::io::FileIO;
     use iceberg::writer::file_writer::ParquetWriterBuilder;
+    use kfs_parquet::testing::{Fallible, write};
     use kfs_segment::{Record, RecordHeader};
     use parquet::file::properties::WriterProperties;
     use std::cmp::Ordering;

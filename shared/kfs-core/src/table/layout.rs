@@ -362,7 +362,7 @@ pub fn topic_table_properties(topic: &str) -> HashMap<String, String> {
         (TOPIC_PROPERTY.to_owned(), topic.to_owned()),
         ("write.format.default".to_owned(), "parquet".to_owned()),
         (
-            "write.parquet.compression-codec".to_owned(),
+            kfs_parquet::COMPRESSION_CODEC_PROPERTY.to_owned(),
             "zstd".to_owned(),
         ),
         (COMMIT_RETRIES_PROPERTY.to_owned(), "0".to_owned()),
@@ -377,11 +377,6 @@ pub fn topic_table_properties(topic: &str) -> HashMap<String, String> {
 
 /// The table property that sets iceberg-rust's built-in commit retries.
 pub const COMMIT_RETRIES_PROPERTY: &str = "commit.retry.num-retries";
-
-/// The Arrow schema (with Parquet field ids) data files of `schema` are written with.
-pub fn arrow_schema(schema: &Schema) -> iceberg::Result<arrow_schema::SchemaRef> {
-    Ok(Arc::new(iceberg::arrow::schema_to_arrow_schema(schema)?))
-}
 
 /// The Kafka metadata columns of a JSON table (and `value`, the raw table's); a payload
 /// field of one of these names is stored as `value_<name>`.

@@ -10,7 +10,6 @@ mod layout;
 mod names;
 mod ownership;
 mod progress;
-mod properties;
 
 #[cfg(any(test, feature = "test-support"))]
 pub use ensure::ensure_topic_table;
@@ -23,10 +22,10 @@ pub use history::{
     ATTEMPT_ID_KEY, MAINTENANCE_ID_KEY, ancestry, attempt_of, find_commit, find_maintenance,
     newest_record_ms, table_progress, table_watermarks,
 };
+pub use kfs_parquet::{arrow_schema, compression};
 pub use layout::*;
 pub use names::{MAX_COLUMN_NAME_BYTES, Placement, column_for, field_doc, place};
 pub use ownership::{
     Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, claim_table, table_owner,
 };
 pub use progress::{ProgressDecision, decide_progress};
-pub use properties::compression;

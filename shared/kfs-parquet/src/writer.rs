@@ -27,7 +27,7 @@ const MAX_ENCODING_THREADS: usize = 4;
 
 /// Builds a [`ParquetFileWriter`] per output file.
 #[derive(Clone)]
-pub(crate) struct ParquetFileWriterBuilder {
+pub struct ParquetFileWriterBuilder {
     properties: Arc<WriterProperties>,
     schema: SchemaRef,
     arrow_schema: arrow_schema::SchemaRef,
@@ -36,9 +36,9 @@ pub(crate) struct ParquetFileWriterBuilder {
 
 impl ParquetFileWriterBuilder {
     /// Files of `schema` written with `properties` (the table's, see
-    /// [`super::writer_properties`]).
-    pub(crate) fn new(mut properties: WriterProperties, schema: SchemaRef) -> Result<Self> {
-        let arrow_schema = crate::table::arrow_schema(&schema)?;
+    /// [`crate::writer_properties`]).
+    pub fn new(mut properties: WriterProperties, schema: SchemaRef) -> Result<Self> {
+        let arrow_schema = crate::arrow_schema(&schema)?;
         add_encoded_arrow_schema_to_metadata(&arrow_schema, &mut properties);
         Ok(Self {
             properties: Arc::new(properties),
@@ -49,10 +49,10 @@ impl ParquetFileWriterBuilder {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 impl ParquetFileWriterBuilder {
     /// The same, encoding on `threads` threads whatever the machine has.
-    pub(crate) fn with_threads(mut self, threads: usize) -> Self {
+    pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads;
         self
     }
@@ -83,7 +83,7 @@ struct OpenFile {
 }
 
 /// Writes one Parquet data file; nothing is created until a row arrives.
-pub(crate) struct ParquetFileWriter {
+pub struct ParquetFileWriter {
     builder: ParquetFileWriterBuilder,
     output: OutputFile,
     open: Option<OpenFile>,
@@ -297,16 +297,19 @@ impl CurrentFileStatus for ParquetFileWriter {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+/// Helpers of the writer's tests, and of kfs-core's that compare its files with
+/// iceberg-rust's writer (the `test-support` feature).
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing {
     use super::*;
     use iceberg::io::FileIO;
-    use iceberg::writer::file_writer::ParquetWriterBuilder;
 
-    pub(crate) type Fallible<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+    /// A test's result: any error, boxed.
+    pub type Fallible<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-    /// Writes `batches` through `builder` to `path`; the one data file written.
-    pub(crate) async fn write<B: FileWriterBuilder>(
+    /// Writes `batches` through `builder` to `path`; the one data file written (an
+    /// error if the writer wrote none or several).
+    pub async fn write<B: FileWriterBuilder>(
         io: &FileIO,
         builder: B,
         path: &str,
@@ -317,9 +320,19 @@ pub(crate) mod tests {
             writer.write(batch).await?;
         }
         let mut built = writer.close().await?;
-        assert_eq!(built.len(), 1);
+        if built.len() != 1 {
+            return Err(format!("{} data files written, not one", built.len()).into());
+        }
         Ok(built.remove(0).partition_spec_id(0).build()?)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{Fallible, write};
+    use super::*;
+    use iceberg::io::FileIO;
+    use iceberg::writer::file_writer::ParquetWriterBuilder;
 
     #[tokio::test]
     async fn nan_counts_match_iceberg_rusts_writer_in_nested_columns() -> Fallible<()> {
@@ -349,7 +362,7 @@ pub(crate) mod tests {
                 ])
                 .build()?,
         );
-        let arrow = crate::table::arrow_schema(&schema)?;
+        let arrow = crate::arrow_schema(&schema)?;
         let arrow_schema::DataType::Struct(s_fields) = arrow.field(1).data_type().clone() else {
             return Err("not a struct".into());
         };
@@ -412,9 +425,18 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn a_writer_given_no_row_writes_no_file() -> Fallible<()> {
-        let schema = Arc::new(crate::table::topic_schema()?);
+        use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+        let schema = Arc::new(
+            Schema::builder()
+                .with_fields(vec![
+                    NestedField::required(1, "offset", Type::Primitive(PrimitiveType::Long)).into(),
+                    NestedField::optional(2, "value", Type::Primitive(PrimitiveType::Binary))
+                        .into(),
+                ])
+                .build()?,
+        );
         let io = FileIO::new_with_memory();
-        let empty = RecordBatch::new_empty(crate::table::arrow_schema(&schema)?);
+        let empty = RecordBatch::new_empty(crate::arrow_schema(&schema)?);
         let builder = ParquetFileWriterBuilder::new(WriterProperties::default(), schema)?;
         let output = io.new_output("memory://t/empty.parquet")?;
         let mut writer = builder.build(output).await?;

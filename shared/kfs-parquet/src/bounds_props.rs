@@ -3,7 +3,7 @@
 //! every Iceberg lower bound is at most every non-null value of its column and every
 //! upper bound at least each, and so is every row group's Parquet statistic.
 
-use super::tests::{Fallible, write};
+use super::testing::{Fallible, write};
 use super::writer::ParquetFileWriterBuilder;
 use arrow_array::{ArrayRef, Int64Array, LargeBinaryArray, RecordBatch, StringArray};
 use iceberg::io::FileIO;
@@ -105,7 +105,7 @@ fn statistic(id: i32, bytes: Option<&[u8]>) -> Option<Datum> {
 
 async fn check(rows: Vec<Row>, group_rows: usize) -> Fallible<()> {
     let schema = schema()?;
-    let arrow = crate::table::arrow_schema(&schema)?;
+    let arrow = crate::arrow_schema(&schema)?;
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter(rows.iter().map(|r| r.0.clone()))),
         Arc::new(LargeBinaryArray::from_iter(

@@ -64,8 +64,8 @@ pub async fn merge_data_files(
     stem: &str,
     copy_min_bytes: u64,
 ) -> Result<(DataFile, MergeStats)> {
-    crate::failpoint::around(
-        crate::failpoint::Failpoint::DataFileWrite,
+    kfs_failpoint::around(
+        kfs_failpoint::Failpoint::DataFileWrite,
         merge_and_upload(table, inputs, stem, copy_min_bytes),
     )
     .await
@@ -83,7 +83,7 @@ async fn merge_and_upload(
     let metadata = table.metadata();
     let path = DefaultLocationGenerator::new(metadata)?
         .generate_location(None, &format!("{stem}.parquet"));
-    let arrow_schema = crate::table::arrow_schema(metadata.current_schema())?;
+    let arrow_schema = crate::arrow_schema(metadata.current_schema())?;
     let file_io = table.file_io().clone();
     let mut sources = Vec::with_capacity(inputs.len());
     for input in inputs {
@@ -142,7 +142,7 @@ fn merge_blocking(
     copy_min_bytes: u64,
     out: ChannelWrite,
 ) -> Result<(ParquetMetaData, u64, MergeStats)> {
-    let mut properties = crate::parquet::writer_properties(&table_properties)?;
+    let mut properties = crate::writer_properties(&table_properties)?;
     add_encoded_arrow_schema_to_metadata(&arrow_schema, &mut properties);
     let properties = Arc::new(properties);
     let schema = ArrowSchemaConverter::new()

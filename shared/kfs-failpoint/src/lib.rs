@@ -3,7 +3,9 @@
 //! a timeout before or after the effect. A pass runs under a hook with [`scoped`];
 //! outside one (always, in production), a failpoint costs one task-local lookup and
 //! does nothing. The other side effects (segment reads, ledger writes, catalog commits,
-//! pointer swaps) sit behind traits that tests wrap instead.
+//! pointer swaps) sit behind traits that tests wrap instead. Its own crate, so that
+//! kfs-core (which re-exports it as `kfs_core::failpoint`) and kfs-parquet's merge
+//! share one hook.
 
 use std::future::Future;
 use std::sync::Arc;
