@@ -1,5 +1,6 @@
 //! Test helpers shared by the workspace's tests: a moto server (S3, DynamoDB, Glue)
-//! on a free local port, stopped when dropped, and the workspace paths.
+//! on a free local port, stopped when dropped, the functions' world in memory
+//! ([`InMemory`]), and the workspace paths.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -29,7 +30,10 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+pub mod memory;
 pub mod rest_catalog;
+
+pub use memory::InMemory;
 
 /// A running `moto_server`, killed on drop.
 #[derive(Debug)]
@@ -437,6 +441,55 @@ pub async fn table_contents(catalog: &dyn iceberg::Catalog, table: &str) -> (u64
         }
     }
     (records, paths.len())
+}
+
+/// `(partition, offset)` → the rows holding it in the current snapshot of `table`
+/// (`namespace.name`, or a name in `kafscale`); empty without a snapshot.
+pub async fn table_offsets(
+    catalog: &dyn iceberg::Catalog,
+    table: &str,
+) -> std::collections::BTreeMap<(i32, i64), usize> {
+    let (namespace, name) = table.split_once('.').unwrap_or(("kafscale", table));
+    let ident = iceberg::TableIdent::new(
+        iceberg::NamespaceIdent::new(namespace.to_owned()),
+        name.to_owned(),
+    );
+    let table = catalog
+        .load_table(&ident)
+        .await
+        .unwrap_or_else(|e| panic!("load {ident}: {e}"));
+    let mut found = std::collections::BTreeMap::new();
+    if table.metadata().current_snapshot().is_none() {
+        return found;
+    }
+    let mut batches = table
+        .scan()
+        .select(["partition", "offset"])
+        .build()
+        .unwrap_or_else(|e| panic!("scan {ident}: {e}"))
+        .to_arrow()
+        .await
+        .unwrap_or_else(|e| panic!("scan {ident}: {e}"));
+    // The stream's own method (a trait object's), without a futures dependency.
+    while let Some(batch) = std::future::poll_fn(|cx| batches.as_mut().poll_next(cx)).await {
+        let batch = batch.unwrap_or_else(|e| panic!("read {ident}: {e}"));
+        let column = |name: &str| {
+            batch
+                .column_by_name(name)
+                .unwrap_or_else(|| panic!("{ident}: no column {name}"))
+                .to_data()
+        };
+        // Both columns are required: values without nulls.
+        let (partitions, offsets) = (column("partition"), column("offset"));
+        let partitions = &partitions.buffers()[0].typed_data::<i32>()
+            [partitions.offset()..partitions.offset() + partitions.len()];
+        let offsets = &offsets.buffers()[0].typed_data::<i64>()
+            [offsets.offset()..offsets.offset() + offsets.len()];
+        for (partition, offset) in partitions.iter().zip(offsets) {
+            *found.entry((*partition, *offset)).or_default() += 1;
+        }
+    }
+    found
 }
 
 /// A PostgreSQL server (Debian's `postgresql`) in a fresh data directory on a free
