@@ -37,6 +37,15 @@ fn check(warehouse: &Path) -> Value {
     facts
 }
 
+/// `kfs-iceberg run --value-format json` from `source` into `warehouse`, with `extra`.
+fn run_json(source: &str, warehouse: &Path, extra: &[&str]) {
+    let wh = warehouse.to_string_lossy();
+    let mut args = vec!["run", "--quiet", "--value-format", "json"];
+    args.extend_from_slice(extra);
+    args.extend(["--source", source, "--warehouse", &wh]);
+    kfs_ok(&args);
+}
+
 #[test]
 fn long_and_non_ascii_strings_keep_every_file_bound_valid_through_coalescing_and_compaction() {
     let dir = tempdir();
@@ -49,33 +58,13 @@ fn long_and_non_ascii_strings_keep_every_file_bound_valid_through_coalescing_and
 
     // Coalesced: both segments' files merged before the commit.
     let coalesced = dir.path().join("coalesced");
-    let wh = coalesced.to_string_lossy().into_owned();
-    kfs_ok(&[
-        "run",
-        "--quiet",
-        "--value-format",
-        "json",
-        "--source",
-        &src,
-        "--warehouse",
-        &wh,
-    ]);
+    run_json(&src, &coalesced, &[]);
     check(&coalesced);
 
     // One file per segment, then compacted into one.
     let compacted = dir.path().join("compacted");
     let wh = compacted.to_string_lossy().into_owned();
-    kfs_ok(&[
-        "run",
-        "--quiet",
-        "--no-coalesce",
-        "--value-format",
-        "json",
-        "--source",
-        &src,
-        "--warehouse",
-        &wh,
-    ]);
+    run_json(&src, &compacted, &["--no-coalesce"]);
     let before = check(&compacted);
     assert_eq!(before["data_files"], 2, "{before}");
     kfs_ok(&[

@@ -8,9 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kfs_committer::{Committer, handle};
-use kfs_core::{
-    EntryState, Ledger, LedgerEntry, PipelineConfig, S3Settings, TickLog, TickMaintenance,
-};
+use kfs_core::{EntryState, PipelineConfig, S3Settings, TickLog, TickMaintenance};
 use kfs_plan::shard::Shard;
 use kfs_testkit::memory::{Bucket, LedgerClient};
 use kfs_testkit::{InMemory, s3_events_in_sqs, sample_segment, table_offsets, workspace_root};
@@ -65,15 +63,6 @@ async fn upload_and_convert(world: &InMemory, segments: &[(&str, i64, i64)], ann
     assert_eq!(response, json!({"batchItemFailures": []}));
 }
 
-/// Every entry of the ledger.
-async fn entries(world: &InMemory) -> Vec<LedgerEntry> {
-    world
-        .ledger
-        .list(None, None)
-        .await
-        .unwrap_or_else(|e| panic!("ledger: {e}"))
-}
-
 /// Each offset of `partitions` (partition → offsets end, from 0) once.
 fn once(partitions: &[(i32, i64)]) -> BTreeMap<(i32, i64), usize> {
     partitions
@@ -98,7 +87,7 @@ async fn the_schedule_commits_pending_segments_exactly_once() {
         ("default/orders/0/segment-00000000000000000020", 20, 3),
     ];
     upload_and_convert(&world, &segments, 4).await;
-    let pending = entries(&world).await;
+    let pending = world.entries().await;
     assert!(pending.iter().all(|e| e.state == EntryState::Pending));
     assert_eq!(pending.iter().map(|e| e.records).sum::<u64>(), 32);
 
@@ -129,7 +118,7 @@ async fn the_schedule_commits_pending_segments_exactly_once() {
     let expected = (once(&[(0, 23), (1, 5)]), once(&[(0, 7)]));
     assert_eq!(offsets().await, expected);
     // Every entry committed, in its table's snapshot of this tick.
-    let committed = entries(&world).await;
+    let committed = world.entries().await;
     assert_eq!(committed.iter().map(|e| e.records).sum::<u64>(), 35);
     for entry in &committed {
         let table = &tick["tables"][entry.table.as_str()];
@@ -154,7 +143,7 @@ async fn the_schedule_commits_pending_segments_exactly_once() {
     assert_eq!(again["swept"], 0, "{again}");
     assert_eq!(again["tables"], json!({}), "{again}");
     assert_eq!(offsets().await, expected);
-    assert_eq!(entries(&world).await, committed);
+    assert_eq!(world.entries().await, committed);
 }
 
 /// The sharded tick of `schedule-shard.json` (shard 1 of 2) commits the topics of its
@@ -206,7 +195,7 @@ async fn a_sharded_tick_commits_its_own_topics() {
     for (table, result) in tick["maintenance"].as_object().into_iter().flatten() {
         assert!(result.get("error").is_none(), "{table}: {result}");
     }
-    for entry in entries(&world).await {
+    for entry in world.entries().await {
         let owned = shard.owns(&entry.topic);
         assert_eq!(
             matches!(entry.state, EntryState::Committed { .. }),
@@ -224,7 +213,8 @@ async fn a_sharded_tick_commits_its_own_topics() {
     expected.sort();
     assert_eq!(names(&tick, "tables"), expected, "{tick}");
     assert!(
-        entries(&world)
+        world
+            .entries()
             .await
             .iter()
             .all(|e| matches!(e.state, EntryState::Committed { .. }))

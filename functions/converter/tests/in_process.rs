@@ -5,7 +5,7 @@
 //! name. No server: `cargo test -- --skip servers::` runs them.
 
 use kfs_converter::handle;
-use kfs_core::{EntryState, Ledger, LedgerEntry};
+use kfs_core::EntryState;
 use kfs_testkit::{InMemory, sample_segment, workspace_root};
 use serde_json::{Value, json};
 
@@ -21,18 +21,9 @@ fn no_failures() -> Value {
     json!({"batchItemFailures": []})
 }
 
-/// Every entry of the ledger.
-async fn entries(world: &InMemory) -> Vec<LedgerEntry> {
-    world
-        .ledger
-        .list(None, None)
-        .await
-        .unwrap_or_else(|e| panic!("ledger: {e}"))
-}
-
 /// The ledger holds exactly one entry, for `segment`, pending with `records` records.
 async fn pending_alone(world: &InMemory, segment: &str, records: u64) {
-    let all = entries(world).await;
+    let all = world.entries().await;
     assert_eq!(all.len(), 1, "{all:?}");
     assert_eq!(all[0].segment, segment);
     assert_eq!(all[0].state, EntryState::Pending);
@@ -102,9 +93,9 @@ async fn each_sample_event_converts_the_segment_it_names() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(response, no_failures());
-    assert!(entries(&world).await.is_empty());
+    assert!(world.entries().await.is_empty());
     assert!(handle(&service, &json!({"hello": "world"})).await.is_err());
-    assert!(entries(&world).await.is_empty());
+    assert!(world.entries().await.is_empty());
 }
 
 /// The same events delivered again (SQS is at least once) change nothing: no failed
@@ -121,7 +112,7 @@ async fn the_same_event_twice_changes_nothing() {
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
-    let before = entries(&world).await;
+    let before = world.entries().await;
     assert_eq!(before.len(), 2, "{before:?}");
     assert!(before.iter().all(|e| e.state == EntryState::Pending));
 
@@ -139,7 +130,7 @@ async fn the_same_event_twice_changes_nothing() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(response, json!({"duplicates": 1, "records": 0}));
-    assert_eq!(entries(&world).await, before);
+    assert_eq!(world.entries().await, before);
 }
 
 /// A message whose body is not JSON is reported by its id in `batchItemFailures`
@@ -180,7 +171,7 @@ async fn a_segment_without_its_index_waits_for_it() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(response, json!({"incomplete": 1, "records": 0}));
-    assert!(entries(&world).await.is_empty());
+    assert!(world.entries().await.is_empty());
 
     world.put(&format!("{ORDERS_0}.index"), &segment.index);
     let response = handle(&service, &event("sqs-s3-put-index.json"))
@@ -205,7 +196,7 @@ async fn a_broken_segment_is_quarantined_not_failed() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(response, no_failures());
-    let all = entries(&world).await;
+    let all = world.entries().await;
     assert_eq!(all.len(), 1, "{all:?}");
     assert_eq!(all[0].segment, format!("{ORDERS_0}.kfs"));
     assert!(

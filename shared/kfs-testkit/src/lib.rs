@@ -346,17 +346,7 @@ impl LocalStack {
             self.source(),
             catalog,
             self.ledger(),
-            kfs_core::ConverterSettings {
-                bucket: self.bucket.clone(),
-                prefix: String::new(),
-                naming: kfs_core::PipelineConfig::default().naming,
-                limits: kfs_segment::DecodeLimits::default(),
-                concurrency,
-                // A 1,024 MB function's budget, as Lambda would give it.
-                memory_budget_mib: Some(896),
-                retry: kfs_core::RetryPolicy::default(),
-                schemas: None,
-            },
+            converter_settings(&self.bucket, concurrency),
         )
     }
 
@@ -406,17 +396,38 @@ impl LocalStack {
     }
 }
 
-/// Records and distinct data files live in a table's current snapshot.
-pub async fn table_contents(catalog: &dyn iceberg::Catalog, table: &str) -> (u64, usize) {
+/// The converter's settings for segments at the root of `bucket`: default naming and
+/// limits, `concurrency` conversions at a time, a 1,024 MB function's memory budget.
+pub fn converter_settings(bucket: &str, concurrency: usize) -> kfs_core::ConverterSettings {
+    kfs_core::ConverterSettings {
+        bucket: bucket.to_owned(),
+        prefix: String::new(),
+        naming: kfs_core::PipelineConfig::default().naming,
+        limits: kfs_segment::DecodeLimits::default(),
+        concurrency,
+        // A 1,024 MB function's budget, as Lambda would give it.
+        memory_budget_mib: Some(896),
+        retry: kfs_core::RetryPolicy::default(),
+        schemas: None,
+    }
+}
+
+/// The table `table` (`namespace.name`, or a name in `kafscale`) as `catalog` has it.
+async fn load_table(catalog: &dyn iceberg::Catalog, table: &str) -> iceberg::table::Table {
     let (namespace, name) = table.split_once('.').unwrap_or(("kafscale", table));
     let ident = iceberg::TableIdent::new(
         iceberg::NamespaceIdent::new(namespace.to_owned()),
         name.to_owned(),
     );
-    let table = catalog
+    catalog
         .load_table(&ident)
         .await
-        .unwrap_or_else(|e| panic!("load {ident}: {e}"));
+        .unwrap_or_else(|e| panic!("load {ident}: {e}"))
+}
+
+/// Records and distinct data files live in a table's current snapshot.
+pub async fn table_contents(catalog: &dyn iceberg::Catalog, table: &str) -> (u64, usize) {
+    let table = load_table(catalog, table).await;
     let Some(snapshot) = table.metadata().current_snapshot() else {
         return (0, 0);
     };
@@ -449,15 +460,8 @@ pub async fn table_offsets(
     catalog: &dyn iceberg::Catalog,
     table: &str,
 ) -> std::collections::BTreeMap<(i32, i64), usize> {
-    let (namespace, name) = table.split_once('.').unwrap_or(("kafscale", table));
-    let ident = iceberg::TableIdent::new(
-        iceberg::NamespaceIdent::new(namespace.to_owned()),
-        name.to_owned(),
-    );
-    let table = catalog
-        .load_table(&ident)
-        .await
-        .unwrap_or_else(|e| panic!("load {ident}: {e}"));
+    let ident = table.to_owned();
+    let table = load_table(catalog, table).await;
     let mut found = std::collections::BTreeMap::new();
     if table.metadata().current_snapshot().is_none() {
         return found;

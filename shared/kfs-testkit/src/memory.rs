@@ -7,8 +7,8 @@ use std::future::Future;
 
 use kfs_core::testing::{Probe, Probed};
 use kfs_core::{
-    CatalogHandle, CatalogKind, ConverterService, ConverterSettings, MemoryLedger, MemorySource,
-    ObjectStream, S3Settings, SegmentSource, SegmentStream, SourceError, SourceObject, Warehouse,
+    CatalogHandle, CatalogKind, ConverterService, MemoryLedger, MemorySource, ObjectStream,
+    S3Settings, SegmentSource, SegmentStream, SourceError, SourceObject, Warehouse,
 };
 
 /// The bucket of the sample events (`events/`).
@@ -61,6 +61,15 @@ impl InMemory {
         self.put(&format!("{stem}.index"), &segment.index);
     }
 
+    /// Every entry of the ledger.
+    pub async fn entries(&self) -> Vec<kfs_core::LedgerEntry> {
+        use kfs_core::Ledger;
+        self.ledger
+            .list(None, None)
+            .await
+            .unwrap_or_else(|e| panic!("ledger: {e}"))
+    }
+
     /// A client of the bucket.
     pub fn bucket(&self) -> Bucket<'_> {
         Bucket(&self.source)
@@ -81,16 +90,7 @@ impl InMemory {
             self.bucket(),
             self.catalog.clone(),
             self.ledger(),
-            ConverterSettings {
-                bucket: SEGMENT_BUCKET.into(),
-                prefix: String::new(),
-                naming: kfs_core::PipelineConfig::default().naming,
-                limits: kfs_segment::DecodeLimits::default(),
-                concurrency,
-                memory_budget_mib: Some(896),
-                retry: kfs_core::RetryPolicy::default(),
-                schemas: None,
-            },
+            crate::converter_settings(SEGMENT_BUCKET, concurrency),
         )
     }
 }
