@@ -5,7 +5,7 @@ use kfs_segment::DecodeLimits;
 
 use super::passes::{SegmentPasses, scanning};
 use super::schema_race::{Attempt, Evolved, evolve, racing};
-use super::{Conversion, TopicTable, open_dead_letter_table};
+use super::target::{Conversion, TopicTable, open_dead_letter_table};
 use crate::catalog::CatalogAccess;
 use crate::convert::{
     ConvertError, SegmentInput, ValueColumns, convert_segment, scan_json_segment,

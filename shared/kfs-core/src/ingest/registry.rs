@@ -11,19 +11,13 @@ use kfs_segment::DecodeLimits;
 
 use super::passes::{SegmentPasses, scanning};
 use super::schema_race::{Attempt, Evolved, catalog_error, evolve, racing};
-use super::{Conversion, TopicTable, open_dead_letter_table};
+use super::target::{Conversion, TopicTable, open_dead_letter_table};
 use crate::catalog::CatalogAccess;
 use crate::convert::{Role, SegmentInput, Shape, ValueColumns, WriterSchema, WriterSchemas};
 use crate::convert::{convert_segment, scan_schema_ids};
 use crate::error::PipelineError;
 use crate::registry::SchemaId;
 use crate::source::{SegmentSource, SourceObject};
-
-/// Copies of one registry value at the inflation bound a conversion holds at its peak
-/// (the inflated payload, the decoded value, its cell, its Arrow column, the Parquet
-/// writer's pages and statistics): six values inflating to 16 MiB each peak at 226
-/// MiB of heap in one conversion (`tests/bombs.rs`), the batch flushed after each.
-pub const INFLATED_VALUE_COPIES: u64 = 14;
 
 /// A writer schema the segment names, in its role, with the table forms of its
 /// values (or why it has none).

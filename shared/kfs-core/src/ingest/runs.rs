@@ -5,10 +5,11 @@
 use futures::StreamExt;
 use kfs_segment::DecodeLimits;
 
-use super::{
-    FOOTER_TAG_BYTES, TopicTable, describe_and_spill, entry_for, late, quarantined, record,
-    record_written, version_tag,
+use super::record::{
+    FOOTER_TAG_BYTES, describe_and_spill, entry_for, quarantined, record, record_written,
+    version_tag,
 };
+use super::target::{TopicTable, late};
 use crate::error::PipelineError;
 use crate::ledger::{Ledger, LedgerEntry, converted_paths};
 use crate::source::{SegmentSource, SourceObject};

@@ -7,8 +7,9 @@ use std::time::Instant;
 use futures::StreamExt;
 use iceberg::Catalog;
 
+use super::config::PipelineConfig;
+use super::report::{Progress, RunReport};
 use super::sweep::SweptTable;
-use super::{PipelineConfig, Progress, RunReport};
 use crate::clock::now_ms;
 use crate::commit::{CommitSettings, commit_table};
 use crate::ledger::Ledger;

@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 
+use super::config::{CONVERSION_TIMEOUT, Pass, PipelineConfig, UNFINISHED_ATTEMPTS};
+use super::report::{Progress, RunReport};
 use super::sweep::{SweptTable, feed_of};
 use super::tables::Tables;
-use super::{CONVERSION_TIMEOUT, Pass, PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS};
 use crate::clock::now_ms;
 use crate::error::PipelineError;
 use crate::ingest::{

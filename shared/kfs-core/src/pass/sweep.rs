@@ -9,8 +9,9 @@ use futures::StreamExt;
 use kfs_plan::keys::{SegmentFile, SegmentKey, SegmentListing};
 use kfs_plan::sweep::{BaseRange, ListedSegment};
 
+use super::config::{Pass, PipelineConfig};
+use super::report::RunReport;
 use super::tables::Tables;
-use super::{Pass, PipelineConfig, RunReport};
 use crate::error::PipelineError;
 use crate::ingest::{NewSegment, TopicTable};
 use crate::ledger::{Ledger, LedgerEntry, LedgerError};

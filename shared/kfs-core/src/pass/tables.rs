@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use kfs_plan::naming::TableNaming;
 
-use super::RunReport;
+use super::report::RunReport;
 use crate::catalog::CatalogAccess;
 use crate::error::PipelineError;
 use crate::ingest::TopicTable;
