@@ -159,7 +159,7 @@ pub async fn publish<P: MetadataPointer + ?Sized>(
         .await
     {
         if e.kind() == ErrorKind::CatalogCommitConflicts {
-            let _ = crate::failpoint::delete_file(file_io, &location).await;
+            let _ = kfs_failpoint::delete_file(file_io, &location).await;
         }
         return Err(e);
     }

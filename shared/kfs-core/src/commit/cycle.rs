@@ -18,8 +18,8 @@ use kfs_plan::sweep::TableProgress;
 use super::append::{Appended, append_and_verify};
 use super::coalesce::{coalesce, relayout};
 use super::dead_letters::commit_dead_letters;
-use super::recover::{Recover, drop_overlapping_runs, recover_covered};
-use super::{CommitError, CommitOutcome, CommitSettings, pending_segment};
+use super::outcome::{CommitError, CommitOutcome, CommitSettings};
+use super::recover::{Recover, drop_overlapping_runs, pending_segment, recover_covered};
 use crate::ledger::{EntryState, Ledger, LedgerEntry, LedgerError, partition_heads};
 use crate::table::history::newest_in_files;
 use crate::table::{newest_record_ms, table_ident, table_progress, table_watermarks};
@@ -219,7 +219,7 @@ impl<L: Ledger> Cycle<'_, L> {
             .iter()
             .filter(|p| !landed.appended.contains(*p))
         {
-            let _ = crate::failpoint::delete_file(landed.table.file_io(), path).await;
+            let _ = kfs_failpoint::delete_file(landed.table.file_io(), path).await;
         }
         outcome.snapshot_id = Some(landed.snapshot_id);
         outcome.segments = usize::try_from(plan.segments()).unwrap_or(usize::MAX);

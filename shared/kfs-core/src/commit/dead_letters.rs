@@ -1,7 +1,9 @@
 //! Committing a table's dead letters: the dead-letter files of committed entries
 //! appended to `<table>__dlq`, exactly once, through the same pinned append.
 
-use super::{Appended, CommitError, CommitSettings, append_and_verify, pending_segment};
+use super::append::{Appended, append_and_verify};
+use super::outcome::{CommitError, CommitSettings};
+use super::recover::pending_segment;
 use crate::ledger::LedgerEntry;
 use crate::table::table_ident;
 use crate::table::table_watermarks;

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use iceberg::table::Table;
-use kfs_plan::commit::CommitPlan;
+use kfs_plan::commit::{CommitPlan, PendingSegment};
 use kfs_plan::offsets::{OffsetMap, SummaryError, ranges_from_summary};
 use kfs_plan::sweep::TableProgress;
 
@@ -166,4 +166,17 @@ fn find_range(
         }
     }
     Ok(None)
+}
+
+/// A pending entry as the commit planner sees it.
+pub(super) fn pending_segment(entry: &LedgerEntry) -> PendingSegment {
+    PendingSegment {
+        id: entry.segment.clone(),
+        partition: entry.partition,
+        base_offset: entry.base_offset,
+        last_offset: entry.last_offset,
+        records: entry.records,
+        segments: entry.segments() as u64,
+        inner_gaps: entry.inner_gaps(),
+    }
 }

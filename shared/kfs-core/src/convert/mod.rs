@@ -45,13 +45,13 @@ pub use registry::{
 pub use run::{DecodedSegment, RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
 pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
 
-use crate::failpoint::Failpoint;
 use crate::source::SegmentStream;
 use crate::table::arrow_schema;
 pub(crate) use decode::StreamReader;
 use decode::decode_segment;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
+use kfs_failpoint::Failpoint;
 use kfs_plan::keys::SegmentKey;
 use kfs_segment::{DecodeError, DecodeLimits};
 use route::{DecodedBatch, JsonRouter, RawRouter, RecordRouter, Routed};
@@ -255,11 +255,11 @@ pub async fn convert_segment(
             return Err(e);
         }
     };
-    let data_files = crate::failpoint::around(Failpoint::DataFileWrite, writer.close())
+    let data_files = kfs_failpoint::around(Failpoint::DataFileWrite, writer.close())
         .await
         .map_err(write_error)?;
     let dead_letter_files = match dead_writer {
-        Some(dead) => crate::failpoint::around(Failpoint::DataFileWrite, dead.close())
+        Some(dead) => kfs_failpoint::around(Failpoint::DataFileWrite, dead.close())
             .await
             .map_err(write_error)?,
         None => Vec::new(),

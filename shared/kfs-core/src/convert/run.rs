@@ -14,12 +14,12 @@ use super::decode::decode_into;
 use super::route::{RawRouter, Routed};
 use super::writer::{SegmentWriter, discard};
 use super::{ConvertError, ROWS_PER_BATCH, RecordColumns, data_file_stem};
-use crate::failpoint::Failpoint;
 use crate::table::arrow_schema;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
+use kfs_failpoint::Failpoint;
 use kfs_plan::keys::SegmentKey;
 use kfs_segment::DecodeLimits;
 
@@ -166,7 +166,7 @@ impl RunWriter {
             return Err(e);
         }
         let segment = self.segment;
-        let data_files = crate::failpoint::around(Failpoint::DataFileWrite, self.writer.close())
+        let data_files = kfs_failpoint::around(Failpoint::DataFileWrite, self.writer.close())
             .await
             .map_err(|source| ConvertError::Write {
                 segment,

@@ -3,7 +3,6 @@
 //! token unique to the write.
 
 use super::ROWS_PER_BATCH;
-use crate::failpoint::Failpoint;
 use crate::table::arrow_schema;
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;
@@ -18,6 +17,7 @@ use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use kfs_failpoint::Failpoint;
 use kfs_parquet::{ParquetFileWriterBuilder, writer_properties};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::sanitize;
@@ -194,14 +194,14 @@ pub async fn rewrite_in_default_spec(
         })?;
         writer.write(batch).await?;
     }
-    crate::failpoint::around(Failpoint::DataFileWrite, writer.close()).await
+    kfs_failpoint::around(Failpoint::DataFileWrite, writer.close()).await
 }
 
 /// Closes a writer whose conversion failed and deletes what it wrote.
 pub(crate) async fn discard(table: &Table, writer: SegmentWriter) {
     if let Ok(files) = writer.close().await {
         for file in files {
-            let _ = crate::failpoint::delete_file(table.file_io(), file.file_path()).await;
+            let _ = kfs_failpoint::delete_file(table.file_io(), file.file_path()).await;
         }
     }
 }

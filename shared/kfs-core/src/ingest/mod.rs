@@ -20,9 +20,9 @@ pub(crate) use runs::run_segments;
 #[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
 pub use runs::{MAX_RUN_SEGMENTS, NewSegment, RunLimits, RunsOutcome, ingest_runs};
 pub(crate) use target::Conversion;
+pub use target::TopicTable;
 use target::late;
 use target::open_dead_letter_table;
-pub use target::TopicTable;
 
 use crate::catalog::CatalogAccess;
 use crate::convert::{SegmentInput, ValueColumns, convert_segment};

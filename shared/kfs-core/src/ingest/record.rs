@@ -74,7 +74,7 @@ pub(super) async fn record_written(
             };
             let kept: HashSet<String> = kept.into_iter().collect();
             for path in written.iter().filter(|path| !kept.contains(*path)) {
-                let _ = crate::failpoint::delete_file(file_io, path).await;
+                let _ = kfs_failpoint::delete_file(file_io, path).await;
             }
             Ok(*existing)
         }

@@ -288,7 +288,7 @@ async fn close_run(
         Ok(descriptions) => entry.data_files = descriptions,
         Err(e) => {
             for path in &paths {
-                let _ = crate::failpoint::delete_file(table.file_io(), path).await;
+                let _ = kfs_failpoint::delete_file(table.file_io(), path).await;
             }
             let e = PipelineError::Catalog {
                 table: entry.table.clone(),

@@ -3,12 +3,12 @@
 use super::MaintenanceError;
 use crate::catalog::TableSwap;
 use crate::commit::replace::{Replacement, stage_replace};
-use crate::failpoint::delete_file;
 use crate::table::find_maintenance;
 use crate::table::{file_stat, target_file_size};
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, TableIdent};
+use kfs_failpoint::delete_file;
 use kfs_parquet::merge_data_files;
 use kfs_plan::compaction::{CompactionPolicy, FileStat, plan_compaction, written_by_pipeline};
 use kfs_plan::hash::Fnv1a;

@@ -1,11 +1,11 @@
 //! Snapshot expiry, and deletion of the files only expired snapshots reached.
 
 use super::MaintenanceError;
-use crate::failpoint::delete_file;
 use crate::table::ancestry;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, TableIdent};
+use kfs_failpoint::delete_file;
 use kfs_plan::compaction::{ExpiryRule, SnapshotStat, plan_expiry};
 use std::collections::{BTreeSet, HashSet};
 

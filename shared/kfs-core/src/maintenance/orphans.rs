@@ -11,12 +11,12 @@
 use super::MaintenanceError;
 use super::confine::{MaintenanceStorage, Neighbours, nested_roots, normalize};
 use super::expire::reachable;
-use crate::failpoint::delete_file;
 use crate::ledger::{Ledger, LedgerEntry};
 use crate::source::{OpendalSource, SegmentSource};
 use crate::table::LEDGER_PROPERTY;
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
+use kfs_failpoint::delete_file;
 use std::collections::HashSet;
 
 /// What an orphan cleanup did (or, dry, would do).
