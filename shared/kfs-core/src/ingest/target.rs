@@ -45,7 +45,8 @@ impl TopicTable {
     /// partition spec differs from the one configured evolves to it. Fails with
     /// [`PipelineError::Ownership`] when another feed owns the table or kfs-iceberg
     /// did not create it. A new table records `feed`'s namespace and `ledger`
-    /// ([`Ledger::identity`]); an older one without a ledger recorded gets `ledger`.
+    /// ([`Ledger::identity`](crate::ledger::Ledger::identity)); an older one without a
+    /// ledger recorded gets `ledger`.
     pub async fn open(
         catalog: CatalogAccess<'_>,
         naming: &TableNaming,
@@ -177,9 +178,10 @@ impl TopicTable {
         Self { schemas, ..self }
     }
 
-    /// Whether `object` is converted in runs of small segments ([`ingest_runs`]): a
-    /// segment of at most 1 MiB of a raw table (a JSON table grows its schema segment
-    /// by segment) without claim checks to handle (their blobs make any segment large).
+    /// Whether `object` is converted in runs of small segments
+    /// ([`ingest_runs`](super::ingest_runs)): a segment of at most 1 MiB of a raw table
+    /// (a JSON table grows its schema segment by segment) without claim checks to
+    /// handle (their blobs make any segment large).
     pub fn in_runs(&self, object: &SourceObject) -> bool {
         object.size <= crate::convert::RUN_SEGMENT_BYTES
             && !self.handles_claim_checks()
