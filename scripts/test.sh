@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # The project's test command: formatting, lints (warnings are errors), docs, the module
-# cycle check, the Markdown links, every test of the workspace, and the seeded simulation
-# at its full count. Needs the Python packages of tests/requirements.txt and the servers
-# docs/testing.md names (each test starts its own). Run from anywhere.
+# cycle check, file and function lengths, the Markdown links, every test of the
+# workspace, and the seeded simulation at its full count. Makes its own Python environment (scripts/python-env.sh, the
+# packages of tests/requirements.txt); needs the servers docs/testing.md names (each
+# test starts its own). Run from anywhere.
 #
 #   scripts/test.sh          everything
 #   scripts/test.sh --fast   only the tests that need no server (`--skip servers::`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+source scripts/python-env.sh
+
 # What the tests need beyond Rust, checked up front: one message naming everything
 # missing and how to get it (`bash .ci/run` installs it all on Debian).
 prerequisites() {
     local missing=()
-    python3 - <<'PY' || missing+=("Python packages: pip install -r tests/requirements.txt")
+    python3 - <<'PY' || missing+=("Python packages: remove target/test-venv, then run this again")
 import importlib.util, sys
 needed = ["crc32c", "cramjam", "pyiceberg", "duckdb", "moto", "cfnlint", "fastavro",
           "google.protobuf", "grpc_tools"]
@@ -24,8 +27,6 @@ PY
             || missing+=("etcd: apt-get install etcd-server etcd-client")
         ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null \
             || missing+=("PostgreSQL: apt-get install postgresql")
-        cargo lambda --version >/dev/null 2>&1 \
-            || missing+=("cargo lambda: pip install cargo-lambda ziglang")
     fi
     if [ ${#missing[@]} -gt 0 ]; then
         echo "The tests need what this machine lacks:" >&2
@@ -54,6 +55,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 echo "== module cycles (at ${SECONDS} s)"
 python3 scripts/module_cycles.py
+
+echo "== file and function lengths of the production crates (at ${SECONDS} s)"
+python3 scripts/function_lengths.py --check shared/kfs-{core,plan,segment,parquet,aws,etcd,failpoint}/src \
+    cli/src functions/{committer,converter}/src
 
 echo "== doc links (at ${SECONDS} s)"
 python3 scripts/check_links.py

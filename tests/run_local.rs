@@ -45,7 +45,7 @@ pub(crate) fn verify(
         .envs(env.iter().copied());
     let out = succeed(
         &mut command,
-        "verify_tables.py (pip install -r tests/requirements.txt)",
+        "verify_tables.py (scripts/test.sh makes the environment: source scripts/python-env.sh)",
     );
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("verify_tables.py printed no JSON: {e}"))

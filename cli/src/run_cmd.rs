@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kfs_core::OpendalSource;
 use kfs_core::S3Settings;
 use kfs_core::Settings;
-use kfs_core::{PipelineConfig, Progress, RunReport, run_once};
+use kfs_core::{CommitOutcome, PassReport, PipelineConfig, Progress, run_pass};
 use kfs_plan::commit::HoldReason;
 use kfs_plan::lfs::BlobOrigin;
 use kfs_plan::naming::{KeyFormat, ValueFormat};
@@ -221,7 +221,7 @@ pub async fn run(args: &RunArgs, stack: Option<&str>) -> Result<(), CliError> {
         }
         Progress::Committed { table, .. } => bar.set_message(format!("committed {table}")),
     };
-    let report = run_once(
+    let report = run_pass(
         &source,
         embedded.catalog.as_ref(),
         embedded.swap.as_ref(),
@@ -258,7 +258,7 @@ fn progress_bar(quiet: bool) -> ProgressBar {
 }
 
 /// The run's exit: an error naming what failed, or what waits, if anything did.
-fn outcome(report: &RunReport) -> Result<(), CliError> {
+fn outcome(report: &PassReport) -> Result<(), CliError> {
     if !report.failed_tables.is_empty() {
         let reasons: Vec<String> = report
             .failed_tables
@@ -287,7 +287,7 @@ fn outcome(report: &RunReport) -> Result<(), CliError> {
     Ok(())
 }
 
-fn print_report(report: &RunReport) {
+fn print_report(report: &PassReport) {
     out!(
         "{} segments listed past the tables' watermarks ({} new, {} already known), {} converted ({} records), {} quarantined, {} incomplete, {} other objects ignored",
         report.segments,
@@ -322,71 +322,76 @@ fn print_report(report: &RunReport) {
         );
     }
     for (table, outcome) in &report.tables {
-        match outcome.snapshot_id {
-            Some(id) if outcome.dead_letters > 0 => out!(
-                "table {table}: snapshot {id}: +{} segments, {} files, {} records; {} records to {table}{}",
-                outcome.segments,
-                outcome.files,
-                outcome.records,
-                outcome.dead_letters,
-                kfs_plan::naming::DEAD_LETTER_SUFFIX
-            ),
-            Some(id) => out!(
-                "table {table}: snapshot {id}: +{} segments, {} files, {} records",
-                outcome.segments,
-                outcome.files,
-                outcome.records
-            ),
-            None => out!("table {table}: no new snapshot"),
+        print_table(table, outcome);
+    }
+}
+
+/// One table's part of a pass: its snapshot, watermarks, gaps and holds.
+fn print_table(table: &str, outcome: &CommitOutcome) {
+    match outcome.snapshot_id {
+        Some(id) if outcome.dead_letters > 0 => out!(
+            "table {table}: snapshot {id}: +{} segments, {} files, {} records; {} records to {table}{}",
+            outcome.segments,
+            outcome.files,
+            outcome.records,
+            outcome.dead_letters,
+            kfs_plan::naming::DEAD_LETTER_SUFFIX
+        ),
+        Some(id) => out!(
+            "table {table}: snapshot {id}: +{} segments, {} files, {} records",
+            outcome.segments,
+            outcome.files,
+            outcome.records
+        ),
+        None => out!("table {table}: no new snapshot"),
+    }
+    let marks: Vec<String> = outcome
+        .watermarks
+        .iter()
+        .map(|(p, next)| format!("{p}→{next}"))
+        .collect();
+    out!(
+        "  next offset per partition: {}",
+        if marks.is_empty() {
+            "-".into()
+        } else {
+            marks.join(" ")
         }
-        let marks: Vec<String> = outcome
-            .watermarks
-            .iter()
-            .map(|(p, next)| format!("{p}→{next}"))
-            .collect();
+    );
+    for gap in &outcome.gaps {
         out!(
-            "  next offset per partition: {}",
-            if marks.is_empty() {
-                "-".into()
-            } else {
-                marks.join(" ")
+            "  gap recorded: partition {} offsets {}..={} ({})",
+            gap.partition,
+            gap.from,
+            gap.to,
+            match gap.reason {
+                kfs_plan::offsets::GapReason::NoSegment => "no segment covers them",
+                kfs_plan::offsets::GapReason::Skipped => "skipped by an operator",
             }
         );
-        for gap in &outcome.gaps {
-            out!(
-                "  gap recorded: partition {} offsets {}..={} ({})",
-                gap.partition,
-                gap.from,
-                gap.to,
-                match gap.reason {
-                    kfs_plan::offsets::GapReason::NoSegment => "no segment covers them",
-                    kfs_plan::offsets::GapReason::Skipped => "skipped by an operator",
-                }
-            );
-        }
-        for hold in &outcome.holds {
-            let at = hold
-                .next_offset
-                .map_or_else(|| "?".to_owned(), |o| o.to_string());
-            let why = match &hold.reason {
-                HoldReason::WaitingForSegment { base_offset } => {
-                    format!(
-                        "waiting for segment at offset {base_offset} (not converted yet, or quarantined)"
-                    )
-                }
-                HoldReason::Overlap { id, .. } => {
-                    format!("segment {id} overlaps what is committed")
-                }
-                HoldReason::RunGapFilled { id, base_offset } => format!(
-                    "the run from {id} spans a gap where segment {base_offset} turned up; dropped, it is converted again"
-                ),
-                HoldReason::NoStartingPoint => "no segment listed to start from".into(),
-                HoldReason::SegmentLimit => "segment limit of this cycle reached".into(),
-                HoldReason::OffsetOverflow { id } => {
-                    format!("{id} ends at the largest offset; no watermark can follow it")
-                }
-            };
-            out!("  partition {} held at {at}: {why}", hold.partition);
-        }
+    }
+    for hold in &outcome.holds {
+        let at = hold
+            .next_offset
+            .map_or_else(|| "?".to_owned(), |o| o.to_string());
+        let why = match &hold.reason {
+            HoldReason::WaitingForSegment { base_offset } => {
+                format!(
+                    "waiting for segment at offset {base_offset} (not converted yet, or quarantined)"
+                )
+            }
+            HoldReason::Overlap { id, .. } => {
+                format!("segment {id} overlaps what is committed")
+            }
+            HoldReason::RunGapFilled { id, base_offset } => format!(
+                "the run from {id} spans a gap where segment {base_offset} turned up; dropped, it is converted again"
+            ),
+            HoldReason::NoStartingPoint => "no segment listed to start from".into(),
+            HoldReason::SegmentLimit => "segment limit of this cycle reached".into(),
+            HoldReason::OffsetOverflow { id } => {
+                format!("{id} ends at the largest offset; no watermark can follow it")
+            }
+        };
+        out!("  partition {} held at {at}: {why}", hold.partition);
     }
 }

@@ -37,9 +37,47 @@ pub async fn run(args: &StatusArgs, stack: Option<&str>) -> Result<(), CliError>
     crate::with_opened!(opened, embedded => report(&embedded).await)
 }
 
+/// Loaded tables by name: `Err` for a table the catalog lists but cannot load.
+type LoadedTables = BTreeMap<String, iceberg::Result<iceberg::table::Table>>;
+
 async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
-    // Open work only (pending, quarantined, skipped), which the ledgers index: what
-    // status reads grows with the backlog, never with the ledger's history.
+    let entries = open_work(embedded).await?;
+    let mut by_table: BTreeMap<String, Vec<&LedgerEntry>> = BTreeMap::new();
+    for entry in &entries {
+        by_table.entry(entry.table.clone()).or_default().push(entry);
+    }
+    let mut loaded = protected_tables(embedded, &mut by_table).await?;
+    if by_table.is_empty() {
+        out!("no segments seen yet");
+    }
+    let now = now_ms();
+    last_ticks(embedded, now).await;
+    for (table, entries) in &by_table {
+        match entries.first() {
+            Some(entry) => out!("table {table} (topic {})", entry.topic),
+            None => out!("table {table}"),
+        }
+        let table = match loaded.remove(table) {
+            Some(table) => table,
+            // Work for a table the catalog did not list (dropped, or not created yet).
+            None => {
+                let name = TableName::parse(table)
+                    .ok_or_else(|| CliError::Pipeline(format!("bad table name {table}")))?;
+                embedded.catalog.load_table(&table_ident(&name)).await
+            }
+        };
+        match table {
+            Ok(loaded) => table_state(&loaded, now),
+            Err(e) => out!("  table not readable: {e}"),
+        }
+        work_state(entries, now);
+    }
+    Ok(())
+}
+
+/// Open work only (pending, quarantined, skipped), which the ledgers index: what
+/// status reads grows with the backlog, never with the ledger's history.
+async fn open_work<L: Ledger>(embedded: &Embedded<L>) -> Result<Vec<LedgerEntry>, CliError> {
     let mut entries = Vec::new();
     for state in ["pending", "quarantined", "skipped"] {
         let listing = embedded
@@ -54,12 +92,15 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
         }
         entries.extend(listing.entries);
     }
-    let mut by_table: BTreeMap<String, Vec<&LedgerEntry>> = BTreeMap::new();
-    for entry in &entries {
-        by_table.entry(entry.table.clone()).or_default().push(entry);
-    }
-    // And every table this ledger protects, waiting work or not; each table is loaded
-    // once, here, and reported below.
+    Ok(entries)
+}
+
+/// Every table this ledger protects, waiting work or not, added to `by_table`; each
+/// table is loaded once, here, and reported by the caller.
+async fn protected_tables<L: Ledger>(
+    embedded: &Embedded<L>,
+    by_table: &mut BTreeMap<String, Vec<&LedgerEntry>>,
+) -> Result<LoadedTables, CliError> {
     let identity = embedded.ledger.identity();
     let mut loaded = BTreeMap::new();
     for namespace in embedded
@@ -87,87 +128,70 @@ async fn report<L: Ledger>(embedded: &Embedded<L>) -> Result<(), CliError> {
             }
         }
     }
-    if by_table.is_empty() {
-        out!("no segments seen yet");
+    Ok(loaded)
+}
+
+/// A table's last commit, freshness and partition watermarks.
+fn table_state(loaded: &iceberg::table::Table, now: i64) {
+    match loaded.metadata().current_snapshot() {
+        Some(snapshot) => out!(
+            "  last commit: snapshot {} at {} ({} ago)",
+            snapshot.snapshot_id(),
+            rfc3339_ms(snapshot.timestamp_ms()),
+            age(now - snapshot.timestamp_ms())
+        ),
+        None => out!("  last commit: none"),
     }
-    let now = now_ms();
-    last_ticks(embedded, now).await;
-    for (table, entries) in &by_table {
-        match entries.first() {
-            Some(entry) => out!("table {table} (topic {})", entry.topic),
-            None => out!("table {table}"),
-        }
-        let table = match loaded.remove(table) {
-            Some(table) => table,
-            // Work for a table the catalog did not list (dropped, or not created yet).
-            None => {
-                let name = TableName::parse(table)
-                    .ok_or_else(|| CliError::Pipeline(format!("bad table name {table}")))?;
-                embedded.catalog.load_table(&table_ident(&name)).await
+    if let Some(newest) = kfs_core::newest_record_ms(loaded) {
+        out!(
+            "  freshness: newest committed record at {} ({} ago)",
+            rfc3339_ms(newest),
+            age(now - newest)
+        );
+    }
+    // A table whose progress cannot be established says so, with the remedy, beside
+    // the others' state (never `next offset 0` in silence).
+    match table_watermarks(loaded) {
+        Ok(watermarks) => {
+            for (partition, next) in &watermarks {
+                out!("  partition {partition}: next offset {next}");
             }
-        };
-        match table {
-            Ok(loaded) => {
-                match loaded.metadata().current_snapshot() {
-                    Some(snapshot) => out!(
-                        "  last commit: snapshot {} at {} ({} ago)",
-                        snapshot.snapshot_id(),
-                        rfc3339_ms(snapshot.timestamp_ms()),
-                        age(now - snapshot.timestamp_ms())
-                    ),
-                    None => out!("  last commit: none"),
-                }
-                if let Some(newest) = kfs_core::newest_record_ms(&loaded) {
-                    out!(
-                        "  freshness: newest committed record at {} ({} ago)",
-                        rfc3339_ms(newest),
-                        age(now - newest)
-                    );
-                }
-                // A table whose progress cannot be established says so, with the
-                // remedy, beside the others' state (never `next offset 0` in silence).
-                match table_watermarks(&loaded) {
-                    Ok(watermarks) => {
-                        for (partition, next) in &watermarks {
-                            out!("  partition {partition}: next offset {next}");
-                        }
-                    }
-                    Err(e) => out!("  progress: needs an operator: {e}"),
-                }
-            }
-            Err(e) => out!("  table not readable: {e}"),
         }
-        let pending: Vec<&&LedgerEntry> = entries
-            .iter()
-            .filter(|e| e.state == EntryState::Pending)
-            .collect();
-        let pending_bytes: u64 = pending.iter().map(|e| e.bytes).sum();
-        let pending_files: usize = pending.iter().map(|e| e.data_files.len()).sum();
-        match pending.iter().map(|e| e.created_ms).min() {
-            Some(oldest) => out!(
-                "  pending: {} segments, {pending_files} files, {pending_bytes} bytes, oldest {} ago",
-                pending.iter().map(|e| e.segments()).sum::<usize>(),
-                age(now - oldest)
+        Err(e) => out!("  progress: needs an operator: {e}"),
+    }
+}
+
+/// A table's open work: pending totals, then every quarantined and skipped segment.
+fn work_state(entries: &[&LedgerEntry], now: i64) {
+    let pending: Vec<&&LedgerEntry> = entries
+        .iter()
+        .filter(|e| e.state == EntryState::Pending)
+        .collect();
+    let pending_bytes: u64 = pending.iter().map(|e| e.bytes).sum();
+    let pending_files: usize = pending.iter().map(|e| e.data_files.len()).sum();
+    match pending.iter().map(|e| e.created_ms).min() {
+        Some(oldest) => out!(
+            "  pending: {} segments, {pending_files} files, {pending_bytes} bytes, oldest {} ago",
+            pending.iter().map(|e| e.segments()).sum::<usize>(),
+            age(now - oldest)
+        ),
+        None => out!("  pending: none"),
+    }
+    for entry in entries {
+        match &entry.state {
+            EntryState::Quarantined { error } => out!(
+                "  quarantined {} (partition {}): {error}",
+                entry.segment,
+                entry.partition
             ),
-            None => out!("  pending: none"),
-        }
-        for entry in entries {
-            match &entry.state {
-                EntryState::Quarantined { error } => out!(
-                    "  quarantined {} (partition {}): {error}",
-                    entry.segment,
-                    entry.partition
-                ),
-                EntryState::Skipped { error } => out!(
-                    "  skipped {} (partition {}, given up by an operator): {error}",
-                    entry.segment,
-                    entry.partition
-                ),
-                _ => {}
-            }
+            EntryState::Skipped { error } => out!(
+                "  skipped {} (partition {}, given up by an operator): {error}",
+                entry.segment,
+                entry.partition
+            ),
+            _ => {}
         }
     }
-    Ok(())
 }
 
 /// The last run's (on a stack, each committer shard's last tick's) result: when, what

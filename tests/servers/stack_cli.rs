@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 
-use kfs_core::{ConverterService, ConverterSettings, PipelineConfig, run_once};
+use kfs_core::{ConverterService, ConverterSettings, PipelineConfig, run_pass};
 use kfs_plan::events::ObjectCreated;
 use kfs_testkit::{Moto, sample_segment};
 
@@ -151,7 +151,7 @@ fn the_command_line_operates_a_deployed_stack() {
             ..PipelineConfig::default()
         };
         let ledger = env.ledger().await;
-        let report = run_once(
+        let report = run_pass(
             &source,
             handle.catalog.as_ref(),
             handle.swap.as_ref(),

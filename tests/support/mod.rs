@@ -51,7 +51,7 @@ pub fn independent_bucket(seed: u64, out: &Path) {
             .arg("--out")
             .arg(out)
             .args(["--seed", &seed.to_string()]),
-        "make_segments.py (pip install -r tests/requirements.txt)",
+        "make_segments.py (scripts/test.sh makes the environment: source scripts/python-env.sh)",
     );
 }
 

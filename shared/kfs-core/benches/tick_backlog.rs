@@ -32,7 +32,7 @@ use common::{BenchResult, tiny_segment};
 use kfs_core::testing::{Probe, Probed, SqlTableSwap, open_sql_catalog};
 use kfs_core::{
     CatalogAccess, EntryState, LOCAL_CATALOG_NAME, Ledger, LedgerEntry, LedgerError, Listing,
-    MemoryLedger, MemorySource, PipelineConfig, S3Settings, Warehouse, WorkKey, now_ms, run_once,
+    MemoryLedger, MemorySource, PipelineConfig, S3Settings, Warehouse, WorkKey, now_ms, run_pass,
     run_tick,
 };
 use kfs_plan::keys::{SegmentFile, SegmentKey};
@@ -166,7 +166,7 @@ async fn measure(
         start_offsets: BTreeMap::from([("held".to_owned(), starts)]),
         ..PipelineConfig::default()
     };
-    let report = run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
+    let report = run_pass(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
     if report.has_failures() || report.tables.len() != 2 {
         return Err(format!("setup commit failed: {report:?}").into());
     }
@@ -263,7 +263,7 @@ async fn measure(
 }
 
 fn outcome_of<'a>(
-    pass: &'a kfs_core::RunReport,
+    pass: &'a kfs_core::PassReport,
     topic: &str,
 ) -> BenchResult<&'a kfs_core::CommitOutcome> {
     let name = TableNaming::default().table_for(topic).to_string();

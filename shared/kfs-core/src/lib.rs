@@ -28,7 +28,6 @@ mod ledger;
 mod maintenance;
 mod pass;
 mod registry;
-mod registry_cache;
 mod replay;
 mod settings;
 mod source;
@@ -72,14 +71,14 @@ pub use maintenance::{
     remove_orphans_among, rewrite_manifests, step_off,
 };
 pub use pass::{
-    CONVERSION_TIMEOUT, PipelineConfig, Progress, RunReport, UNFINISHED_ATTEMPTS, run_attempt,
-    run_once,
+    CONVERSION_TIMEOUT, PassReport, PipelineConfig, Progress, UNFINISHED_ATTEMPTS, run_attempt,
+    run_pass,
 };
 pub use registry::{
     Framed, HttpRegistry, MemoryRegistry, RegisteredSchema, RegistryCredentials, RegistryError,
     RegistryLocation, SchemaId, SchemaKind, SchemaRegistry, frame,
 };
-pub use registry_cache::{LookupPolicy, SchemaCache, open_registry};
+pub use registry::{LookupPolicy, SchemaCache, open_registry};
 pub use replay::{
     REPLAYED_FROM_KEY, REPLAYED_KEY, ReplayReport, replay_dead_letters, retryable_reason,
 };

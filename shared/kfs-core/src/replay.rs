@@ -112,18 +112,7 @@ pub async fn replay_dead_letters(
         let present = rows::present_offsets(&table, &letters)
             .await
             .map_err(|e| catalog_error(name, e))?;
-        let mut todo: BTreeMap<(String, i32), Vec<OwnedRecord>> = BTreeMap::new();
-        let mut seen = BTreeSet::new();
-        for letter in &letters {
-            let at = (letter.partition, letter.record.offset);
-            // A record refused twice (its segment converted again) is one record.
-            if present.contains(&at) || !seen.insert(at) {
-                continue;
-            }
-            todo.entry((letter.topic.clone(), letter.partition))
-                .or_default()
-                .push(letter.record.clone());
-        }
+        let todo = records_to_replay(&letters, &present);
         report.present = present.len() as u64;
         if todo.is_empty() {
             return Ok(report);
@@ -171,6 +160,26 @@ pub async fn replay_dead_letters(
         )
         .with_retryable(true),
     ))
+}
+
+/// The letters' records not in the table yet, once each (a record refused twice, its
+/// segment converted again, is one record), grouped by topic and partition.
+fn records_to_replay(
+    letters: &[rows::DeadLetter],
+    present: &BTreeSet<(i32, i64)>,
+) -> BTreeMap<(String, i32), Vec<OwnedRecord>> {
+    let mut todo: BTreeMap<(String, i32), Vec<OwnedRecord>> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for letter in letters {
+        let at = (letter.partition, letter.record.offset);
+        if present.contains(&at) || !seen.insert(at) {
+            continue;
+        }
+        todo.entry((letter.topic.clone(), letter.partition))
+            .or_default()
+            .push(letter.record.clone());
+    }
+    todo
 }
 
 #[cfg(test)]

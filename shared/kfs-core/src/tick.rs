@@ -17,7 +17,7 @@ use crate::ledger::{EntryState, Ledger, partition_heads};
 use crate::maintenance::{
     MaintenancePolicy, MaintenanceStorage, MaintenanceSummary, maintain_tables,
 };
-use crate::pass::{PipelineConfig, RunReport, run_once};
+use crate::pass::{PassReport, PipelineConfig, run_pass};
 use crate::source::SegmentSource;
 
 /// Table maintenance after a tick's commits.
@@ -61,7 +61,7 @@ impl Backlog {
 #[derive(Debug, Clone)]
 pub struct TickReport {
     /// The pass: segments swept, commits per table, failed tables.
-    pub pass: RunReport,
+    pub pass: PassReport,
     /// Maintenance per table reached before the deadline: its summary or its error.
     pub maintenance: BTreeMap<String, Result<MaintenanceSummary, String>>,
     /// What waits per table after the tick.
@@ -132,7 +132,7 @@ pub async fn run_tick(
     maintenance: Option<&TickMaintenance>,
 ) -> Result<TickReport, PipelineError> {
     let started = Instant::now();
-    let pass = run_once(
+    let pass = run_pass(
         source,
         catalog.catalog,
         catalog.swap,
@@ -166,7 +166,7 @@ pub async fn run_tick(
 }
 
 /// Each table committed to, and its dead-letter table when it took dead letters.
-fn committed_tables(pass: &RunReport) -> Vec<TableName> {
+fn committed_tables(pass: &PassReport) -> Vec<TableName> {
     pass.tables
         .iter()
         .flat_map(|(table, outcome)| {
@@ -210,7 +210,7 @@ pub async fn backlog(
     Ok(backlog)
 }
 
-impl RunReport {
+impl PassReport {
     /// What the pass did, as JSON: `shard`'s pass that ended at `finished_ms`, per
     /// table the commit, then what failed and why (what [`TickLog`] keeps).
     pub fn summary(&self, shard: Shard, finished_ms: i64) -> Value {
@@ -249,7 +249,7 @@ impl RunReport {
 }
 
 impl TickReport {
-    /// What the tick did, as JSON: the pass's [`RunReport::summary`] and the
+    /// What the tick did, as JSON: the pass's [`PassReport::summary`] and the
     /// maintenance per table: the committer's answer, and what `kfs-iceberg status`
     /// shows of the last tick.
     pub fn summary(&self, shard: Shard) -> Value {

@@ -229,7 +229,7 @@ async fn a_sweep_cut_by_its_deadline_never_commits_a_partly_listed_table() -> Te
         deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(300)),
         ..kfs_core::PipelineConfig::default()
     };
-    let report = kfs_core::run_once(
+    let report = kfs_core::run_pass(
         &slow,
         &local.catalog,
         &local.swap,

@@ -16,7 +16,7 @@ use arrow_array::Array;
 use futures::TryStreamExt;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use kfs_core::testing::{ensure_topic_table, evolve_schema};
-use kfs_core::{PipelineConfig, run_once};
+use kfs_core::{PipelineConfig, run_pass};
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use local::{BoxError, Local};
 
@@ -67,7 +67,7 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
     config.commit.coalesce = true;
     local.put("metrics", 0, &[r#"{"n": 7, "f": 1.5}"#, r#"{"n": -3}"#], 1)?;
     local.put("metrics", 2, &[r#"{"n": 5000000000, "f": 1e300}"#], 1)?;
-    let report = run_once(source, catalog, swap, ledger, &config, &|_| {}).await?;
+    let report = run_pass(source, catalog, swap, ledger, &config, &|_| {}).await?;
     let outcome = report.tables.values().next().ok_or("no commit")?;
     assert_eq!(
         (outcome.segments, outcome.files, outcome.coalesced),
@@ -75,7 +75,7 @@ async fn declared_int_and_float_columns_widen_to_long_and_double() -> TestResult
     );
     // A later field, and a file written before it compacted with one written after.
     local.put("metrics", 3, &[r#"{"n": 1, "g": {"h": true}}"#], 1)?;
-    run_once(source, catalog, swap, ledger, &config, &|_| {}).await?;
+    run_pass(source, catalog, swap, ledger, &config, &|_| {}).await?;
     let table = iceberg::Catalog::load_table(catalog, &kfs_core::table_ident(&name)).await?;
     assert_eq!(table.metadata().schemas_iter().count(), 4);
     let compacted = kfs_core::compact_table(

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use futures::TryStreamExt;
 use iceberg::Catalog;
 use kfs_core::{ErrorKind, MemorySource, SegmentSource, SegmentStream, SourceError, SourceObject};
-use kfs_core::{PipelineConfig, run_once, table_ident};
+use kfs_core::{PipelineConfig, run_pass, table_ident};
 use kfs_plan::lfs::{BlobOrigin, LfsMode};
 use kfs_plan::naming::{TableName, TableNaming};
 use local::{BoxError, Local, offsets};
@@ -324,7 +324,7 @@ async fn a_throttled_blob_store_is_retried_never_quarantined() -> Result<(), Box
     let mut passes = 0;
     loop {
         passes += 1;
-        let report = run_once(
+        let report = run_pass(
             &source,
             &local.catalog,
             &local.swap,

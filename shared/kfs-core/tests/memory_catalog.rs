@@ -12,7 +12,7 @@ use iceberg::spec::{PrimitiveType, Type};
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use kfs_core::{CatalogKind, S3Settings, Warehouse, open_catalog_handle, table_ident};
 use kfs_core::{MaintenancePolicy, maintain_table};
-use kfs_core::{PipelineConfig, now_ms, run_once};
+use kfs_core::{PipelineConfig, now_ms, run_pass};
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use local::{BoxError, Local, offsets};
 
@@ -45,7 +45,7 @@ async fn the_pipeline_runs_on_the_memory_catalog() -> Result<(), BoxError> {
             .collect();
         let values: Vec<&str> = values.iter().map(String::as_str).collect();
         local.put("orders", base, &values, 1)?;
-        run_once(
+        run_pass(
             &local.source,
             catalog,
             swap,

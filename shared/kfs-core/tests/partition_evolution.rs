@@ -11,7 +11,7 @@ use kfs_core::Ledger;
 use kfs_core::SourceObject;
 use kfs_core::table_ident;
 use kfs_core::testing::{TopicTable, ingest_segment};
-use kfs_core::{PipelineConfig, now_ms, run_once};
+use kfs_core::{PipelineConfig, now_ms, run_pass};
 use kfs_plan::keys::SegmentFile;
 use kfs_plan::layout::parse_partition_spec;
 use kfs_plan::naming::TableNaming;
@@ -46,7 +46,7 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> Result<(
 
     // Committed unpartitioned.
     local.put("orders", 0, &VALUES, SPACING_MS)?;
-    run_once(source, catalog, swap, ledger, &unpartitioned, &|_| {}).await?;
+    run_pass(source, catalog, swap, ledger, &unpartitioned, &|_| {}).await?;
     // Converted unpartitioned, still pending when the spec changes.
     let key = local.put("orders", 10, &VALUES, SPACING_MS)?;
     let feed = kfs_core::Feed {
@@ -85,7 +85,7 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> Result<(
         },
         ..PipelineConfig::default()
     };
-    let report = run_once(source, catalog, swap, ledger, &hourly, &|_| {}).await?;
+    let report = run_pass(source, catalog, swap, ledger, &hourly, &|_| {}).await?;
     let outcome = report.tables.values().next().ok_or("no commit")?;
     assert_eq!(outcome.segments, 2, "{outcome:?}");
     let table = iceberg::Catalog::load_table(catalog, &table_ident(&name)).await?;
@@ -111,7 +111,7 @@ async fn a_changed_spec_evolves_the_table_for_new_and_pending_data() -> Result<(
     );
 
     // A rerun changes nothing; compaction merges files of the current spec only.
-    let again = run_once(source, catalog, swap, ledger, &hourly, &|_| {}).await?;
+    let again = run_pass(source, catalog, swap, ledger, &hourly, &|_| {}).await?;
     assert!(
         again.tables.values().all(|o| o.snapshot_id.is_none()),
         "{again:?}"

@@ -10,7 +10,7 @@ use kfs_core::MemorySource;
 use kfs_core::table_progress;
 use kfs_core::testing::open_sql_catalog;
 use kfs_core::{Ledger, SqliteLedger};
-use kfs_core::{PipelineConfig, RunReport, now_ms, run_once};
+use kfs_core::{PassReport, PipelineConfig, now_ms, run_pass};
 use kfs_core::{S3Settings, Warehouse, table_ident};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
@@ -93,7 +93,7 @@ async fn every_corpus_segment_is_quarantined_then_skipped_and_the_rest_lands_onc
         expected.push((partition, base, records));
     }
     let config = PipelineConfig::default();
-    let first: RunReport = run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
+    let first: PassReport = run_pass(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
     assert_eq!(
         first.quarantined.len(),
         corpus.len(),
@@ -117,7 +117,7 @@ async fn every_corpus_segment_is_quarantined_then_skipped_and_the_rest_lands_onc
     for entry in ledger.list(Some("quarantined"), None).await? {
         assert!(ledger.skip_quarantined(&entry.segment, now_ms()).await?);
     }
-    let second = run_once(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
+    let second = run_pass(&source, &catalog, &swap, &ledger, &config, &|_| {}).await?;
     assert!(second.quarantined.is_empty());
     assert_eq!(second.converted, 0, "nothing is converted twice");
     let table = iceberg::Catalog::load_table(&catalog, &ident).await?;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use iceberg::Catalog;
 use kfs_core::{
     PipelineConfig, RegisteredSchema, RegistryError, SchemaCache, SchemaId, SchemaKind,
-    SchemaRegistry, run_once, table_ident,
+    SchemaRegistry, run_pass, table_ident,
 };
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use local::{BoxError, Local, offsets};
@@ -114,7 +114,7 @@ async fn a_segment_naming_5000_schema_ids_makes_bounded_concurrent_lookups() -> 
         kfs_workload::simple_records(0, 5000, |o| Some(long_value(1000 + o as u32, 1))),
     )?;
     let started = std::time::Instant::now();
-    let report = run_once(
+    let report = run_pass(
         &local.source,
         &local.catalog,
         &local.swap,

@@ -15,7 +15,7 @@ use futures::TryStreamExt;
 use iceberg::Catalog;
 use kfs_core::{
     MemoryRegistry, PipelineConfig, RegisteredSchema, RegistryError, SchemaCache, SchemaId,
-    SchemaKind, SchemaRegistry, run_once, table_ident,
+    SchemaKind, SchemaRegistry, run_pass, table_ident,
 };
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use local::{BoxError, Local, offsets};
@@ -126,7 +126,7 @@ async fn three_versions_become_columns_with_stable_ids_and_the_rest_dead_letters
     let local = Local::open().await?;
     let config = config(Arc::new(registry()));
     let run = || {
-        run_once(
+        run_pass(
             &local.source,
             &local.catalog,
             &local.swap,
@@ -321,7 +321,7 @@ async fn a_registry_outage_is_retried_never_dead_lettered() -> Result<(), BoxErr
         kfs_workload::simple_records(0, 1, |_| Some(value.clone())),
     )?;
     let down = config(Arc::new(Down));
-    let failed = run_once(
+    let failed = run_pass(
         &local.source,
         &local.catalog,
         &local.swap,

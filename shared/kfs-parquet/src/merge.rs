@@ -23,8 +23,11 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::arrow_writer::ArrowRowGroupWriterFactory;
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
 use parquet::column::writer::ColumnCloseResult;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::{
+    PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader, RowGroupMetaData,
+};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
+use parquet::file::page_index::offset_index::OffsetIndexMetaData;
 use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::writer::SerializedFileWriter;
 use std::collections::HashMap;
@@ -172,31 +175,7 @@ fn merge_blocking(
             let copyable = same_schema && offsets.is_some_and(|o| o.len() == group.columns().len());
             if copyable && bytes >= copy_min_bytes {
                 flush(&mut writer, &factory, &mut pending, &mut row_groups)?;
-                let mut row_group = writer
-                    .next_row_group()
-                    .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
-                for (c, column) in group.columns().iter().enumerate() {
-                    let column_index = column_indexes
-                        .and_then(|ci| ci.get(c))
-                        .filter(|ci| !matches!(ci, ColumnIndexMetaData::NONE))
-                        .cloned();
-                    row_group
-                        .append_column(
-                            source,
-                            ColumnCloseResult {
-                                bytes_written: u64::try_from(column.compressed_size()).unwrap_or(0),
-                                rows_written: u64::try_from(group.num_rows()).unwrap_or(0),
-                                metadata: column.clone(),
-                                bloom_filter: None,
-                                column_index,
-                                offset_index: offsets.and_then(|o| o.get(c)).cloned(),
-                            },
-                        )
-                        .map_err(parquet_error(ErrorKind::DataInvalid, &source.path))?;
-                }
-                row_group
-                    .close()
-                    .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
+                copy_row_group(&mut writer, source, group, offsets, column_indexes)?;
                 row_groups += 1;
                 stats.row_groups_copied += 1;
                 stats.bytes_copied += bytes;
@@ -239,6 +218,43 @@ fn merge_blocking(
     let size = writer.inner().written;
     drop(writer);
     Ok((written, size, stats))
+}
+
+/// Copies a row group's column chunks as they are (no decoding) into the next row
+/// group of `writer`, with their page locations and column indexes.
+fn copy_row_group(
+    writer: &mut SerializedFileWriter<ChannelWrite>,
+    source: &RangeSource,
+    group: &RowGroupMetaData,
+    offsets: Option<&Vec<OffsetIndexMetaData>>,
+    column_indexes: Option<&Vec<ColumnIndexMetaData>>,
+) -> Result<()> {
+    let mut row_group = writer
+        .next_row_group()
+        .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
+    for (c, column) in group.columns().iter().enumerate() {
+        let column_index = column_indexes
+            .and_then(|ci| ci.get(c))
+            .filter(|ci| !matches!(ci, ColumnIndexMetaData::NONE))
+            .cloned();
+        row_group
+            .append_column(
+                source,
+                ColumnCloseResult {
+                    bytes_written: u64::try_from(column.compressed_size()).unwrap_or(0),
+                    rows_written: u64::try_from(group.num_rows()).unwrap_or(0),
+                    metadata: column.clone(),
+                    bloom_filter: None,
+                    column_index,
+                    offset_index: offsets.and_then(|o| o.get(c)).cloned(),
+                },
+            )
+            .map_err(parquet_error(ErrorKind::DataInvalid, &source.path))?;
+    }
+    row_group
+        .close()
+        .map_err(parquet_error(ErrorKind::DataInvalid, "merged file"))?;
+    Ok(())
 }
 
 /// Encodes the pending batches as one row group.

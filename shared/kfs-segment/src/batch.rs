@@ -459,6 +459,38 @@ fn decode_record<'a>(
     }
     let key = body.nullable_bytes("record key")?;
     let value = body.nullable_bytes("record value")?;
+    decode_headers(&mut body, &mut headers)?;
+    if body.remaining() != 0 {
+        return Err(DecodeError::at(
+            length_at,
+            DecodeErrorKind::RecordLength {
+                declared: i64::from(length),
+                used: (length as usize - body.remaining()) as i64,
+            },
+        ));
+    }
+    let offset = header.base_offset + i64::from(offset_delta);
+    let timestamp_ms = match header.timestamp_type() {
+        TimestampType::LogAppendTime => header.max_timestamp,
+        // Kafka's own arithmetic (Java's `long`, which wraps): a producer computes
+        // the delta as `timestamp - baseTimestamp`, so a batch holding CreateTimes at
+        // both ends of i64 is valid and reads back exactly.
+        TimestampType::CreateTime => header.base_timestamp.wrapping_add(timestamp_delta),
+    };
+    Ok(Record {
+        offset,
+        timestamp_ms,
+        key,
+        value,
+        headers,
+    })
+}
+
+/// Decodes a record's header count and headers from `body` into `headers`.
+fn decode_headers<'a>(
+    body: &mut Cursor<'a>,
+    headers: &mut Vec<RecordHeader<'a>>,
+) -> Result<(), DecodeError> {
     let count_at = body.position();
     let header_count = body.varint("record header count")?;
     // Each header needs at least two bytes (key length, value length).
@@ -492,28 +524,5 @@ fn decode_record<'a>(
         let value = body.nullable_bytes("record header value")?;
         headers.push(RecordHeader { key, value });
     }
-    if body.remaining() != 0 {
-        return Err(DecodeError::at(
-            length_at,
-            DecodeErrorKind::RecordLength {
-                declared: i64::from(length),
-                used: (length as usize - body.remaining()) as i64,
-            },
-        ));
-    }
-    let offset = header.base_offset + i64::from(offset_delta);
-    let timestamp_ms = match header.timestamp_type() {
-        TimestampType::LogAppendTime => header.max_timestamp,
-        // Kafka's own arithmetic (Java's `long`, which wraps): a producer computes
-        // the delta as `timestamp - baseTimestamp`, so a batch holding CreateTimes at
-        // both ends of i64 is valid and reads back exactly.
-        TimestampType::CreateTime => header.base_timestamp.wrapping_add(timestamp_delta),
-    };
-    Ok(Record {
-        offset,
-        timestamp_ms,
-        key,
-        value,
-        headers,
-    })
+    Ok(())
 }

@@ -5,9 +5,9 @@
 
 use crate::batch::{BATCH_HEADER_LEN, CRC_START};
 use crate::compression::{self, Compression, SnappyFraming};
+use crate::envelope::{FOOTER_MAGIC, SEGMENT_HEADER_LEN, SEGMENT_MAGIC};
 use crate::error::EncodeError;
 use crate::index::{DEFAULT_INDEX_INTERVAL, SegmentIndex};
-use crate::segment::{FOOTER_MAGIC, SEGMENT_HEADER_LEN, SEGMENT_MAGIC};
 use crate::wire::{put_varint, put_varlong};
 
 /// An owned record to encode.

@@ -1,8 +1,8 @@
 //! The `.index` file: a sparse map from batch base offsets to byte positions in the
 //! `.kfs`, and its check against the segment it belongs to.
 
+use crate::envelope::SEGMENT_HEADER_LEN;
 use crate::error::{DecodeError, DecodeErrorKind};
-use crate::segment::SEGMENT_HEADER_LEN;
 use crate::wire::Cursor;
 
 /// Index header magic, `IDX\0`.

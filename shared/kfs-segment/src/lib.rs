@@ -59,7 +59,9 @@
 mod batch;
 mod compression;
 mod encode;
+mod envelope;
 mod error;
+mod frames;
 mod index;
 mod limits;
 mod segment;
@@ -72,13 +74,15 @@ pub use compression::{Compression, SnappyFraming};
 pub use encode::{
     BatchSpec, EncodedSegment, OwnedRecord, encode_batch, encode_segment, segment_from_frames,
 };
+pub use envelope::{
+    FOOTER_MAGIC, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC, SegmentFooter,
+    SegmentHeader,
+};
 pub use error::{DecodeError, DecodeErrorKind, EncodeError};
+pub use frames::{Frame, FrameSource, ReadFrames, SliceFrames};
 pub use index::{DEFAULT_INDEX_INTERVAL, INDEX_MAGIC, IndexEntry, SegmentIndex};
 pub use limits::DecodeLimits;
-pub use segment::{
-    FOOTER_MAGIC, Frame, FrameSource, ReadFrames, SEGMENT_FOOTER_LEN, SEGMENT_HEADER_LEN,
-    SEGMENT_MAGIC, SegmentDecoder, SegmentFooter, SegmentHeader, SegmentSummary, SliceFrames,
-};
+pub use segment::{SegmentDecoder, SegmentSummary};
 
 /// Decodes and verifies a whole in-memory segment, returning every data record as an
 /// owned copy with the summary. Convenient for tests and small segments; use

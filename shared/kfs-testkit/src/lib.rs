@@ -91,7 +91,7 @@ impl Moto {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "moto_server did not start (is moto installed? pip install -r tests/requirements.txt); it said {line:?}"
+                "moto_server did not start (is moto installed? scripts/test.sh makes the environment: source scripts/python-env.sh); it said {line:?}"
             );
         };
         Self {

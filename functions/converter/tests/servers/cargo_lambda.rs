@@ -33,7 +33,11 @@ fn spawn(command: &mut Command, what: &str) -> Group {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
-            .unwrap_or_else(|e| panic!("{what} (pip install cargo-lambda): {e}")),
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{what} (in the tests' Python environment: source scripts/python-env.sh): {e}"
+                )
+            }),
     )
 }
 
@@ -145,7 +149,7 @@ fn invoke(port: u16, sample: &str) -> String {
             ])
             .arg(&event)
             .output()
-            .unwrap_or_else(|e| panic!("cargo lambda invoke (pip install cargo-lambda): {e}"));
+            .unwrap_or_else(|e| panic!("cargo lambda invoke (in the tests' Python environment: source scripts/python-env.sh): {e}"));
         if output.status.success() {
             return String::from_utf8_lossy(&output.stdout).into_owned();
         }

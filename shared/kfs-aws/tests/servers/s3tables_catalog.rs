@@ -7,7 +7,7 @@
 use kfs_core::compact_table;
 use kfs_core::table_ident;
 use kfs_core::table_watermarks;
-use kfs_core::{PipelineConfig, now_ms, run_once};
+use kfs_core::{PipelineConfig, now_ms, run_pass};
 use kfs_plan::naming::{TableNaming, ValueFormat};
 use kfs_segment::Compression;
 use kfs_testkit::{LocalStack, table_contents};
@@ -52,7 +52,7 @@ async fn json_tables_their_dead_letters_and_compactions_live_in_a_table_bucket()
     };
     let (source, ledger) = (stack.source(), stack.ledger());
     let pass = || async {
-        run_once(
+        run_pass(
             &source,
             catalog,
             handle.swap.as_ref(),

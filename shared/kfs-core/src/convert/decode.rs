@@ -281,7 +281,7 @@ pub fn scan_schema_ids(
     let mut named_keys = super::NamedSchemas::default();
     decode_records(segment, key, limits, |record| {
         // A compressed payload's head only: its schema and the message it names.
-        let head = |v| crate::registry::frame_head(v, super::registry::SCANNED_BYTES);
+        let head = |v| crate::registry::frame_head(v, super::registry_values::SCANNED_BYTES);
         if let Some(Ok(framed)) = record.value.map(head) {
             values.note(&framed);
         }

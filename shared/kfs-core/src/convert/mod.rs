@@ -25,7 +25,7 @@ mod json_schema;
 mod lfs;
 mod protobuf;
 mod protobuf_bounds;
-mod registry;
+mod registry_values;
 mod route;
 mod run;
 #[cfg(test)]
@@ -38,8 +38,8 @@ pub use decode::{scan_json_segment, scan_schema_ids};
 pub use lfs::LfsValues;
 pub(crate) use lfs::{blob_channel, serve_blobs};
 #[cfg(feature = "test-support")]
-pub use registry::registry_columns;
-pub use registry::{
+pub use registry_values::registry_columns;
+pub use registry_values::{
     MAX_SCHEMAS_PER_SEGMENT, NamedSchemas, RegistrySchemas, WriterSchema, WriterSchemas,
 };
 pub use run::{DecodedSegment, RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
@@ -299,7 +299,7 @@ fn router_for<'t>(
             key_writers,
             dead_letters,
         } => (
-            Box::new(registry::RegistryRouter::new(
+            Box::new(registry_values::RegistryRouter::new(
                 table,
                 (writers, key_writers),
                 dead_letters,

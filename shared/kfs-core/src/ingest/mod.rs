@@ -8,14 +8,14 @@
 mod json;
 mod passes;
 mod record;
-mod registry;
+mod registry_segment;
 mod runs;
 mod schema_race;
 mod target;
 
 use json::convert_json_segment;
 use record::{describe, describe_and_spill, new_entry, quarantined, record, record_written};
-pub(crate) use registry::convert_registry_segment;
+pub(crate) use registry_segment::convert_registry_segment;
 pub(crate) use runs::run_segments;
 #[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
 pub use runs::{MAX_RUN_SEGMENTS, NewSegment, RunLimits, RunsOutcome, ingest_runs};

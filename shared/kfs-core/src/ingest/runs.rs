@@ -162,22 +162,7 @@ pub async fn ingest_runs(
         }
     };
     let mut run: Option<OpenRun> = None;
-    // Bodies read ahead of the decoding, in order: as many as fit the byte budget.
-    let largest = segments.iter().map(|s| s.object.size).max().unwrap_or(0);
-    let read_ahead = usize::try_from(RUN_READ_AHEAD_BYTES / largest.max(1))
-        .unwrap_or(RUN_READ_AHEAD_MAX)
-        .clamp(1, RUN_READ_AHEAD_MAX);
-    let mut bodies = futures::stream::iter(segments.iter())
-        .map(|NewSegment { object, .. }| {
-            retry.run(PipelineError::kind, move || async move {
-                Ok::<_, PipelineError>(
-                    source
-                        .read_version(&object.key, object.etag.as_deref())
-                        .await?,
-                )
-            })
-        })
-        .buffered(read_ahead);
+    let mut bodies = read_ahead(source, segments, retry);
     let mut at = 0;
     while at < segments.len() {
         let NewSegment {
@@ -250,6 +235,30 @@ pub async fn ingest_runs(
     }
     close_run(ledger, &mut run, &mut outcome).await?;
     Ok(outcome)
+}
+
+/// The segments' bodies, read in order ahead of their decoding: as many at once as fit
+/// `RUN_READ_AHEAD_BYTES` (at most `RUN_READ_AHEAD_MAX`), each read retried.
+fn read_ahead<'a>(
+    source: &'a impl SegmentSource,
+    segments: &'a [NewSegment],
+    retry: &'a crate::fault::RetryPolicy,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, PipelineError>> + 'a {
+    let largest = segments.iter().map(|s| s.object.size).max().unwrap_or(0);
+    let depth = usize::try_from(RUN_READ_AHEAD_BYTES / largest.max(1))
+        .unwrap_or(RUN_READ_AHEAD_MAX)
+        .clamp(1, RUN_READ_AHEAD_MAX);
+    futures::stream::iter(segments.iter())
+        .map(move |NewSegment { object, .. }| {
+            retry.run(PipelineError::kind, move || async move {
+                Ok::<_, PipelineError>(
+                    source
+                        .read_version(&object.key, object.etag.as_deref())
+                        .await?,
+                )
+            })
+        })
+        .buffered(depth)
 }
 
 /// The bytes at the end of a segment that identify its content ([`version_tag`]).

@@ -7,15 +7,30 @@ use super::{Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntr
 /// ledger by each implementation's tests: conditional inserts, transitions only from
 /// `pending`, and listings by state and table. Returns the first violation.
 pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
-    fn expect<T: PartialEq + std::fmt::Debug>(what: &str, got: T, want: T) -> Result<(), String> {
-        if got == want {
-            Ok(())
-        } else {
-            Err(format!("{what}: got {got:?}, expected {want:?}"))
-        }
+    let (pending, later, bad) = inserts_and_listings(ledger).await?;
+    commits_and_releases(ledger, &pending, later, &bad).await?;
+    skipping(ledger, &pending, &bad).await?;
+    attempts(ledger).await?;
+    stored_shapes(ledger, &pending).await
+}
+
+/// The first violation's description: what was checked, what came, what was expected.
+fn expect<T: PartialEq + std::fmt::Debug>(what: &str, got: T, want: T) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{what}: got {got:?}, expected {want:?}"))
     }
-    let store = |e: LedgerError| e.to_string();
-    let entry = |segment: &str, base_offset: i64, state: EntryState| LedgerEntry {
+}
+
+/// A ledger error as a violation.
+fn store(e: LedgerError) -> String {
+    e.to_string()
+}
+
+/// An entry of `kafscale.orders` partition 0 at `base_offset`, ten records long.
+fn entry(segment: &str, base_offset: i64, state: EntryState) -> LedgerEntry {
+    LedgerEntry {
         segment: segment.into(),
         etag: "e1".into(),
         table: "kafscale.orders".into(),
@@ -34,7 +49,13 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
         state,
         created_ms: 1,
         updated_ms: 1,
-    };
+    }
+}
+
+/// Conditional inserts, then listings and reads by state, table and key.
+async fn inserts_and_listings(
+    ledger: &impl Ledger,
+) -> Result<(LedgerEntry, LedgerEntry, LedgerEntry), String> {
     let pending = entry(
         "ns/orders/0/segment-00000000000000000010.kfs",
         10,
@@ -70,6 +91,17 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
         },
     );
     ledger.insert(&bad).await.map_err(store)?;
+    listings(ledger, &pending, &later, &bad).await?;
+    Ok((pending, later, bad))
+}
+
+/// Listings and reads by state, table and key of the three entries inserted.
+async fn listings(
+    ledger: &impl Ledger,
+    pending: &LedgerEntry,
+    later: &LedgerEntry,
+    bad: &LedgerEntry,
+) -> Result<(), String> {
     expect(
         "pending, in offset order",
         ledger.list(Some("pending"), None).await.map_err(store)?,
@@ -86,7 +118,7 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
             .work_keys("pending", "kafscale.orders")
             .await
             .map_err(store)?,
-        vec![key(&pending), key(&later)],
+        vec![key(pending), key(later)],
     )?;
     expect(
         "quarantined keys of the table",
@@ -94,7 +126,7 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
             .work_keys("quarantined", "kafscale.orders")
             .await
             .map_err(store)?,
-        vec![key(&bad)],
+        vec![key(bad)],
     )?;
     expect(
         "keys of another table",
@@ -142,7 +174,17 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
             .map_err(store)?,
         vec![bad.clone()],
     )?;
-    let both = vec![&pending, &bad];
+    Ok(())
+}
+
+/// Marking committed (once, only the conversion read), then releasing quarantined entries.
+async fn commits_and_releases(
+    ledger: &impl Ledger,
+    pending: &LedgerEntry,
+    later: LedgerEntry,
+    bad: &LedgerEntry,
+) -> Result<(), String> {
+    let both = vec![pending, bad];
     // A commit of another conversion of the same key (a run dropped and converted
     // again since the committer read it) marks nothing.
     let other_conversion = LedgerEntry {
@@ -233,6 +275,15 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
             .map_err(store)?,
         false,
     )?;
+    Ok(())
+}
+
+/// Skipping: only from quarantined, keeping the error, listed by state and table.
+async fn skipping(
+    ledger: &impl Ledger,
+    pending: &LedgerEntry,
+    bad: &LedgerEntry,
+) -> Result<(), String> {
     // Skipping: only from quarantined, keeping the error, listed by state and table.
     let worse = LedgerEntry {
         segment: "ns/orders/0/segment-00000000000000000500.kfs".into(),
@@ -287,6 +338,11 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
             .map_err(store)?,
         false,
     )?;
+    Ok(())
+}
+
+/// Unfinished attempts count up per segment until one ends; they are not entries.
+async fn attempts(ledger: &impl Ledger) -> Result<(), String> {
     // Unfinished attempts count up per segment until one ends; they are not entries.
     let crashing = "ns/orders/0/segment-00000000000000000090.kfs";
     let other = "ns/orders/0/segment-00000000000000000091.kfs";
@@ -316,6 +372,12 @@ pub async fn check_contract(ledger: &impl Ledger) -> Result<(), String> {
     )?;
     ledger.end_attempt(crashing).await.map_err(store)?;
     ledger.end_attempt(other).await.map_err(store)?;
+    Ok(())
+}
+
+/// Entries of other shapes kept as they are: a pointer to spilled descriptions, a run
+/// with its members and gaps; a pending run discarded once.
+async fn stored_shapes(ledger: &impl Ledger, pending: &LedgerEntry) -> Result<(), String> {
     // A pointer to spilled descriptions is stored as it is.
     let spilled = LedgerEntry {
         data_files: vec!["@s3://lakehouse/t/data/kfs-descriptions/x.json".into()],

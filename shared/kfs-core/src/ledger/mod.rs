@@ -269,37 +269,6 @@ impl LedgerError {
     }
 }
 
-/// Whether SQLite answered busy or locked (result codes 5 and 6, with their extended
-/// codes): another connection holds the lock; the same statement may pass later.
-#[cfg(feature = "sql")]
-pub(crate) fn sqlite_busy(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Database(db) => db
-            .code()
-            .and_then(|code| code.parse::<i32>().ok())
-            .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
-        _ => false,
-    }
-}
-
-#[cfg(feature = "sql")]
-impl From<sqlx::Error> for LedgerError {
-    fn from(e: sqlx::Error) -> Self {
-        let kind = match &e {
-            sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => ErrorKind::Transient,
-            _ if sqlite_busy(&e) => ErrorKind::Transient,
-            _ => ErrorKind::Config,
-        };
-        Self::Store {
-            message: e.to_string(),
-            kind,
-        }
-    }
-}
-
 /// What a listing of the ledger found: the entries it could read, and the items it
 /// could not (each reported, never the reason a whole listing fails: one bad item
 /// must not stop every table).

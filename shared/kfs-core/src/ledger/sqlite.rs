@@ -4,6 +4,7 @@ use super::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
     RunMember, WorkKey, existing_entry,
 };
+use crate::fault::ErrorKind;
 use sqlx::Row;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -55,7 +56,7 @@ impl SqliteLedger {
         loop {
             attempt += 1;
             match Self::try_open(path).await {
-                Err(e) if super::sqlite_busy(&e) && attempt < 10 => {
+                Err(e) if sqlite_busy(&e) && attempt < 10 => {
                     tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
                 }
                 result => return Ok(result?),
@@ -352,5 +353,34 @@ impl Ledger for SqliteLedger {
         .execute(&self.pool)
         .await?;
         Ok(result.rows_affected() == 1)
+    }
+}
+
+/// Whether SQLite answered busy or locked (result codes 5 and 6, with their extended
+/// codes): another connection holds the lock; the same statement may pass later.
+fn sqlite_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
+        _ => false,
+    }
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        let kind = match &e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => ErrorKind::Transient,
+            _ if sqlite_busy(&e) => ErrorKind::Transient,
+            _ => ErrorKind::Config,
+        };
+        Self::Store {
+            message: e.to_string(),
+            kind,
+        }
     }
 }

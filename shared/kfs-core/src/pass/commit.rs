@@ -8,7 +8,7 @@ use futures::StreamExt;
 use iceberg::Catalog;
 
 use super::config::PipelineConfig;
-use super::report::{Progress, RunReport};
+use super::report::{PassReport, Progress};
 use super::sweep::SweptTable;
 use crate::clock::now_ms;
 use crate::commit::{CommitSettings, commit_table};
@@ -23,7 +23,7 @@ pub(super) async fn commit_swept(
     ledger: &impl Ledger,
     config: &PipelineConfig,
     swept: BTreeMap<String, SweptTable>,
-    report: &mut RunReport,
+    report: &mut PassReport,
     progress: &(dyn Fn(&Progress) + Sync),
 ) {
     let jobs: Vec<_> = swept

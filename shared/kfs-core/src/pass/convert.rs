@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 
 use super::config::{CONVERSION_TIMEOUT, Pass, PipelineConfig, UNFINISHED_ATTEMPTS};
-use super::report::{Progress, RunReport};
+use super::report::{PassReport, Progress};
 use super::sweep::{SweptTable, feed_of};
 use super::tables::Tables;
 use crate::clock::now_ms;
@@ -29,7 +29,7 @@ pub(super) async fn convert_new<S: SegmentSource, L: Ledger>(
     tables: &mut Tables<'_>,
     work: &[NewSegment],
     swept: &mut BTreeMap<String, SweptTable>,
-    report: &mut RunReport,
+    report: &mut PassReport,
 ) -> Result<(), PipelineError> {
     let config = pass.config;
     let budget = config.max_conversions.unwrap_or(usize::MAX);
@@ -138,7 +138,7 @@ async fn convert_single<S: SegmentSource, L: Ledger>(
     target: &TopicTable,
     key: &SegmentKey,
     object: &SourceObject,
-    report: &mut RunReport,
+    report: &mut PassReport,
 ) -> Result<Option<LedgerEntry>, PipelineError> {
     let (source, ledger, config): (&S, &L, &PipelineConfig) =
         (pass.source, pass.ledger, pass.config);
@@ -191,7 +191,7 @@ async fn convert_single<S: SegmentSource, L: Ledger>(
 /// and the progress.
 fn note_recorded(
     entry: &LedgerEntry,
-    report: &mut RunReport,
+    report: &mut PassReport,
     swept: &mut BTreeMap<String, SweptTable>,
     progress: &(dyn Fn(&Progress) + Sync),
 ) {

@@ -1,5 +1,5 @@
 //! One pass of the pipeline, as both the CLI and the Lambda functions run it, in
-//! three stages read top to bottom in [`run_once`]: the sweep lists the source and
+//! three stages read top to bottom in [`run_pass`]: the sweep lists the source and
 //! gathers every complete segment the ledger has not seen (`sweep`), the
 //! conversions turn them into pending files (`convert`), and each table's pending
 //! segments are committed (`commit`).
@@ -16,7 +16,7 @@ mod report;
 
 use config::Pass;
 pub use config::{CONVERSION_TIMEOUT, PipelineConfig, UNFINISHED_ATTEMPTS};
-pub use report::{Progress, RunReport};
+pub use report::{PassReport, Progress};
 
 use crate::catalog::CatalogAccess;
 use crate::catalog::TableSwap;
@@ -26,14 +26,14 @@ use crate::source::SegmentSource;
 use iceberg::Catalog;
 
 /// Runs one pass: list, convert what is new, commit every table with pending work.
-pub async fn run_once(
+pub async fn run_pass(
     source: &impl SegmentSource,
     catalog: &dyn Catalog,
     swap: &dyn TableSwap,
     ledger: &impl Ledger,
     config: &PipelineConfig,
     progress: &(dyn Fn(&Progress) + Sync),
-) -> Result<RunReport, PipelineError> {
+) -> Result<PassReport, PipelineError> {
     config.naming.validate().map_err(PipelineError::Config)?;
     let access = CatalogAccess { catalog, swap };
     let pass = Pass {
@@ -46,7 +46,7 @@ pub async fn run_once(
             .deadline
             .map(|d| d.checked_sub(config.commit_reserve).unwrap_or(d)),
     };
-    let mut report = RunReport::default();
+    let mut report = PassReport::default();
     let mut tables = tables::Tables::new(
         access,
         &config.naming,

@@ -1,4 +1,4 @@
-//! What a pass tells as it goes ([`Progress`]) and when it is done ([`RunReport`]).
+//! What a pass tells as it goes ([`Progress`]) and when it is done ([`PassReport`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,7 +41,7 @@ pub enum Progress {
 
 /// What a pass did.
 #[derive(Debug, Clone, Default)]
-pub struct RunReport {
+pub struct PassReport {
     /// Objects listed: after each partition's watermark, and where a late segment
     /// would be (what is retained below the watermark is never listed).
     pub objects: usize,
@@ -90,7 +90,7 @@ pub struct RunReport {
     pub unreadable: Vec<(String, String)>,
 }
 
-impl RunReport {
+impl PassReport {
     /// True when the pass left work undone that another pass (or an operator) must
     /// finish: a table that failed to open or commit, a segment that failed to
     /// convert, or an unreadable ledger item.

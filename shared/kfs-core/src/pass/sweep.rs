@@ -10,7 +10,7 @@ use kfs_plan::keys::{SegmentFile, SegmentKey, SegmentListing};
 use kfs_plan::sweep::{BaseRange, ListedSegment};
 
 use super::config::{Pass, PipelineConfig};
-use super::report::RunReport;
+use super::report::PassReport;
 use super::tables::Tables;
 use crate::error::PipelineError;
 use crate::ingest::{NewSegment, TopicTable};
@@ -43,7 +43,7 @@ enum Listed {
 pub(super) async fn sweep<S: SegmentSource, L: Ledger>(
     pass: &Pass<'_, S, L>,
     tables: &mut Tables<'_>,
-    report: &mut RunReport,
+    report: &mut PassReport,
 ) -> Result<Sweep, PipelineError> {
     let mut work = Vec::new();
     let mut swept: BTreeMap<String, SweptTable> = BTreeMap::new();
@@ -109,7 +109,7 @@ async fn sweep_range<S: SegmentSource, L: Ledger>(
     table: &mut SweptTable,
     (dir, range): (&str, BaseRange),
     work: &mut Vec<NewSegment>,
-    report: &mut RunReport,
+    report: &mut PassReport,
 ) -> Result<Listed, PipelineError> {
     let objects = list_range(pass.source, dir, range).await?;
     let found = SegmentListing::from_keys(objects.iter().map(|o| o.key.as_str()));
@@ -182,7 +182,7 @@ async fn take_unrecorded(
     ledger: &impl Ledger,
     unknown: Vec<(SegmentKey, &SourceObject, bool)>,
     work: &mut Vec<NewSegment>,
-    report: &mut RunReport,
+    report: &mut PassReport,
 ) -> Result<(), PipelineError> {
     let keys: Vec<String> = unknown
         .iter()
@@ -357,7 +357,7 @@ impl SweptTable {
 async fn list_feeds(
     source: &impl SegmentSource,
     config: &PipelineConfig,
-    report: &mut RunReport,
+    report: &mut PassReport,
 ) -> Result<Vec<Feeds>, PipelineError> {
     let mut feeds = Vec::new();
     for namespace in source.list_dirs("").await? {

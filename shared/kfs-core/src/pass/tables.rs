@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use kfs_plan::naming::TableNaming;
 
-use super::report::RunReport;
+use super::report::PassReport;
 use crate::catalog::CatalogAccess;
 use crate::error::PipelineError;
 use crate::ingest::TopicTable;
@@ -89,7 +89,7 @@ impl<'a> Tables<'a> {
 
     /// Notes in `report` the feeds refused their tables and the tables that could not
     /// be opened.
-    pub(super) fn report_into(&self, report: &mut RunReport) {
+    pub(super) fn report_into(&self, report: &mut PassReport) {
         report.refused = self.refused();
         for (table, error) in self.failed() {
             report

@@ -29,7 +29,7 @@ use kfs_core::{ConverterService, ConverterSettings};
 use kfs_core::{EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, SqliteLedger};
 use kfs_core::{MaintenancePolicy, maintain_table};
 use kfs_core::{MemorySource, SegmentSource, SourceError, SourceObject};
-use kfs_core::{PipelineConfig, now_ms, run_once};
+use kfs_core::{PipelineConfig, now_ms, run_pass};
 use kfs_core::{table_progress, table_watermarks};
 use kfs_plan::crosscheck::{CrossCheckPolicy, EtcdState};
 use kfs_plan::events::ObjectCreated;
@@ -662,7 +662,7 @@ impl<'a> Process<'a> {
                 },
                 ..PipelineConfig::default()
             };
-            let report = run_once(
+            let report = run_pass(
                 &self.source,
                 &self.catalog,
                 &self.swap,

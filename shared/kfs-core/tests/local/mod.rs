@@ -13,7 +13,7 @@ use kfs_core::SqliteLedger;
 use kfs_core::testing::SqlTableSwap;
 use kfs_core::testing::{SqlCatalog, open_sql_catalog};
 use kfs_core::{CatalogAccess, LOCAL_CATALOG_NAME, S3Settings, Warehouse, table_ident};
-use kfs_core::{PipelineConfig, RunReport, run_once};
+use kfs_core::{PassReport, PipelineConfig, run_pass};
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::{TableName, TableNaming};
 use kfs_segment::Compression;
@@ -163,7 +163,7 @@ impl Local {
     }
 
     /// Runs one pass with `naming` and the default settings otherwise.
-    pub async fn run(&self, naming: &TableNaming) -> Result<RunReport, BoxError> {
+    pub async fn run(&self, naming: &TableNaming) -> Result<PassReport, BoxError> {
         self.run_config(&PipelineConfig {
             naming: naming.clone(),
             ..PipelineConfig::default()
@@ -172,8 +172,8 @@ impl Local {
     }
 
     /// Runs one pass with `config`.
-    pub async fn run_config(&self, config: &PipelineConfig) -> Result<RunReport, BoxError> {
-        Ok(run_once(
+    pub async fn run_config(&self, config: &PipelineConfig) -> Result<PassReport, BoxError> {
+        Ok(run_pass(
             &self.source,
             &self.catalog,
             &self.swap,

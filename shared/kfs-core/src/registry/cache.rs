@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::fault::ErrorKind;
-use crate::registry::{
+use super::{
     HttpRegistry, RegisteredSchema, RegistryError, RegistryLocation, SchemaId, SchemaRegistry,
 };
+use crate::fault::ErrorKind;
 
 /// How a segment's schemas are looked up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,5 +236,5 @@ pub fn open_registry<T>(location: &RegistryLocation) -> Result<SchemaCache<T>, S
 }
 
 #[cfg(test)]
-#[path = "registry_cache_tests.rs"]
+#[path = "cache_tests.rs"]
 mod tests;

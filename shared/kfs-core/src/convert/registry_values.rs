@@ -164,7 +164,7 @@ impl NamedSchemas {
 
 /// Writer schemas by id, fetched from the registry once and parsed once for the
 /// process.
-pub type RegistrySchemas = crate::registry_cache::SchemaCache<WriterSchema>;
+pub type RegistrySchemas = crate::registry::SchemaCache<WriterSchema>;
 
 /// The writer schemas of a segment's values by id: parsed and absorbed by the table,
 /// or why their records are dead letters.

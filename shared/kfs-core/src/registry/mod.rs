@@ -6,9 +6,13 @@
 //! pure). The AWS Glue Schema Registry itself is at the edge (`kfs-aws`).
 //!
 //! Schemas are looked up with a budget and kept (`SchemaCache`, in
-//! `registry_cache`). An unknown id is not an error of the registry (its records are
+//! `cache`). An unknown id is not an error of the registry (its records are
 //! dead letters once the registry keeps saying so); a registry that cannot answer (a
 //! timeout, 5xx, throttling) is transient; a refused credential is for the operator.
+
+mod cache;
+
+pub use cache::{LookupPolicy, SchemaCache, open_registry};
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -528,5 +532,4 @@ impl RegistryLocation {
 }
 
 #[cfg(test)]
-#[path = "registry_tests.rs"]
 mod tests;
