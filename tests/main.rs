@@ -8,6 +8,7 @@ mod catalogs_cli;
 mod docs_commands;
 mod dump_cli;
 mod first_hour_cli;
+mod follow_cli;
 mod gen_cli;
 mod json_values_cli;
 mod lfs_cli;

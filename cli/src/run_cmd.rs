@@ -7,8 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kfs_core::OpendalSource;
 use kfs_core::S3Settings;
 use kfs_core::Settings;
-use kfs_core::{CommitOutcome, PassReport, PipelineConfig, Progress, run_pass};
-use kfs_plan::commit::HoldReason;
+use kfs_core::{PassReport, PipelineConfig, Progress, run_pass};
 use kfs_plan::lfs::BlobOrigin;
 use kfs_plan::naming::{KeyFormat, ValueFormat};
 
@@ -79,6 +78,8 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    follow: crate::follow::FollowArgs,
     /// Commit one data file per segment: no runs of small segments converted into one
     /// file, and no merging of each commit's small files into target-size files.
     #[arg(long)]
@@ -208,8 +209,12 @@ pub async fn run(args: &RunArgs, stack: Option<&str>) -> Result<(), CliError> {
     let source = OpendalSource::from_location(&args.source, &S3Settings::from_env())
         .map_err(|e| CliError::Pipeline(format!("source {e}")))?;
     // The source's layout before the warehouse is created: a wrong path creates nothing.
-    crate::source_check::check_layout(&source, &args.source, local).await?;
+    crate::source_check::check_layout(&source, &args.source, local, args.follow.follow).await?;
     let embedded = args.warehouse.open_local(Access::Create).await?;
+    if args.follow.follow {
+        return crate::follow::follow(&source, &args.source, &embedded, &config, &args.follow)
+            .await;
+    }
     let bar = progress_bar(args.quiet);
     let on_progress = |event: &Progress| match event {
         Progress::Listed { new, .. } => bar.set_length(*new as u64),
@@ -232,7 +237,7 @@ pub async fn run(args: &RunArgs, stack: Option<&str>) -> Result<(), CliError> {
     .await
     .map_err(|e| CliError::Pipeline(e.to_string()))?;
     bar.finish_and_clear();
-    print_report(&report);
+    crate::report::print_report(&report);
     let shard = kfs_plan::shard::Shard::default();
     let summary = report.summary(shard, kfs_core::now_ms());
     if let Err(e) = embedded.tick_log.write(shard, &summary).await {
@@ -285,113 +290,4 @@ fn outcome(report: &PassReport) -> Result<(), CliError> {
         )));
     }
     Ok(())
-}
-
-fn print_report(report: &PassReport) {
-    out!(
-        "{} segments listed past the tables' watermarks ({} new, {} already known), {} converted ({} records), {} quarantined, {} incomplete, {} other objects ignored",
-        report.segments,
-        report.segments - report.known,
-        report.known,
-        report.converted,
-        report.records_converted,
-        report.quarantined.len(),
-        report.incomplete,
-        report.ignored
-    );
-    for (segment, error) in &report.quarantined {
-        out!("  quarantined {segment}: {error}");
-    }
-    for (table, error) in &report.failed_tables {
-        out!("table {table}: commit failed: {error}");
-    }
-    for (segment, error) in &report.failed_segments {
-        out!("  failed {segment}: {error} (tried again next run)");
-    }
-    for (segment, reason) in &report.unreadable {
-        out!(
-            "  ledger item {segment} is unreadable: {reason} (its partition waits at it; repair or delete the item)"
-        );
-    }
-    for (feed, reason) in &report.refused {
-        out!("topic {feed}: refused: {reason}");
-    }
-    for segment in &report.rewritten {
-        out!(
-            "  warning: {segment} was rewritten with different content after it was converted; not ingested again"
-        );
-    }
-    for (table, outcome) in &report.tables {
-        print_table(table, outcome);
-    }
-}
-
-/// One table's part of a pass: its snapshot, watermarks, gaps and holds.
-fn print_table(table: &str, outcome: &CommitOutcome) {
-    match outcome.snapshot_id {
-        Some(id) if outcome.dead_letters > 0 => out!(
-            "table {table}: snapshot {id}: +{} segments, {} files, {} records; {} records to {table}{}",
-            outcome.segments,
-            outcome.files,
-            outcome.records,
-            outcome.dead_letters,
-            kfs_plan::naming::DEAD_LETTER_SUFFIX
-        ),
-        Some(id) => out!(
-            "table {table}: snapshot {id}: +{} segments, {} files, {} records",
-            outcome.segments,
-            outcome.files,
-            outcome.records
-        ),
-        None => out!("table {table}: no new snapshot"),
-    }
-    let marks: Vec<String> = outcome
-        .watermarks
-        .iter()
-        .map(|(p, next)| format!("{p}→{next}"))
-        .collect();
-    out!(
-        "  next offset per partition: {}",
-        if marks.is_empty() {
-            "-".into()
-        } else {
-            marks.join(" ")
-        }
-    );
-    for gap in &outcome.gaps {
-        out!(
-            "  gap recorded: partition {} offsets {}..={} ({})",
-            gap.partition,
-            gap.from,
-            gap.to,
-            match gap.reason {
-                kfs_plan::offsets::GapReason::NoSegment => "no segment covers them",
-                kfs_plan::offsets::GapReason::Skipped => "skipped by an operator",
-            }
-        );
-    }
-    for hold in &outcome.holds {
-        let at = hold
-            .next_offset
-            .map_or_else(|| "?".to_owned(), |o| o.to_string());
-        let why = match &hold.reason {
-            HoldReason::WaitingForSegment { base_offset } => {
-                format!(
-                    "waiting for segment at offset {base_offset} (not converted yet, or quarantined)"
-                )
-            }
-            HoldReason::Overlap { id, .. } => {
-                format!("segment {id} overlaps what is committed")
-            }
-            HoldReason::RunGapFilled { id, base_offset } => format!(
-                "the run from {id} spans a gap where segment {base_offset} turned up; dropped, it is converted again"
-            ),
-            HoldReason::NoStartingPoint => "no segment listed to start from".into(),
-            HoldReason::SegmentLimit => "segment limit of this cycle reached".into(),
-            HoldReason::OffsetOverflow { id } => {
-                format!("{id} ends at the largest offset; no watermark can follow it")
-            }
-        };
-        out!("  partition {} held at {at}: {why}", hold.partition);
-    }
 }

@@ -65,12 +65,14 @@ struct Walk {
 }
 
 /// Checks the layout under `source` (at `location`): segment files, if any, lie at
-/// `<namespace>/<topic>/<partition>/`. A local source must hold one; an S3 prefix
-/// holding no object at all passes (a bucket may be empty at first).
+/// `<namespace>/<topic>/<partition>/`. A local source must hold one unless `waiting`
+/// (the follow mode waits for the first); an S3 prefix holding no object at all
+/// passes (a bucket may be empty at first).
 pub async fn check_layout(
     source: &impl SegmentSource,
     location: &str,
     local: bool,
+    waiting: bool,
 ) -> Result<(), CliError> {
     let mut walk = Walk::default();
     visit(source, "", 0, &mut walk).await?;
@@ -87,7 +89,7 @@ pub async fn check_layout(
             .into());
         }
         return match walk.files {
-            0 if local => Err(PlaceError::SourceEmpty(location).into()),
+            0 if local && !waiting => Err(PlaceError::SourceEmpty(location).into()),
             0 => Ok(()),
             objects => Err(PlaceError::SourceNoSegments {
                 given: location,
@@ -199,7 +201,7 @@ mod tests {
             .build()
             .map_err(|e| e.to_string())?;
         runtime
-            .block_on(check_layout(&source(keys), "SRC", local))
+            .block_on(check_layout(&source(keys), "SRC", local, false))
             .map_err(|e| e.to_string())
     }
 
