@@ -5,7 +5,7 @@
 //! message is reported as that message's failure alone.
 
 use kfs_converter::handle;
-use kfs_core::{EntryState, Ledger};
+use kfs_core::{EntryState, Ledger, SegmentSource};
 use kfs_testkit::{LocalStack, sample_segment, workspace_root};
 use serde_json::{Value, json};
 
@@ -13,6 +13,24 @@ fn event(name: &str) -> Value {
     let path = workspace_root().join("events").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The ETag every sample event of `events/` carries.
+const SAMPLE_ETAG: &str = "0123456789abcdef0123456789abcdef";
+
+/// The sample event as S3 delivers it for the object now stored under its key: with
+/// that object's ETag in place of the sample's.
+async fn as_stored(stack: &LocalStack, key: &str, name: &str) -> Value {
+    let stored = stack
+        .source()
+        .stat(key)
+        .await
+        .unwrap_or_else(|e| panic!("stat {key}: {e}"))
+        .and_then(|object| object.etag)
+        .unwrap_or_else(|| panic!("{key} has no ETag"));
+    let text = serde_json::to_string(&event(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    serde_json::from_str(&text.replace(SAMPLE_ETAG, stored.trim_matches('"')))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn no_failures(response: &Value) -> bool {
@@ -108,16 +126,28 @@ async fn every_sample_event_through_the_handler() {
     assert_eq!(pending().await, 4);
 
     // Delivered twice, and once more later: still one entry.
-    let response = handle(&service, &event("sqs-duplicate-delivery.json"))
+    let duplicate = as_stored(&stack, &format!("{a}.kfs"), "sqs-duplicate-delivery.json").await;
+    let response = handle(&service, &duplicate)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(no_failures(&response), "{response}");
     assert_eq!(pending().await, 4);
+    // ... and nothing quarantined: the events' ETags are the objects' own, so a
+    // repeat is a repeat, not a rewrite (the rewrite below is the only quarantine).
+    assert_eq!(
+        ledger
+            .list(Some("quarantined"), None)
+            .await
+            .unwrap_or_default(),
+        Vec::new(),
+        "a duplicate delivery quarantines nothing"
+    );
 
     // The key is rewritten with different content: quarantined and alarmed, not ingested.
     let rewritten = sample_segment(0, 12, b'z');
     stack.put(&[(&format!("{a}.kfs"), &rewritten.kfs)]);
-    let response = handle(&service, &event("sqs-s3-put-kfs.json"))
+    let put = as_stored(&stack, &format!("{a}.kfs"), "sqs-s3-put-kfs.json").await;
+    let response = handle(&service, &put)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(no_failures(&response), "{response}");
@@ -132,7 +162,7 @@ async fn every_sample_event_through_the_handler() {
     );
 
     // One unreadable message fails alone.
-    let mut mixed = event("sqs-duplicate-delivery.json");
+    let mut mixed = duplicate;
     mixed["Records"][1]["body"] = json!("this is not JSON");
     let response = handle(&service, &mixed)
         .await
