@@ -162,3 +162,82 @@ fn invoke(port: u16, sample: &str) -> String {
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// The quick code update docs/operations/deploy.md gives (`cargo lambda deploy
+/// --binary-name <crate> <function>`), as far as it can run here: each binary name it
+/// deploys is a function crate's binary and the template's `BuildProperties: Binary`,
+/// and the pinned cargo lambda packages the built converter under it (`--dry`: the
+/// archive made, nothing uploaded).
+#[test]
+fn the_documented_cargo_lambda_deploy_packages_the_built_function() {
+    let root = workspace_root();
+    let read = |path: &str| {
+        std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let deploy = read("docs/operations/deploy.md");
+    let template = read("template.yaml");
+    for crate_dir in ["converter", "committer"] {
+        let binary = format!("kfs-{crate_dir}");
+        let manifest = read(&format!("functions/{crate_dir}/Cargo.toml"));
+        assert!(
+            manifest.contains(&format!("[[bin]]\nname = \"{binary}\"")),
+            "functions/{crate_dir} builds no binary {binary}"
+        );
+        assert!(
+            template.contains(&format!("Binary: {binary}")),
+            "template.yaml builds no {binary}"
+        );
+        assert!(
+            deploy.contains(&format!(
+                "cargo lambda build --release --arm64 --locked -p {binary}"
+            )) && deploy.contains(&format!("cargo lambda deploy --binary-name {binary} ")),
+            "deploy.md does not build and deploy {binary}"
+        );
+    }
+    // The built converter, where `cargo lambda build` puts it.
+    let lambda_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let function_dir = lambda_dir.path().join("kfs-converter");
+    std::fs::create_dir_all(&function_dir).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_kfs-converter"),
+        function_dir.join("bootstrap"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let output = Command::new("cargo")
+        .current_dir(&root)
+        .args(["lambda", "deploy", "--dry", "--output-format", "json"])
+        .arg("--lambda-dir")
+        .arg(lambda_dir.path())
+        .args(["--binary-name", "kfs-converter", "kfs-prod-ConverterFunction-0123ABCD"])
+        .envs([
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_REGION", "us-east-1"),
+        ])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cargo lambda deploy (in the tests' Python environment: source scripts/python-env.sh): {e}")
+        });
+    assert!(
+        output.status.success(),
+        "cargo lambda deploy --dry: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let start = stdout
+        .find('{')
+        .unwrap_or_else(|| panic!("no JSON: {stdout}"));
+    let plan: serde_json::Value = serde_json::from_str(&stdout[start..])
+        .unwrap_or_else(|e| panic!("cargo lambda deploy --dry printed {stdout}: {e}"));
+    assert_eq!(plan["files"], serde_json::json!(["bootstrap"]), "{plan}");
+    assert_eq!(plan["config"]["runtime"], "provided.al2023", "{plan}");
+    // Nothing of the function's configuration is changed by the documented command.
+    for setting in ["memory", "timeout", "env_var", "role"] {
+        assert!(plan["config"][setting].is_null(), "{setting}: {plan}");
+    }
+    let archive = plan["path"].as_str().unwrap_or_default();
+    assert!(
+        std::path::Path::new(archive).is_file(),
+        "no archive at {archive}: {plan}"
+    );
+}
