@@ -53,6 +53,16 @@ def segments_by_partition(staging):
     return {k: sorted(v) for k, v in sorted(found.items())}
 
 
+def last_offset(kfs):
+    """The segment's last offset, from its footer (crc u32, last offset i64, `END!`)."""
+    with open(kfs, "rb") as f:
+        f.seek(-16, os.SEEK_END)
+        footer = f.read(16)
+    if footer[12:] != b"END!":
+        raise SystemExit(f"{kfs}: no segment footer")
+    return int.from_bytes(footer[4:12], "big", signed=True)
+
+
 def upload(path, staging, source):
     target = os.path.join(source, os.path.relpath(path, staging))
     os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -69,6 +79,7 @@ def main():
     parser.add_argument("--rate", type=float, default=4.0, help="segments uploaded per second, over all partitions")
     parser.add_argument("--records", type=int, default=200, help="records per segment")
     parser.add_argument("--interval", default="1s", help="run --follow --interval")
+    parser.add_argument("--compact-interval", help="run --follow --compact-interval (default: the command's)")
     parser.add_argument("--drain-seconds", type=float, default=60.0)
     parser.add_argument("--keep", help="work in this folder and keep it (default: a temporary one)")
     args = parser.parse_args()
@@ -77,18 +88,19 @@ def main():
     staging, source, warehouse = (os.path.join(work, d) for d in ("staging", "source", "warehouse"))
     for d in (source, warehouse):
         os.makedirs(d, exist_ok=True)
-    per_partition = int(args.minutes * 60 * args.rate / args.partitions) + 2
+    per_partition = int(args.minutes * 60 * args.rate / args.partitions) + 1
     subprocess.run(
         [args.bin, "gen", "--out", staging, "--topics", "1", "--partitions", str(args.partitions),
          "--segments", str(per_partition), "--records", str(args.records), "--codec", "none"],
         check=True, stdout=subprocess.DEVNULL,
     )
     partitions = segments_by_partition(staging)
-    follow = subprocess.Popen(
-        [args.bin, "run", "--follow", "--interval", args.interval, "--quiet",
-         "--source", source, "--warehouse", warehouse],
-        stdout=subprocess.DEVNULL,
-    )
+    command = [args.bin, "run", "--follow", "--interval", args.interval, "--quiet",
+               "--source", source, "--warehouse", warehouse]
+    if args.compact_interval:
+        command += ["--compact-interval", args.compact_interval]
+    log = open(os.path.join(work, "follow.log"), "w")
+    follow = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     uploaded = []  # (partition number, last offset, time both objects were present)
     start = time.time()
     step = 1.0 / args.rate
@@ -96,12 +108,12 @@ def main():
     n = 0
     while time.time() - start < args.minutes * 60:
         for d, queue in queues.items():
-            if len(queue) < 2:  # the last segment's end offset is the next one's base
+            if not queue:
                 continue
             base, kfs, index = queue.pop(0)
             upload(index, staging, source)
             upload(kfs, staging, source)
-            uploaded.append((int(os.path.basename(d)), queue[0][0] - 1, time.time()))
+            uploaded.append((int(os.path.basename(d)), last_offset(kfs), time.time()))
             n += 1
             wait = start + n * step - time.time()
             if wait > 0:
@@ -167,6 +179,7 @@ def main():
         "partitions": args.partitions,
         "rate_per_second": args.rate,
         "interval": args.interval,
+        "compact_interval": args.compact_interval or "default (10m)",
         "not_visible": missing,
         "table_offsets": visible_offsets(t),
         "latency_seconds": {
@@ -184,6 +197,12 @@ def main():
         "write_amplification": round((appended + rewritten) / appended, 2) if appended else None,
     }
     print(json.dumps(result, indent=2))
+    if missing:
+        # What held the partitions back: the follow mode's last words and the status.
+        log.close()
+        with open(os.path.join(work, "follow.log")) as f:
+            sys.stderr.write("".join(f.readlines()[-40:]))
+        subprocess.run([args.bin, "status", "--warehouse", warehouse], stdout=sys.stderr)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if code == 0 and not missing else 1

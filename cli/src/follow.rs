@@ -29,6 +29,12 @@ use crate::metrics::Metrics;
 /// polls every five seconds.
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How often the tables are compacted at most when `--compact-interval` is not given:
+/// compaction merges a table's small files with its growing one, so compacting after
+/// every tick of a few seconds would rewrite the same bytes over and over
+/// (docs/performance.md, "Freshness of `run --follow`").
+const DEFAULT_COMPACT_INTERVAL: Duration = Duration::from_secs(600);
+
 /// The follow mode's options of `run`.
 #[derive(Debug, clap::Args)]
 pub struct FollowArgs {
@@ -41,6 +47,11 @@ pub struct FollowArgs {
     /// (`500ms`, `5s`, `1m`; default 5s).
     #[arg(long, value_name = "DURATION", requires = "follow", value_parser = kfs_plan::duration::parse_duration)]
     pub interval: Option<Duration>,
+    /// With --follow: compact the tables at most this often (default 10m; `0s`: after
+    /// every commit, as the committer does). Each compaction of a table committed every
+    /// few seconds rewrites what it committed since its files were last at target size.
+    #[arg(long, value_name = "DURATION", requires = "follow", value_parser = kfs_plan::duration::parse_duration)]
+    pub compact_interval: Option<Duration>,
     /// With --follow: serve Prometheus metrics at `/metrics` and liveness at `/healthz`
     /// on this address (e.g. `127.0.0.1:9464`; port 0 picks a free one, printed).
     #[arg(long, value_name = "ADDR", requires = "follow")]
@@ -97,10 +108,12 @@ pub async fn follow<L: Ledger>(
     let interval = args.interval.unwrap_or(DEFAULT_INTERVAL);
     let signals = Signals::listen()?;
     let metrics = Arc::new(Metrics::default());
-    let maintenance = TickMaintenance {
+    let mut maintenance = TickMaintenance {
         policy: MaintenancePolicy::default(),
         storage: embedded.storage(),
     };
+    let compact_interval = args.compact_interval.unwrap_or(DEFAULT_COMPACT_INTERVAL);
+    let mut last_compaction: Option<Instant> = None;
     if let Some(addr) = args.metrics_addr {
         let bound = crate::metrics::serve(addr, metrics.clone()).await?;
         out!("metrics at http://{bound}/metrics, liveness at http://{bound}/healthz");
@@ -111,6 +124,8 @@ pub async fn follow<L: Ledger>(
     );
     while !signals.stopping() {
         let started = Instant::now();
+        maintenance.policy.compact =
+            last_compaction.is_none_or(|at| at.elapsed() >= compact_interval);
         let tick = run_tick(
             source,
             CatalogAccess {
@@ -131,6 +146,9 @@ pub async fn follow<L: Ledger>(
         match result {
             Ok(tick) => {
                 metrics.record_tick(&tick, started.elapsed());
+                if maintenance.policy.compact && !tick.maintenance.is_empty() {
+                    last_compaction = Some(started);
+                }
                 if did_something(&tick.pass) {
                     out!("pass at {}:", crate::time::rfc3339_ms(tick.now_ms));
                     crate::report::print_report(&tick.pass);
