@@ -57,7 +57,7 @@ echo "== module cycles (at ${SECONDS} s)"
 python3 scripts/module_cycles.py
 
 echo "== file and function lengths of the crates (at ${SECONDS} s)"
-python3 scripts/function_lengths.py --check shared/kfs-{core,plan,segment,parquet,aws,etcd,failpoint,testkit,workload}/src \
+python3 scripts/function_lengths.py --check shared/kfs-{core,plan,segment,parquet,values,catalog,aws,etcd,failpoint,testkit,workload}/src \
     cli/src functions/{committer,converter}/src
 
 echo "== doc links (at ${SECONDS} s)"

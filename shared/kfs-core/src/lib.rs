@@ -1,37 +1,39 @@
-//! The kfs-iceberg core: converting segments to Parquet data files, the ledger of what
-//! happened to each segment, and exactly-once commits to Iceberg tables. The Lambda
-//! functions and the CLI both run this code; the source, the ledger and the catalog
-//! sit behind narrow interfaces with in-memory implementations. No cloud SDK is linked
-//! here: the AWS implementations (DynamoDB ledger, Glue and S3 Tables catalogs) live
-//! in `kfs-aws` and plug into the same traits. Parquet data files (writer settings, the
-//! file writer and its metrics, the row-group merge) are the `kfs-parquet` crate's, and
-//! failpoints (fault injection) the `kfs-failpoint` crate's, re-exported as
-//! [`failpoint`].
+//! The kfs-iceberg pipeline: a segment into the ledger, exactly-once commits to
+//! Iceberg tables, their maintenance, and the passes and ticks that run it all. The
+//! Lambda functions and the CLI both run this code; the source, the ledger and the
+//! catalog sit behind narrow interfaces with in-memory implementations. No cloud SDK
+//! is linked here: the AWS implementations (DynamoDB ledger, Glue and S3 Tables
+//! catalogs) live in `kfs-aws` and plug into the same traits.
+//!
+//! What the pipeline stands on, each its own crate: the catalogs, the warehouse
+//! storage and the error kinds of foreign errors (`kfs-catalog`, whose modules are
+//! used here as `catalog`, `storage` and `fault`); record values as Arrow columns, the
+//! table layout and the schema registries (`kfs-values`, its `registry` used here);
+//! Parquet data files (`kfs-parquet`); and failpoints (`kfs-failpoint`, re-exported
+//! as [`failpoint`]).
 //!
 //! Modules, from the bottom up (each depends only on those above it in this list):
-//! `clock`, `fault` (error kinds given where foreign errors enter), `storage` (where
-//! bytes live), `source` (segments in), `ledger`, `catalog` (and pointer swaps),
-//! `registry` (the schemas of registry-encoded values), `table` (layout, history,
-//! opening), `convert` (one segment to data files), `commit` (exactly-once appends),
+//! `clock`, `source` (segments in), `ledger`, `table` (history, ownership, opening),
+//! `convert` (one segment to data files), `commit` (exactly-once appends),
 //! `maintenance`, `error`, `ingest` (one segment into the ledger), `pass` (one pipeline
 //! pass), `tick` (the committer's tick), `converter` (the converter function's core).
 
-mod catalog;
+/// Where the tables live: the `kfs-catalog` crate's catalogs, storage and error kinds.
+use kfs_catalog::{catalog, fault, storage};
 mod clock;
 mod commit;
 mod convert;
 mod converter;
 mod error;
-mod fault;
 mod ingest;
 mod ledger;
 mod maintenance;
 mod pass;
-mod registry;
+/// The schema registries of registry-encoded values: the `kfs-values` crate's.
+use kfs_values::registry;
 mod replay;
 mod settings;
 mod source;
-mod storage;
 mod table;
 #[cfg(feature = "test-support")]
 pub mod testing;

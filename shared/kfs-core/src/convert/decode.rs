@@ -236,17 +236,17 @@ pub fn scan_json_segment(
     schema: &iceberg::spec::Schema,
     last_column_id: i32,
     declared: bool,
-    caps: crate::convert::json::ColumnCaps,
+    caps: kfs_values::json::ColumnCaps,
 ) -> Result<JsonScan, ConvertError> {
     let mut evolving =
-        crate::convert::json::EvolvingSchema::new(schema, last_column_id).with_caps(caps);
+        kfs_values::json::EvolvingSchema::new(schema, last_column_id).with_caps(caps);
     if declared {
         evolving = evolving.declared();
     }
     let mut rejected = 0u64;
     decode_records(segment, key, limits, |record| {
-        let absorbed = crate::convert::json::parse_value(record.value)
-            .and_then(|value| evolving.absorb(&value));
+        let absorbed =
+            kfs_values::json::parse_value(record.value).and_then(|value| evolving.absorb(&value));
         if absorbed.is_err() {
             rejected += 1;
         }
@@ -281,7 +281,7 @@ pub fn scan_schema_ids(
     let mut named_keys = super::NamedSchemas::default();
     decode_records(segment, key, limits, |record| {
         // A compressed payload's head only: its schema and the message it names.
-        let head = |v| crate::registry::frame_head(v, super::registry_values::SCANNED_BYTES);
+        let head = |v| crate::registry::frame_head(v, kfs_values::writer_schema::SCANNED_BYTES);
         if let Some(Ok(framed)) = record.value.map(head) {
             values.note(&framed);
         }

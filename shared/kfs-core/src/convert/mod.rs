@@ -13,35 +13,23 @@
 //! async side hands them to the Parquet writer. Memory is bounded by a frame, a few
 //! Arrow batches and the Parquet row group being built, never by the segment's size.
 
-mod avro;
-mod avro_bounds;
-mod bounds;
-mod cells;
-mod columns;
 mod decode;
-mod fit;
-pub(crate) mod json;
-mod json_schema;
 mod lfs;
-mod protobuf;
-mod protobuf_bounds;
-mod registry_values;
+mod registry_router;
 mod route;
 mod run;
-#[cfg(test)]
-mod value_checks;
 mod writer;
 
-pub(crate) use cells::{Role, Shape, absorb_as};
-pub use columns::RecordColumns;
 pub use decode::{scan_json_segment, scan_schema_ids};
+pub(crate) use kfs_values::cells::{Role, Shape, absorb_as};
+#[cfg(feature = "test-support")]
+pub use kfs_values::writer_schema::registry_columns;
+pub use kfs_values::{
+    BYTES_PER_BATCH, MAX_SCHEMAS_PER_SEGMENT, NamedSchemas, ROWS_PER_BATCH, RecordColumns,
+    RegistrySchemas, WriterSchema, WriterSchemas,
+};
 pub use lfs::LfsValues;
 pub(crate) use lfs::{blob_channel, serve_blobs};
-#[cfg(feature = "test-support")]
-pub use registry_values::registry_columns;
-pub use registry_values::{
-    MAX_SCHEMAS_PER_SEGMENT, NamedSchemas, RegistrySchemas, WriterSchema, WriterSchemas,
-};
 pub use run::{DecodedSegment, RUN_SEGMENT_BYTES, RunWriter, decode_for_run};
 pub use writer::{data_file_stem, rewrite_in_default_spec, write_token};
 
@@ -56,13 +44,6 @@ use kfs_plan::keys::SegmentKey;
 use kfs_segment::{DecodeError, DecodeLimits};
 use route::{DecodedBatch, JsonRouter, RawRouter, RecordRouter, Routed};
 use writer::{SegmentWriter, discard};
-
-/// Rows per Arrow batch handed to the Parquet writer.
-pub const ROWS_PER_BATCH: usize = 8192;
-
-/// Bytes buffered (estimated) before an Arrow batch is handed to the Parquet writer,
-/// whatever its rows: 8,192 records of 1 MiB must not wait for one another.
-pub const BYTES_PER_BATCH: usize = 32 << 20;
 
 /// Decoded Arrow batches in flight between the decoding thread and the writer.
 const BATCHES_IN_FLIGHT: usize = 2;
@@ -299,7 +280,7 @@ fn router_for<'t>(
             key_writers,
             dead_letters,
         } => (
-            Box::new(registry_values::RegistryRouter::new(
+            Box::new(registry_router::RegistryRouter::new(
                 table,
                 (writers, key_writers),
                 dead_letters,

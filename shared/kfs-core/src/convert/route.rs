@@ -234,14 +234,14 @@ impl JsonRouter {
 
 impl RecordRouter for JsonRouter {
     fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError> {
-        let parsed = crate::convert::json::parse_value(record.value).and_then(|value| {
+        let parsed = kfs_values::json::parse_value(record.value).and_then(|value| {
             let value = if self.declared {
-                crate::convert::json::project(&value, self.schema.as_struct().fields())
+                kfs_values::json::project(&value, self.schema.as_struct().fields())
             } else {
                 value
             };
-            crate::convert::json::fits(&self.schema, &value)?;
-            Ok(crate::convert::json::conform(
+            kfs_values::json::fits(&self.schema, &value)?;
+            Ok(kfs_values::json::conform(
                 value,
                 self.schema.as_struct().fields(),
             ))
@@ -275,10 +275,7 @@ impl RecordRouter for JsonRouter {
             || {
                 let values = std::mem::take(&mut self.values);
                 self.value_bytes = 0;
-                Ok(crate::convert::json::payload_columns(
-                    &self.payload,
-                    &values,
-                )?)
+                Ok(kfs_values::json::payload_columns(&self.payload, &values)?)
             },
             self.dead.as_mut(),
         )

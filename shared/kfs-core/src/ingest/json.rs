@@ -31,7 +31,7 @@ pub(super) async fn convert_json_segment(
         let schema = table.metadata().current_schema().clone();
         let last_column_id = table.metadata().last_column_id();
         let declared = crate::table::declared_columns(&table);
-        let caps = crate::convert::json::ColumnCaps::of(&table);
+        let caps = kfs_values::json::ColumnCaps::of(&table);
         let scanned = {
             let reader = crate::convert::StreamReader::new(passes.open().await?);
             let key = input.key.clone();

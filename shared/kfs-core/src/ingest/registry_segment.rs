@@ -173,7 +173,7 @@ fn absorb_all(
         .to_vec();
     let mut next_id = next_field_id(table);
     let mut writers = RegistryWriters::default();
-    let caps = crate::convert::json::ColumnCaps::of(table);
+    let caps = kfs_values::json::ColumnCaps::of(table);
     for (role, id, resolved) in named {
         let writer = resolved.clone().and_then(|(shapes, writer)| {
             // Measured before any change: a schema beyond the table's column cap

@@ -6,8 +6,6 @@
 mod ensure;
 pub(crate) mod files;
 pub(crate) mod history;
-mod layout;
-mod names;
 mod ownership;
 mod progress;
 
@@ -23,8 +21,7 @@ pub use history::{
     newest_record_ms, table_progress, table_watermarks,
 };
 pub use kfs_parquet::{arrow_schema, compression};
-pub use layout::*;
-pub use names::{MAX_COLUMN_NAME_BYTES, Placement, column_for, field_doc, place};
+pub use kfs_values::layout::*;
 pub use ownership::{
     Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, claim_table, table_owner,
 };

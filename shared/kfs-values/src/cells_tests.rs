@@ -9,7 +9,7 @@ fn keys_grow_their_own_struct_and_a_value_field_named_like_it_is_refused() -> Re
     let fields =
         absorb_as((Role::Key, true), &[], &key, &mut next)?.ok_or("the key added nothing")?;
     // The key's fields keep their names inside key_fields (no renaming there).
-    assert_eq!(fields[0].name, crate::table::KEY_FIELDS_COLUMN);
+    assert_eq!(fields[0].name, crate::layout::KEY_FIELDS_COLUMN);
     let Type::Struct(key_struct) = fields[0].field_type.as_ref() else {
         return Err(format!("key_fields is {}", fields[0].field_type));
     };

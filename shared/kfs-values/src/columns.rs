@@ -1,7 +1,6 @@
 //! Arrow columns of the topic table's record columns (id, topic, partition, offset,
 //! timestamps, key, value, headers), built from decoded records.
 
-use super::{BYTES_PER_BATCH, ROWS_PER_BATCH};
 use arrow_array::GenericByteArray;
 use arrow_array::builder::{
     ArrayBuilder, GenericByteBuilder, Int32Builder, Int64Builder, LargeBinaryBuilder,
@@ -14,6 +13,13 @@ use kfs_segment::Record;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
+
+/// Rows per Arrow batch handed to the Parquet writer.
+pub const ROWS_PER_BATCH: usize = 8192;
+
+/// Bytes buffered (estimated) before an Arrow batch is handed to the Parquet writer,
+/// whatever its rows: 8,192 records of 1 MiB must not wait for one another.
+pub const BYTES_PER_BATCH: usize = 32 << 20;
 
 /// Bytes a row costs in the builders beyond its key, value and headers: the record id,
 /// offsets, numbers and validity.
@@ -69,7 +75,7 @@ impl RecordColumns {
             .map_err(|_| unexpected())?
             .is_nullable();
         let header_key_bytes = header_entry_fields
-            .find(crate::table::HEADER_KEY_BYTES)
+            .find(crate::layout::HEADER_KEY_BYTES)
             .map(|_| LargeBinaryBuilder::new());
         Ok(Self {
             has_value,
@@ -190,7 +196,7 @@ impl RecordColumns {
         ]);
         if let Some(key_bytes) = &mut self.header_key_bytes {
             entry_columns.insert(
-                crate::table::HEADER_KEY_BYTES,
+                crate::layout::HEADER_KEY_BYTES,
                 Arc::new(finish_sized(key_bytes)),
             );
         }

@@ -27,9 +27,11 @@
 //! reason): recursive messages (`google.protobuf.Struct` among them), and imports
 //! that are neither registry references nor Google's well-known types.
 
-use super::bounds::ShapeBudget;
-use super::cells::{Cell, Shape, list_cell, map_cell, struct_cell};
-use super::fit::fit;
+mod bounds;
+
+use crate::bounds::ShapeBudget;
+use crate::cells::{Cell, Shape, list_cell, map_cell, struct_cell};
+use crate::fit::fit;
 use crate::registry::SchemaId;
 use arrow_schema::{DataType, TimeUnit};
 use iceberg::spec::PrimitiveType;
@@ -187,7 +189,7 @@ impl ProtobufWriter {
     }
 
     /// [`ProtobufWriter::decode`], with the items the value holds. The message is
-    /// walked first (`protobuf_bounds`): its lengths, depth and items are bounded
+    /// walked first (`bounds`): its lengths, depth and items are bounded
     /// before it is decoded.
     pub fn decode_counted(
         &self,
@@ -198,7 +200,7 @@ impl ProtobufWriter {
         let (selector, message) = message_selector(id, payload)?;
         let descriptor = self.message(&selector)?;
         let after = payload.len() - message.len();
-        let items = super::protobuf_bounds::check_protobuf(&descriptor, message)
+        let items = bounds::check_protobuf(&descriptor, message)
             .map_err(|e| format!("Protobuf payload does not decode (after byte {after}): {e}"))?;
         let decoded = prost_reflect::DynamicMessage::decode(descriptor, message)
             .map_err(|e| format!("Protobuf payload does not decode (after byte {after}): {e}"))?;
@@ -538,5 +540,4 @@ fn timestamp_micros(m: &prost_reflect::DynamicMessage) -> Result<i64, String> {
 }
 
 #[cfg(test)]
-#[path = "protobuf_tests.rs"]
 mod tests;

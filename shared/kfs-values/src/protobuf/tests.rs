@@ -134,7 +134,7 @@ fn values_decode_into_their_columns() -> Result<(), String> {
     let writer = writer()?;
     let payment = writer.message(&MessageSelector::Path(vec![1]))?;
     let (fields, row_type) =
-        super::super::cells::new_table_row(&writer.shape(&MessageSelector::Path(vec![1]))?)?;
+        crate::cells::new_table_row(&writer.shape(&MessageSelector::Path(vec![1]))?)?;
     let mut value = prost_reflect::DynamicMessage::new(payment.clone());
     let mut placed = prost_reflect::DynamicMessage::new(
         payment
@@ -176,7 +176,7 @@ fn values_decode_into_their_columns() -> Result<(), String> {
             Cell::Int(0),
         ]
     );
-    super::super::cells::write_row(&fields, &row)?;
+    crate::cells::write_row(&fields, &row)?;
 
     // uint64 beyond a long is refused, never wrapped.
     value.set_field_by_name("big", Value::U64(u64::MAX));
@@ -200,14 +200,14 @@ proptest::proptest! {
         let fail = proptest::test_runner::TestCaseError::fail;
         let writer = writer().map_err(fail)?;
         let shape = writer.shape(&MessageSelector::Path(vec![1])).map_err(fail)?;
-        let (fields, row_type) = super::super::cells::new_table_row(&shape).map_err(fail)?;
+        let (fields, row_type) = crate::cells::new_table_row(&shape).map_err(fail)?;
         // As framed for Payment ([1]) and as whatever the bytes say.
         let mut framed = vec![2, 2];
         framed.extend_from_slice(&payload);
         let glue = SchemaId::Glue(uuid::Uuid::nil());
         for (id, value) in [(&CONFLUENT, &framed), (&CONFLUENT, &payload), (&glue, &payload)] {
             if let Ok(row) = writer.decode(id, value, &row_type, true) {
-                super::super::cells::write_row(&fields, &row).map_err(fail)?;
+                crate::cells::write_row(&fields, &row).map_err(fail)?;
             }
         }
     }

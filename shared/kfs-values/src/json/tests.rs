@@ -1,7 +1,7 @@
 //! Tests of JSON values against table schemas.
 
 use super::*;
-use crate::table::{MAX_COLUMN_NAME_BYTES, column_for, field_doc};
+use crate::layout::{MAX_COLUMN_NAME_BYTES, column_for, field_doc};
 
 fn object(text: &str) -> Map<String, Value> {
     parse_value(Some(text.as_bytes())).unwrap_or_else(|e| unreachable!("{e}"))
@@ -251,7 +251,7 @@ fn fitting_values_become_arrow_columns() {
         )
         .build()
         .unwrap_or_else(|e| unreachable!("{e}"));
-    let arrow = crate::table::arrow_schema(&payload).unwrap_or_else(|e| unreachable!("{e}"));
+    let arrow = kfs_parquet::arrow_schema(&payload).unwrap_or_else(|e| unreachable!("{e}"));
     let values = vec![
         object(r#"{"id": 2, "tags": ["b", null], "addr": {"zip": 9}}"#),
         object(r#"{"unknown": null, "hollow": []}"#),

@@ -4,10 +4,10 @@
 //! make it ask for gigabytes). The walk checks every block count against the bytes
 //! left (an item that takes at least one byte needs one each) and counts every item,
 //! those that take no byte (`null`, an empty record, `fixed(0)`) included, against
-//! [`MAX_ITEMS_PER_VALUE`](super::bounds::MAX_ITEMS_PER_VALUE); every length against
+//! [`MAX_ITEMS_PER_VALUE`](crate::bounds::MAX_ITEMS_PER_VALUE); every length against
 //! the bytes left. A datum it accepts decodes within memory linear in its bytes.
 
-use super::bounds::ItemBudget;
+use crate::bounds::ItemBudget;
 use apache_avro::Schema;
 use apache_avro::schema::{Name, Namespace};
 use std::collections::HashMap;

@@ -17,7 +17,7 @@ pub use cache::{LookupPolicy, SchemaCache, open_registry};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::fault::ErrorKind;
+use kfs_plan::fault::ErrorKind;
 use kfs_plan::secret_url::SecretUrl;
 
 /// Magic byte of Confluent's framing.

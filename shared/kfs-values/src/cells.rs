@@ -1,9 +1,9 @@
 //! Typed values between a registry's decoder and Arrow, as pure logic: the table form
 //! of a writer schema ([`Shape`]), how it grows a table's schema with stable field
-//! ids ([`absorb`]), and rows of [`Cell`]s as Arrow columns ([`column`]).
+//! ids ([`absorb`]), and rows of [`Cell`]s as Arrow columns ([`column()`]).
 //!
 //! Field ids stay stable across schema versions: a field is matched to its column by
-//! name (`crate::table::place`, the rule of JSON fields: two fields whose names map to
+//! name (`crate::layout::place`, the rule of JSON fields: two fields whose names map to
 //! one column, `a-b` and `a_b`, are refused, never merged), a new field is a new
 //! optional column with a new id, a field a version leaves out keeps its column (null
 //! in that version's rows), and a type changes only as Iceberg allows (int to long,
@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use super::json::new_field;
-use crate::table::Placement;
+use crate::layout::Placement;
 use arrow_array::builder::{
     BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder,
     Int64Builder, LargeBinaryBuilder, LargeStringBuilder, StringBuilder, Time64MicrosecondBuilder,
@@ -78,7 +78,7 @@ pub fn absorb(
     let mut changed = false;
     for (name, field_shape) in shape {
         // The JSON fields' rule: a column holding another field is refused.
-        match crate::table::place(&grown, name, top, name)? {
+        match crate::layout::place(&grown, name, top, name)? {
             Placement::Column(at) => {
                 let existing = &grown[at];
                 if let Some(field_type) = grow(&existing.field_type, field_shape, next_id)
@@ -126,12 +126,12 @@ pub fn absorb_as(
     shape: &[(String, Shape)],
     next_id: &mut i32,
 ) -> Result<Option<Vec<NestedFieldRef>>, String> {
-    let column = crate::table::KEY_FIELDS_COLUMN;
+    let column = crate::layout::KEY_FIELDS_COLUMN;
     if role == Role::Value {
         if keys
             && let Some((name, _)) = shape
                 .iter()
-                .find(|(name, _)| crate::table::column_for(name, true) == column)
+                .find(|(name, _)| crate::layout::column_for(name, true) == column)
         {
             return Err(format!(
                 "field {name} collides with {column}, the column of the decoded keys"
@@ -177,7 +177,7 @@ fn type_of(shape: &Shape, next_id: &mut i32) -> Result<Type, String> {
             let mut built: Vec<NestedFieldRef> = Vec::with_capacity(fields.len());
             for ((name, s), id) in fields.iter().zip(ids) {
                 let Placement::New { name: column, doc } =
-                    crate::table::place(&built, name, false, name)?
+                    crate::layout::place(&built, name, false, name)?
                 else {
                     return Err(format!(
                         "field {name:?} maps to a column another field of its struct holds"
@@ -288,7 +288,7 @@ pub fn struct_cell<V>(
     let mut children = vec![Cell::Null; fields.len()];
     let mut named: Vec<Option<&str>> = vec![None; fields.len()];
     for (name, value) in members {
-        let column = crate::table::column_for(name, top);
+        let column = crate::layout::column_for(name, top);
         let Some(at) = fields.iter().position(|f| f.name().as_str() == column) else {
             if is_null(value) {
                 continue;
@@ -534,8 +534,7 @@ fn map_column(
 }
 
 /// The columns of a new table holding `shape`, and its row type (a struct of them):
-/// what the decoders' tests write rows into.
-#[cfg(any(test, feature = "test-support"))]
+/// what the decoders' tests and benchmarks write rows into.
 pub(crate) fn new_table_row(
     shape: &[(String, Shape)],
 ) -> Result<(arrow_schema::Fields, DataType), String> {
@@ -544,7 +543,7 @@ pub(crate) fn new_table_row(
         .with_fields(fields)
         .build()
         .map_err(|e| e.to_string())?;
-    let arrow = crate::table::arrow_schema(&schema).map_err(|e| e.to_string())?;
+    let arrow = kfs_parquet::arrow_schema(&schema).map_err(|e| e.to_string())?;
     Ok((
         arrow.fields().clone(),
         DataType::Struct(arrow.fields().clone()),

@@ -10,7 +10,7 @@ mod pinned;
 mod rest_swap;
 mod rest_tables;
 #[cfg(feature = "sql")]
-pub(crate) mod sql;
+mod sql;
 mod swap;
 
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ pub use pinned::PinnedCatalog;
 pub use rest_swap::RestTableSwap;
 pub use rest_tables::RestTables;
 #[cfg(feature = "sql")]
-pub use sql::{SqlTableSwap, open_postgres_catalog, open_sql_catalog};
+pub use sql::{SqlCatalog, SqlTableSwap, open_postgres_catalog, open_sql_catalog};
 pub use swap::{
     MetadataPointer, TableSwap, lost_race, publish, read_table, stage_updates, table_handle,
 };

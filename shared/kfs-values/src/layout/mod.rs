@@ -26,7 +26,7 @@
 //!
 //! A JSON table (`kfs.value-format` = `json`) has the same columns without `value`
 //! (`headers` 7, `timestamp` 8, the header fields 9-12), plus one column per field of
-//! its values, added as they appear (`convert::json`). Its dead-letter table
+//! its values, added as they appear (`crate::json`). Its dead-letter table
 //! `<table>__dlq` has the raw table's columns plus `error` and `segment`.
 //!
 //! A raw table whose topic resolves or references large-file (LFS) claim checks
@@ -36,6 +36,9 @@
 //! `lfs_key`, `lfs_blob_size` (long), `lfs_checksum`, `lfs_checksum_alg` and
 //! `lfs_content_type`; null for a record that is no claim check.
 
+mod names;
+
+pub use names::{MAX_COLUMN_NAME_BYTES, Placement, column_for, field_doc, place};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -91,7 +94,7 @@ pub fn declared_columns(table: &iceberg::table::Table) -> bool {
 /// The schema a new table of `format` starts with: for `json`, the Kafka metadata
 /// columns of the raw table without `value` (ids 1-8), the `declared` columns (if
 /// any), then the headers' element and fields; the values' other fields are added as
-/// they appear (`convert::json`) unless columns were declared.
+/// they appear (`crate::json`) unless columns were declared.
 pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Result<Schema> {
     match format {
         ValueFormat::Raw if declared.is_empty() => topic_schema(),
@@ -109,9 +112,8 @@ pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Res
             let columns: Vec<ExtraColumn> = declared
                 .iter()
                 .map(|column| {
-                    let name = super::column_for(&column.name, true);
-                    let doc = (name != crate::table::column_name(&column.name))
-                        .then(|| super::field_doc(&column.name));
+                    let name = column_for(&column.name, true);
+                    let doc = (name != column_name(&column.name)).then(|| field_doc(&column.name));
                     let primitive = match column.column_type {
                         ColumnType::Boolean => PrimitiveType::Boolean,
                         ColumnType::Int => PrimitiveType::Int,

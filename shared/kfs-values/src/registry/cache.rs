@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::{
     HttpRegistry, RegisteredSchema, RegistryError, RegistryLocation, SchemaId, SchemaRegistry,
 };
-use crate::fault::ErrorKind;
+use kfs_plan::fault::ErrorKind;
 
 /// How a segment's schemas are looked up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

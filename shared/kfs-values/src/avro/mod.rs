@@ -16,7 +16,7 @@
 //! | `uuid` | uuid |
 //!
 //! A value beyond its column's range (a decimal with more digits than its precision, a
-//! time outside the day) is a dead letter, never another value (`convert::fit`).
+//! time outside the day) is a dead letter, never another value (`crate::fit`).
 //!
 //! A schema whose top level is not a record (a `"string"` key's) is one field,
 //! `value` (`cells::SCALAR_FIELD`).
@@ -25,13 +25,15 @@
 //! reason): unions of several non-null types, nanosecond timestamps, `duration`,
 //! decimals beyond 38 digits or without a scale, recursive records.
 
-use super::avro_bounds::{AvroNames, check_avro};
-use super::bounds::ShapeBudget;
-use super::cells::{Cell, SCALAR_FIELD, Shape, list_cell, map_cell, struct_cell};
-use super::fit::fit;
+mod bounds;
+
+use crate::bounds::ShapeBudget;
+use crate::cells::{Cell, SCALAR_FIELD, Shape, list_cell, map_cell, struct_cell};
+use crate::fit::fit;
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use arrow_schema::{DataType, TimeUnit};
+use bounds::{AvroNames, check_avro};
 use iceberg::spec::PrimitiveType;
 
 /// Deepest nesting of a writer schema (a recursive record never ends).
@@ -131,7 +133,7 @@ impl AvroWriter {
     }
 
     /// [`AvroWriter::decode`], with the items the value holds. The payload is walked
-    /// first (`avro_bounds`): nothing it declares is allocated before it is checked
+    /// first (`bounds`): nothing it declares is allocated before it is checked
     /// against the bytes it has.
     pub fn decode_counted(
         &self,
@@ -397,7 +399,7 @@ mod tests {
                 Shape::Primitive(PrimitiveType::Long)
             )]
         );
-        let (_, row_type) = super::super::cells::new_table_row(&scalar.shape)?;
+        let (_, row_type) = crate::cells::new_table_row(&scalar.shape)?;
         assert_eq!(
             scalar.decode(&[0x54], &row_type, true),
             Ok(Cell::Struct(vec![Cell::Int(42)]))
@@ -435,9 +437,9 @@ mod tests {
         ) {
             let fail = proptest::test_runner::TestCaseError::fail;
             let writer = AvroWriter::parse(EVERY_TYPE, &[]).map_err(fail)?;
-            let (fields, row_type) = super::super::cells::new_table_row(&writer.shape).map_err(fail)?;
+            let (fields, row_type) = crate::cells::new_table_row(&writer.shape).map_err(fail)?;
             if let Ok(row) = writer.decode(&payload, &row_type, true) {
-                super::super::cells::write_row(&fields, &row).map_err(fail)?;
+                crate::cells::write_row(&fields, &row).map_err(fail)?;
             }
         }
     }

@@ -6,7 +6,7 @@ use iceberg::spec::{NestedFieldRef, Type};
 use serde_json::{Map, Value};
 
 use super::{place, same_shape, typeless};
-use crate::table::Placement;
+use crate::layout::Placement;
 
 /// A value that [`fits`](super::fits) the schema, made ready to become its Arrow columns: its
 /// fields keyed by their columns' names (`place`), every value without a type whose

@@ -19,7 +19,7 @@
 //! Nothing is dropped or changed: a value holding a property its schema does not
 //! declare (JSON Schema allows them unless `additionalProperties` is `false`; the
 //! table has no column for them), or a number beyond its column's range (an int
-//! beyond 32 bits, a `format: float` beyond a float's range, `convert::fit`), is a
+//! beyond 32 bits, a `format: float` beyond a float's range, `crate::fit`), is a
 //! dead letter naming the property and the reason, as Kafka Connect's JSON Schema
 //! converter fails on them.
 //!

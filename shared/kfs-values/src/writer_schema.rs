@@ -1,23 +1,14 @@
-//! Values encoded against a schema registry (`--value-format registry`), Avro
-//! (`convert::avro`), Protobuf (`convert::protobuf`) or JSON Schema
-//! (`convert::json_schema`): each value's
-//! framing names its writer schema, resolved before the segment is converted
-//! ([`WriterSchemas`]); a value that decodes becomes a row of the table's payload
-//! columns, any other record a dead letter with the reason (no framing, an unknown
-//! schema id, a schema the table cannot absorb, a payload that does not decode).
+//! The writer schemas of registry-encoded values: Avro ([`crate::avro`]), Protobuf
+//! ([`crate::protobuf`]) or JSON Schema ([`crate::json_schema`]), parsed once, their
+//! fields as columns, and a framed value decoded into a cell of the table's columns.
 
-use super::avro::AvroWriter;
-use super::cells::{Cell, NULL, Shape, column};
-use super::json_schema::JsonSchemaWriter;
-use super::protobuf::{MessageSelector, ProtobufWriter};
-use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, dead_letter, flushed};
-use super::{ROWS_PER_BATCH, RecordColumns};
+use crate::avro::AvroWriter;
+use crate::cells::{Cell, NULL, Shape, column};
+use crate::json_schema::JsonSchemaWriter;
+use crate::protobuf::{MessageSelector, ProtobufWriter};
 use crate::registry::SchemaId;
-use crate::table::arrow_schema;
 use arrow_array::ArrayRef;
-use arrow_schema::{DataType, Fields};
-use iceberg::table::Table;
-use kfs_segment::Record;
+use arrow_schema::DataType;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -70,7 +61,7 @@ impl WriterSchema {
 
     /// Decodes a payload into a cell of `columns` (`top`: the table's payload
     /// columns; else the fields of a struct column, a decoded key's), with the items
-    /// it holds; a payload beyond the bounds of `convert::bounds` is refused before
+    /// it holds; a payload beyond the bounds of `crate::bounds` is refused before
     /// anything it declares is allocated.
     pub fn decode(
         &self,
@@ -150,7 +141,7 @@ impl NamedSchemas {
         let lists = &mut self.named[at].1;
         if lists.len() < MAX_MESSAGE_LISTS
             && let Ok((selector, _)) =
-                super::protobuf::message_selector(&framed.id, &framed.payload)
+                crate::protobuf::message_selector(&framed.id, &framed.payload)
         {
             lists.insert(selector);
         }
@@ -170,103 +161,10 @@ pub type RegistrySchemas = crate::registry::SchemaCache<WriterSchema>;
 /// or why their records are dead letters.
 pub type WriterSchemas = HashMap<SchemaId, Result<Arc<WriterSchema>, String>>;
 
-/// Registry-encoded values (and keys): rows of the payload columns, or dead letters.
-pub(crate) struct RegistryRouter {
-    table: RecordColumns,
-    payload: Fields,
-    payload_type: DataType,
-    rows: Vec<Cell>,
-    value_bytes: usize,
-    writers: WriterSchemas,
-    /// The writer schemas of keys, when keys are decoded.
-    key_writers: Option<WriterSchemas>,
-    /// The table's `key_fields` column, when keys are decoded: its type, and a cell
-    /// per row.
-    key_column: Option<(DataType, Vec<Cell>)>,
-    /// The columns besides the record's, in the table's order: a payload column (by
-    /// its index in `payload`), or `None` for `key_fields`.
-    order: Vec<Option<usize>>,
-    dead: Option<DeadLetterColumns>,
-}
-
-impl RegistryRouter {
-    pub(crate) fn new(
-        table: &Table,
-        (writers, key_writers): (WriterSchemas, Option<WriterSchemas>),
-        dead_letters: Option<&Table>,
-        segment: String,
-    ) -> iceberg::Result<Self> {
-        let arrow = arrow_schema(table.metadata().current_schema())?;
-        let keys = key_writers.is_some();
-        let mut payload = Vec::new();
-        let mut order = Vec::new();
-        let mut key_column = None;
-        for field in arrow.fields() {
-            let name = field.name().as_str();
-            if crate::table::METADATA_COLUMNS.contains(&name) {
-                continue;
-            }
-            if keys && name == crate::table::KEY_FIELDS_COLUMN {
-                key_column = Some((field.data_type().clone(), Vec::new()));
-                order.push(None);
-            } else {
-                order.push(Some(payload.len()));
-                payload.push(field.clone());
-            }
-        }
-        let payload = Fields::from(payload);
-        Ok(Self {
-            order,
-            payload_type: DataType::Struct(payload.clone()),
-            payload,
-            table: RecordColumns::new(arrow)?,
-            rows: Vec::with_capacity(ROWS_PER_BATCH),
-            value_bytes: 0,
-            writers,
-            key_writers,
-            key_column,
-            dead: dead_letters
-                .map(|dlq| DeadLetterColumns::new(dlq, segment))
-                .transpose()?,
-        })
-    }
-
-    /// The row of `value` and the bytes of its payload, or why it has none.
-    fn row(&self, value: Option<&[u8]>) -> Result<(Cell, usize), String> {
-        let Some(value) = value else {
-            // A tombstone: its payload columns are null.
-            return Ok((Cell::Struct(vec![Cell::Null; self.payload.len()]), 0));
-        };
-        decode(&self.writers, value, (&self.payload_type, true))
-    }
-
-    /// The `key_fields` cell of `key` (null when keys are not decoded, or the key is
-    /// null) and the bytes of its payload, or why the record has none.
-    fn key_cell(&self, key: Option<&[u8]>) -> Result<(Cell, usize), String> {
-        match (&self.key_writers, &self.key_column, key) {
-            (Some(writers), Some((key_type, _)), Some(key)) => {
-                decode(writers, key, (key_type, false)).map_err(|e| format!("key: {e}"))
-            }
-            // A key with no column yet: its schema was refused (the writers say why).
-            (Some(writers), None, Some(key)) => {
-                let id = crate::registry::frame(key)
-                    .map_err(|e| format!("key: {e}"))?
-                    .id;
-                Err(match writers.get(&id) {
-                    Some(Err(why)) => format!("key: {why}"),
-                    _ => format!("key: schema {id}: the table has no key_fields column"),
-                })
-            }
-            _ => Ok((Cell::Null, 0)),
-        }
-    }
-}
-
 /// Decodes `values`, framed for `writer` (the schema `id`), into the Arrow columns of
 /// `writer`'s table form, as a registry table's conversion does: the decoding and
 /// column building of the converter without the segment and the Parquet writer
 /// (benchmarks). A value that does not decode is an error.
-#[cfg(feature = "test-support")]
 pub fn registry_columns(
     writer: &Arc<WriterSchema>,
     id: SchemaId,
@@ -280,10 +178,10 @@ pub fn registry_columns(
     }
     let messages = named.into_named().pop().map(|(_, m)| m).unwrap_or_default();
     let shape = writer.shapes(&messages)?.pop().unwrap_or_default();
-    let (fields, row_type) = super::cells::new_table_row(&shape)?;
+    let (fields, row_type) = crate::cells::new_table_row(&shape)?;
     let rows: Vec<Cell> = values
         .iter()
-        .map(|value| decode(&writers, value, (&row_type, true)).map(|(cell, _)| cell))
+        .map(|value| decode_framed(&writers, value, (&row_type, true)).map(|(cell, _)| cell))
         .collect::<Result<_, _>>()?;
     fields
         .iter()
@@ -293,7 +191,7 @@ pub fn registry_columns(
 }
 
 /// The Arrow column of type `data_type` of the `i`th field of each of `rows`.
-fn row_column(
+pub fn row_column(
     rows: &[Cell],
     i: usize,
     data_type: &DataType,
@@ -313,7 +211,7 @@ fn row_column(
 /// counted for while its row waits for its batch: a few times its payload's
 /// (inflated, when it was compressed) and its items' (`bounds::ITEM_BYTES` each); or
 /// why not.
-fn decode(
+pub fn decode_framed(
     writers: &WriterSchemas,
     value: &[u8],
     columns: (&DataType, bool),
@@ -325,7 +223,7 @@ fn decode(
             .decode(&id, &framed.payload, columns)
             .map(|(cell, items)| {
                 let items = usize::try_from(items).unwrap_or(usize::MAX);
-                let decoded = items.saturating_mul(super::bounds::ITEM_BYTES);
+                let decoded = items.saturating_mul(crate::bounds::ITEM_BYTES);
                 (
                     cell,
                     framed
@@ -341,80 +239,5 @@ fn decode(
         None => Err(format!(
             "schema {id} was not looked up: the segment names more than {MAX_SCHEMAS_PER_SEGMENT} distinct schemas, the most one segment's records may name"
         )),
-    }
-}
-
-impl RecordRouter for RegistryRouter {
-    fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError> {
-        match self
-            .row(record.value)
-            .and_then(|row| Ok((row, self.key_cell(record.key)?)))
-        {
-            Ok(((row, value_bytes), (key, key_bytes))) => {
-                self.table.push(topic, partition, record)?;
-                self.rows.push(row);
-                if let Some((_, keys)) = &mut self.key_column {
-                    keys.push(key);
-                }
-                // Decoded values take a few times their payload's bytes (inflated: a
-                // compressed Glue value counts as what it holds) and a few dozen per
-                // item (`decode`), so a batch is flushed before they add up.
-                self.value_bytes = self
-                    .value_bytes
-                    .saturating_add(value_bytes.saturating_add(key_bytes));
-                Ok(())
-            }
-            Err(reason) => dead_letter(self.dead.as_mut(), (topic, partition), record, &reason),
-        }
-    }
-
-    fn rows(&self) -> usize {
-        self.table.rows() + self.dead.as_ref().map_or(0, DeadLetterColumns::rows)
-    }
-
-    fn bytes(&self) -> usize {
-        self.table.bytes()
-            + self.value_bytes
-            + self.dead.as_ref().map_or(0, DeadLetterColumns::bytes)
-    }
-
-    fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
-        flushed(
-            &mut self.table,
-            || {
-                let rows = std::mem::take(&mut self.rows);
-                self.value_bytes = 0;
-                let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.order.len());
-                for slot in &self.order {
-                    columns.push(match (slot, &mut self.key_column) {
-                        (Some(i), _) => {
-                            let field = self.payload.get(*i).ok_or_else(|| {
-                                iceberg::Error::new(
-                                    iceberg::ErrorKind::Unexpected,
-                                    "a payload column out of range",
-                                )
-                            })?;
-                            row_column(&rows, *i, field.data_type())?
-                        }
-                        (None, Some((key_type, keys))) => {
-                            let keys = std::mem::take(keys);
-                            column(key_type, &keys.iter().collect::<Vec<_>>())?
-                        }
-                        (None, None) => {
-                            return Err(iceberg::Error::new(
-                                iceberg::ErrorKind::Unexpected,
-                                "the key_fields column without its keys",
-                            ));
-                        }
-                    });
-                }
-                Ok(columns)
-            },
-            self.dead.as_mut(),
-        )
-    }
-
-    fn dead_letters(&self) -> u64 {
-        self.dead.as_ref().map_or(0, DeadLetterColumns::count)
     }
 }

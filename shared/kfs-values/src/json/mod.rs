@@ -10,7 +10,7 @@
 //! double) by a value that overflows it.
 //! A field that is only ever null, `[]` or `{}` has no type yet and gets no column
 //! until a value gives it one. Top-level fields become top-level columns; field names
-//! become column names every catalog accepts (`crate::table::column_for`: one whose
+//! become column names every catalog accepts (`crate::layout::column_for`: one whose
 //! name is a Kafka metadata column, `offset`, `timestamp`..., is stored as
 //! `value_<name>`; `a.b` as `a_b`), and two fields that would share a column make the
 //! later record a dead letter.
@@ -27,19 +27,19 @@ pub use conform::{conform, project};
 
 use std::sync::Arc;
 
-use crate::table::Placement;
+use crate::layout::Placement;
 
-/// [`crate::table::place`], its error a rejection.
+/// [`crate::layout::place`], its error a rejection.
 fn place<'a>(
     fields: &[NestedFieldRef],
     name: &'a str,
     top: bool,
     path: &str,
 ) -> Result<Placement<'a>, Rejection> {
-    crate::table::place(fields, name, top, path).map_err(Rejection)
+    crate::layout::place(fields, name, top, path).map_err(Rejection)
 }
 
-use crate::table::METADATA_COLUMNS;
+use crate::layout::METADATA_COLUMNS;
 use arrow_array::{ArrayRef, RecordBatch};
 use iceberg::spec::{
     ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type,

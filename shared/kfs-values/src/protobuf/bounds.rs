@@ -1,12 +1,12 @@
 //! A Protobuf message walked against its descriptor before prost-reflect decodes it,
 //! without allocating: every length it declares against the bytes left, its nesting
 //! depth, and its items (each field occurrence, each element of a packed field,
-//! each map entry) against [`MAX_ITEMS_PER_VALUE`](super::bounds::MAX_ITEMS_PER_VALUE).
+//! each map entry) against [`MAX_ITEMS_PER_VALUE`](crate::bounds::MAX_ITEMS_PER_VALUE).
 //! prost-reflect reserves nothing by a declared count, but a decoded item takes a
 //! few dozen bytes however few encode it (a packed `bool` one byte, an empty
 //! message two): a message it accepts decodes within memory linear in its bytes.
 
-use super::bounds::ItemBudget;
+use crate::bounds::ItemBudget;
 use prost_reflect::{Kind, MessageDescriptor};
 
 /// Deepest nesting walked (prost's own recursion limit is 100).
@@ -141,15 +141,15 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::convert::bounds::MAX_ITEMS_PER_VALUE;
+    use crate::bounds::MAX_ITEMS_PER_VALUE;
 
     fn descriptor() -> Result<MessageDescriptor, String> {
-        let writer = crate::convert::protobuf::ProtobufWriter::parse(
+        let writer = crate::protobuf::ProtobufWriter::parse(
             r#"syntax = "proto3"; message E {}
                message M { repeated bool flags = 1; repeated E empties = 2; map<string, E> m = 3; string s = 4; }"#,
             &[],
         )?;
-        writer.message(&crate::convert::protobuf::MessageSelector::Path(vec![1]))
+        writer.message(&crate::protobuf::MessageSelector::Path(vec![1]))
     }
 
     #[test]

@@ -197,7 +197,7 @@ fn registry_fields_sharing_a_column_are_refused_as_json_fields_are() -> Result<(
     // column older versions recorded the name of.
     assert_eq!(absorb(&v1, &[p("a-b")], true, &mut next)?, None);
     let legacy = iceberg::spec::NestedField::optional(9, "value_offset", long())
-        .with_doc(crate::table::field_doc("offset"));
+        .with_doc(crate::layout::field_doc("offset"));
     assert_eq!(
         absorb(&[legacy.into()], &[p("offset")], true, &mut next)?,
         None
