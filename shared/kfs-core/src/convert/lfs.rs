@@ -13,8 +13,7 @@
 //! that many are in flight. Memory: at most `concurrency` blobs of at most
 //! `max_inline_size` bytes, on top of the batch being built.
 
-use super::RecordColumns;
-use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, dead_letter, flushed};
+use super::route::{PushError, RecordRouter, Routed, RoutedRows};
 use crate::source::{SegmentSource, SourceError};
 use arrow_array::builder::{BooleanBuilder, Int64Builder, StringBuilder};
 use arrow_array::{ArrayRef, new_null_array};
@@ -192,14 +191,13 @@ impl BlobColumns {
 pub(crate) struct LfsRouter {
     policy: LfsPolicy,
     namespace: String,
-    table: RecordColumns,
+    out: RoutedRows,
     /// The table's columns after the record columns (its `lfs_*` columns), and their
     /// builders.
     described: Option<(Vec<FieldRef>, BlobColumns)>,
     blobs: Option<BlobClient>,
     in_flight: VecDeque<InFlight>,
     in_flight_bytes: usize,
-    dead: Option<DeadLetterColumns>,
     skipped: u64,
 }
 
@@ -234,11 +232,7 @@ impl LfsRouter {
             .collect();
         Ok(Self {
             described: (!extra.is_empty()).then(|| (extra, BlobColumns::new())),
-            table: RecordColumns::new(schema)?,
-            dead: values
-                .dead_letters
-                .map(|dlq| DeadLetterColumns::new(dlq, segment))
-                .transpose()?,
+            out: RoutedRows::new(schema, values.dead_letters, segment)?,
             policy: values.policy,
             namespace: values.namespace,
             blobs: values.blobs,
@@ -256,7 +250,7 @@ impl LfsRouter {
         record: &Record<'_>,
         blob: Option<(&Envelope, Described<'_>)>,
     ) -> Result<(), PushError> {
-        self.table.push(topic, partition, record)?;
+        self.out.table.push(topic, partition, record)?;
         if let Some((_, columns)) = &mut self.described {
             columns.append(blob);
         }
@@ -271,7 +265,7 @@ impl LfsRouter {
         record: &Record<'_>,
         reason: &str,
     ) -> Result<(), PushError> {
-        dead_letter(self.dead.as_mut(), (topic, partition), record, reason)
+        self.out.refuse((topic, partition), record, reason)
     }
 
     /// Waits for the oldest blob in flight and routes its record.
@@ -408,32 +402,24 @@ impl RecordRouter for LfsRouter {
     }
 
     fn rows(&self) -> usize {
-        self.table.rows()
-            + self.in_flight.len()
-            + self.dead.as_ref().map_or(0, DeadLetterColumns::rows)
+        self.out.rows(self.in_flight.len())
     }
 
     fn bytes(&self) -> usize {
-        self.table.bytes()
-            + self.in_flight_bytes
-            + self.dead.as_ref().map_or(0, DeadLetterColumns::bytes)
+        self.out.bytes(self.in_flight_bytes)
     }
 
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
-        let rows = self.table.rows();
-        flushed(
-            &mut self.table,
-            || {
-                Ok(match &mut self.described {
-                    Some((fields, columns)) => columns.finish(fields, rows),
-                    None => Vec::new(),
-                })
-            },
-            self.dead.as_mut(),
-        )
+        let rows = self.out.table.rows();
+        self.out.flush(|| {
+            Ok(match &mut self.described {
+                Some((fields, columns)) => columns.finish(fields, rows),
+                None => Vec::new(),
+            })
+        })
     }
 
     fn dead_letters(&self) -> u64 {
-        self.dead.as_ref().map_or(0, DeadLetterColumns::count)
+        self.out.dead_letters()
     }
 }

@@ -4,19 +4,19 @@
 //! columns, any other record a dead letter with the reason (no framing, an unknown
 //! schema id, a schema the table cannot absorb, a payload that does not decode).
 
-use super::route::{DeadLetterColumns, PushError, RecordRouter, Routed, dead_letter, flushed};
+use super::route::{PushError, RecordRouter, Routed, RoutedRows};
 use crate::table::arrow_schema;
 use arrow_array::ArrayRef;
 use arrow_schema::{DataType, Fields};
 use iceberg::table::Table;
 use kfs_segment::Record;
+use kfs_values::ROWS_PER_BATCH;
 use kfs_values::cells::{Cell, column};
 use kfs_values::writer_schema::{WriterSchemas, decode_framed, row_column};
-use kfs_values::{ROWS_PER_BATCH, RecordColumns};
 
 /// Registry-encoded values (and keys): rows of the payload columns, or dead letters.
 pub(crate) struct RegistryRouter {
-    table: RecordColumns,
+    out: RoutedRows,
     payload: Fields,
     payload_type: DataType,
     rows: Vec<Cell>,
@@ -30,7 +30,6 @@ pub(crate) struct RegistryRouter {
     /// The columns besides the record's, in the table's order: a payload column (by
     /// its index in `payload`), or `None` for `key_fields`.
     order: Vec<Option<usize>>,
-    dead: Option<DeadLetterColumns>,
 }
 
 impl RegistryRouter {
@@ -63,15 +62,12 @@ impl RegistryRouter {
             order,
             payload_type: DataType::Struct(payload.clone()),
             payload,
-            table: RecordColumns::new(arrow)?,
+            out: RoutedRows::new(arrow, dead_letters, segment)?,
             rows: Vec::with_capacity(ROWS_PER_BATCH),
             value_bytes: 0,
             writers,
             key_writers,
             key_column,
-            dead: dead_letters
-                .map(|dlq| DeadLetterColumns::new(dlq, segment))
-                .transpose()?,
         })
     }
 
@@ -113,7 +109,7 @@ impl RecordRouter for RegistryRouter {
             .and_then(|row| Ok((row, self.key_cell(record.key)?)))
         {
             Ok(((row, value_bytes), (key, key_bytes))) => {
-                self.table.push(topic, partition, record)?;
+                self.out.table.push(topic, partition, record)?;
                 self.rows.push(row);
                 if let Some((_, keys)) = &mut self.key_column {
                     keys.push(key);
@@ -126,57 +122,51 @@ impl RecordRouter for RegistryRouter {
                     .saturating_add(value_bytes.saturating_add(key_bytes));
                 Ok(())
             }
-            Err(reason) => dead_letter(self.dead.as_mut(), (topic, partition), record, &reason),
+            Err(reason) => self.out.refuse((topic, partition), record, &reason),
         }
     }
 
     fn rows(&self) -> usize {
-        self.table.rows() + self.dead.as_ref().map_or(0, DeadLetterColumns::rows)
+        self.out.rows(0)
     }
 
     fn bytes(&self) -> usize {
-        self.table.bytes()
-            + self.value_bytes
-            + self.dead.as_ref().map_or(0, DeadLetterColumns::bytes)
+        self.out.bytes(self.value_bytes)
     }
 
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
-        flushed(
-            &mut self.table,
-            || {
-                let rows = std::mem::take(&mut self.rows);
-                self.value_bytes = 0;
-                let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.order.len());
-                for slot in &self.order {
-                    columns.push(match (slot, &mut self.key_column) {
-                        (Some(i), _) => {
-                            let field = self.payload.get(*i).ok_or_else(|| {
-                                iceberg::Error::new(
-                                    iceberg::ErrorKind::Unexpected,
-                                    "a payload column out of range",
-                                )
-                            })?;
-                            row_column(&rows, *i, field.data_type())?
-                        }
-                        (None, Some((key_type, keys))) => {
-                            let keys = std::mem::take(keys);
-                            column(key_type, &keys.iter().collect::<Vec<_>>())?
-                        }
-                        (None, None) => {
-                            return Err(iceberg::Error::new(
+        self.out.flush(|| {
+            let rows = std::mem::take(&mut self.rows);
+            self.value_bytes = 0;
+            let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.order.len());
+            for slot in &self.order {
+                columns.push(match (slot, &mut self.key_column) {
+                    (Some(i), _) => {
+                        let field = self.payload.get(*i).ok_or_else(|| {
+                            iceberg::Error::new(
                                 iceberg::ErrorKind::Unexpected,
-                                "the key_fields column without its keys",
-                            ));
-                        }
-                    });
-                }
-                Ok(columns)
-            },
-            self.dead.as_mut(),
-        )
+                                "a payload column out of range",
+                            )
+                        })?;
+                        row_column(&rows, *i, field.data_type())?
+                    }
+                    (None, Some((key_type, keys))) => {
+                        let keys = std::mem::take(keys);
+                        column(key_type, &keys.iter().collect::<Vec<_>>())?
+                    }
+                    (None, None) => {
+                        return Err(iceberg::Error::new(
+                            iceberg::ErrorKind::Unexpected,
+                            "the key_fields column without its keys",
+                        ));
+                    }
+                });
+            }
+            Ok(columns)
+        })
     }
 
     fn dead_letters(&self) -> u64 {
-        self.dead.as_ref().map_or(0, DeadLetterColumns::count)
+        self.out.dead_letters()
     }
 }

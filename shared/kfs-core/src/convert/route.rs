@@ -95,45 +95,84 @@ pub(crate) struct JsonRouter {
     schema: iceberg::spec::Schema,
     declared: bool,
     payload: SchemaRef,
-    table: RecordColumns,
+    out: RoutedRows,
     values: Vec<serde_json::Map<String, serde_json::Value>>,
     /// Bytes of the parsed values buffered (an estimate: parsed JSON takes several
     /// times its text).
     value_bytes: usize,
+}
+
+/// The rows a router builds: the table's record columns and, when the dead-letter
+/// table is opened, its rows; what every router counts, refuses and flushes alike.
+pub(crate) struct RoutedRows {
+    /// The table's record columns (a router builds the columns after them).
+    pub(crate) table: RecordColumns,
     dead: Option<DeadLetterColumns>,
 }
 
-/// The batches a router's buffers hold, and they start over: the table's rows (their
-/// columns beyond the record columns built by `payload`, called only when there are
-/// rows), then the dead letters.
-pub(crate) fn flushed(
-    table: &mut RecordColumns,
-    payload: impl FnOnce() -> iceberg::Result<Vec<ArrayRef>>,
-    dead: Option<&mut DeadLetterColumns>,
-) -> iceberg::Result<Vec<Routed>> {
-    let mut routed = Vec::new();
-    if table.rows() > 0 {
-        let payload = payload()?;
-        routed.push(Routed::Table(table.finish_with(payload)?));
+impl RoutedRows {
+    /// Rows of `table` (record columns of `schema`), refused records to `dead_letters`
+    /// (when opened) with `segment` named.
+    pub(crate) fn new(
+        schema: SchemaRef,
+        dead_letters: Option<&Table>,
+        segment: String,
+    ) -> iceberg::Result<Self> {
+        Ok(Self {
+            table: RecordColumns::new(schema)?,
+            dead: dead_letters
+                .map(|dlq| DeadLetterColumns::new(dlq, segment))
+                .transpose()?,
+        })
     }
-    if let Some(dead) = dead {
-        routed.extend(dead.finish()?);
-    }
-    Ok(routed)
-}
 
-/// Sends `record` to the dead-letter rows `dead`, refused for `reason`; with no
-/// dead-letter table opened, the record can go nowhere (the reason says why).
-pub(crate) fn dead_letter(
-    dead: Option<&mut DeadLetterColumns>,
-    (topic, partition): (&str, i32),
-    record: &Record<'_>,
-    reason: &str,
-) -> Result<(), PushError> {
-    let Some(dead) = dead else {
-        return Err(format!("{reason}, and no dead-letter table was opened").into());
-    };
-    Ok(dead.push(topic, partition, record, reason)?)
+    /// Sends `record` to the dead-letter rows, refused for `reason`; with no
+    /// dead-letter table opened, the record can go nowhere (the reason says why).
+    pub(crate) fn refuse(
+        &mut self,
+        (topic, partition): (&str, i32),
+        record: &Record<'_>,
+        reason: &str,
+    ) -> Result<(), PushError> {
+        let Some(dead) = &mut self.dead else {
+            return Err(format!("{reason}, and no dead-letter table was opened").into());
+        };
+        Ok(dead.push(topic, partition, record, reason)?)
+    }
+
+    /// Rows buffered, `waiting` more besides (records a router holds back).
+    pub(crate) fn rows(&self, waiting: usize) -> usize {
+        self.table.rows() + waiting + self.dead.as_ref().map_or(0, DeadLetterColumns::rows)
+    }
+
+    /// Bytes buffered (an estimate), `values` more besides (what a router holds of
+    /// the values).
+    pub(crate) fn bytes(&self, values: usize) -> usize {
+        self.table.bytes() + values + self.dead.as_ref().map_or(0, DeadLetterColumns::bytes)
+    }
+
+    /// Records refused so far.
+    pub(crate) fn dead_letters(&self) -> u64 {
+        self.dead.as_ref().map_or(0, DeadLetterColumns::count)
+    }
+
+    /// The batches the buffers hold, and they start over: the table's rows (their
+    /// columns beyond the record columns built by `payload`, called only when there
+    /// are rows), then the dead letters.
+    pub(crate) fn flush(
+        &mut self,
+        payload: impl FnOnce() -> iceberg::Result<Vec<ArrayRef>>,
+    ) -> iceberg::Result<Vec<Routed>> {
+        let mut routed = Vec::new();
+        if self.table.rows() > 0 {
+            let payload = payload()?;
+            routed.push(Routed::Table(self.table.finish_with(payload)?));
+        }
+        if let Some(dead) = &mut self.dead {
+            routed.extend(dead.finish()?);
+        }
+        Ok(routed)
+    }
 }
 
 /// The rows of a dead-letter batch being built: each record as it came, with the
@@ -217,17 +256,13 @@ impl JsonRouter {
                 .cloned()
                 .collect::<Vec<_>>(),
         ));
-        let dead = dead_letters
-            .map(|dlq| DeadLetterColumns::new(dlq, segment))
-            .transpose()?;
         Ok(Self {
             declared: crate::table::declared_columns(table),
             schema,
             payload,
-            table: RecordColumns::new(arrow)?,
+            out: RoutedRows::new(arrow, dead_letters, segment)?,
             values: Vec::with_capacity(ROWS_PER_BATCH),
             value_bytes: 0,
-            dead,
         })
     }
 }
@@ -248,40 +283,34 @@ impl RecordRouter for JsonRouter {
         });
         match parsed {
             Ok(value) => {
-                self.table.push(topic, partition, record)?;
+                self.out.table.push(topic, partition, record)?;
                 self.values.push(value);
                 self.value_bytes += PARSED_JSON_FACTOR * record.value.map_or(0, <[u8]>::len);
             }
             Err(rejection) => {
-                dead_letter(self.dead.as_mut(), (topic, partition), record, &rejection.0)?;
+                self.out.refuse((topic, partition), record, &rejection.0)?;
             }
         }
         Ok(())
     }
 
     fn rows(&self) -> usize {
-        self.table.rows() + self.dead.as_ref().map_or(0, DeadLetterColumns::rows)
+        self.out.rows(0)
     }
 
     fn bytes(&self) -> usize {
-        self.table.bytes()
-            + self.value_bytes
-            + self.dead.as_ref().map_or(0, DeadLetterColumns::bytes)
+        self.out.bytes(self.value_bytes)
     }
 
     fn flush(&mut self) -> iceberg::Result<Vec<Routed>> {
-        flushed(
-            &mut self.table,
-            || {
-                let values = std::mem::take(&mut self.values);
-                self.value_bytes = 0;
-                Ok(kfs_values::json::payload_columns(&self.payload, &values)?)
-            },
-            self.dead.as_mut(),
-        )
+        self.out.flush(|| {
+            let values = std::mem::take(&mut self.values);
+            self.value_bytes = 0;
+            Ok(kfs_values::json::payload_columns(&self.payload, &values)?)
+        })
     }
 
     fn dead_letters(&self) -> u64 {
-        self.dead.as_ref().map_or(0, DeadLetterColumns::count)
+        self.out.dead_letters()
     }
 }
