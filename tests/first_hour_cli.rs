@@ -291,6 +291,16 @@ fn the_quick_start_counts_every_segment_and_status_says_what_is_committed() {
         assert!(status.contains(&format!("table {table}")), "{status}");
     }
     assert!(status.contains("last commit: snapshot"), "{status}");
+    // The sample data is recent: its freshness reads in hours of a day or two, not
+    // thousands of hours.
+    for line in status.lines().filter(|l| l.contains("freshness:")) {
+        let hours = line
+            .rsplit_once('(')
+            .and_then(|(_, age)| age.split_once('h'))
+            .and_then(|(hours, _)| hours.parse::<u32>().ok());
+        assert!(hours.is_some_and(|h| h < 48), "{line}");
+    }
+    assert!(status.contains("freshness:"), "{status}");
 }
 
 /// A reader that closes the pipe (`kfs-iceberg status | head`) ends the command as

@@ -30,6 +30,9 @@ fn gen_into(dir: &Path, codec: &str, seed: &str) {
         codec.as_ref(),
         "--seed".as_ref(),
         seed.as_ref(),
+        // The records' clocks start at a given time (2026-01-01), not before now.
+        "--start-ms".as_ref(),
+        "1767225600000".as_ref(),
     ]);
     assert!(
         output.status.success(),

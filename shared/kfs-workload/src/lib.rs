@@ -64,7 +64,14 @@ pub struct WorkloadConfig {
     /// more fields (`channel`, a string, and `shipping`, an object): a schema that
     /// grows over time. Takes nothing from the PRNG, so it changes no other byte.
     pub later_fields: bool,
+    /// The earliest a partition's clock starts, in ms since the epoch: each partition
+    /// starts at a random time within the day after it (default
+    /// [`DEFAULT_START_MS`], so the bytes depend on the seed alone).
+    pub start_ms: i64,
 }
+
+/// 2026-01-01T00:00:00Z: where the workload's clocks start unless told otherwise.
+pub const DEFAULT_START_MS: i64 = 1_767_225_600_000;
 
 impl Default for WorkloadConfig {
     fn default() -> Self {
@@ -78,6 +85,7 @@ impl Default for WorkloadConfig {
             seed: 42,
             record_spacing_ms: 20,
             later_fields: false,
+            start_ms: DEFAULT_START_MS,
         }
     }
 }
@@ -170,7 +178,7 @@ pub fn generate(
         let topic = topic_name(t);
         let mut partition_rng = Rng::new(rng.next_u64() ^ ((t as u64) << 32) ^ partition as u64);
         let mut next_offset: i64 = 0;
-        let mut clock_ms: i64 = 1_767_225_600_000 + partition_rng.below(86_400_000) as i64;
+        let mut clock_ms: i64 = config.start_ms + partition_rng.below(86_400_000) as i64;
         (0..config.segments).map(move |index| {
             if partition_rng.chance(15) {
                 next_offset += 1 + partition_rng.below(20) as i64; // a gap left by a failed upload
