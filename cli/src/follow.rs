@@ -109,7 +109,12 @@ pub async fn follow<L: Ledger>(
     let signals = Signals::listen()?;
     let metrics = Arc::new(Metrics::default());
     let mut maintenance = TickMaintenance {
-        policy: MaintenancePolicy::default(),
+        // Compacted about as often as committed: in tiers, so a table's growing file is
+        // not rewritten with each new small one.
+        policy: MaintenancePolicy {
+            tiered_compaction: true,
+            ..MaintenancePolicy::default()
+        },
         storage: embedded.storage(),
     };
     let compact_interval = args.compact_interval.unwrap_or(DEFAULT_COMPACT_INTERVAL);

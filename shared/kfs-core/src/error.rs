@@ -2,9 +2,9 @@
 
 use crate::commit::CommitError;
 use crate::convert::ConvertError;
-use crate::fault::ErrorKind;
 use crate::ledger::LedgerError;
 use crate::source::SourceError;
+use kfs_catalog::fault::ErrorKind;
 use kfs_plan::progress::ProgressError;
 
 /// A pass failed; what it did before the failure stands (the ledger is durable).
@@ -65,7 +65,7 @@ impl PipelineError {
         match self {
             Self::Source(e) => e.kind,
             Self::Ledger(e) => e.kind(),
-            Self::Catalog { source, .. } => crate::fault::iceberg_error_kind(source),
+            Self::Catalog { source, .. } => kfs_catalog::fault::iceberg_error_kind(source),
             Self::Convert(e) => e.kind(),
             Self::Commit(e) => e.kind(),
             Self::Unconverted { kind, .. } => *kind,

@@ -6,9 +6,8 @@
 //! catalogs) live in `kfs-aws` and plug into the same traits.
 //!
 //! What the pipeline stands on, each its own crate: the catalogs, the warehouse
-//! storage and the error kinds of foreign errors (`kfs-catalog`, whose modules are
-//! used here as `catalog`, `storage` and `fault`); record values as Arrow columns, the
-//! table layout and the schema registries (`kfs-values`, its `registry` used here);
+//! storage and the error kinds of foreign errors (`kfs-catalog`); record values as
+//! Arrow columns, the table layout and the schema registries (`kfs-values`);
 //! Parquet data files (`kfs-parquet`); and failpoints (`kfs-failpoint`, re-exported
 //! as [`failpoint`]).
 //!
@@ -18,8 +17,6 @@
 //! `maintenance`, `error`, `ingest` (one segment into the ledger), `pass` (one pipeline
 //! pass), `tick` (the committer's tick), `converter` (the converter function's core).
 
-/// Where the tables live: the `kfs-catalog` crate's catalogs, storage and error kinds.
-use kfs_catalog::{catalog, fault, storage};
 mod clock;
 mod commit;
 mod convert;
@@ -29,8 +26,6 @@ mod ingest;
 mod ledger;
 mod maintenance;
 mod pass;
-/// The schema registries of registry-encoded values: the `kfs-values` crate's.
-use kfs_values::registry;
 mod replay;
 mod settings;
 mod source;
@@ -39,25 +34,31 @@ mod table;
 pub mod testing;
 mod tick;
 
-pub use catalog::{
-    CatalogAccess, CatalogHandle, CatalogKind, CatalogOverrides, LOCAL_CATALOG_NAME,
-    MetadataPointer, Overridden, RestCredentials, RestSettings, S3TablesSettings, TableSwap,
-    is_table_bucket_arn, lost_race, open_catalog_handle, publish, read_table, stage_updates,
-    table_handle,
-};
 pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};
 pub use convert::{MAX_SCHEMAS_PER_SEGMENT, RegistrySchemas, WriterSchema};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome, conversion_mib};
 pub use error::PipelineError;
-pub use fault::{
+pub use ingest::MAX_RUN_SEGMENTS;
+pub use kfs_catalog::catalog::{
+    CatalogAccess, CatalogHandle, CatalogKind, CatalogOverrides, LOCAL_CATALOG_NAME,
+    MetadataPointer, Overridden, RestCredentials, RestSettings, S3TablesSettings, TableSwap,
+    is_table_bucket_arn, lost_race, open_catalog_handle, publish, read_table, stage_updates,
+    table_handle,
+};
+pub use kfs_catalog::fault::{
     ErrorKind, Fault, MISSING_AWS_CREDENTIALS, RetryPolicy, iceberg_error, iceberg_error_kind,
     missing_credentials, opendal_error_kind,
 };
-pub use ingest::MAX_RUN_SEGMENTS;
+pub use kfs_catalog::storage::{S3Settings, Warehouse};
 /// Failpoints of the storage effects (data file writes, deletes), where tests inject
 /// crashes and errors: the `kfs-failpoint` crate, which kfs-parquet's merge shares.
 pub use kfs_failpoint as failpoint;
+pub use kfs_values::registry::{
+    Framed, HttpRegistry, MemoryRegistry, RegisteredSchema, RegistryCredentials, RegistryError,
+    RegistryLocation, SchemaId, SchemaKind, SchemaRegistry, frame,
+};
+pub use kfs_values::registry::{LookupPolicy, SchemaCache, open_registry};
 #[cfg(feature = "sql")]
 pub use ledger::SqliteLedger;
 pub use ledger::{
@@ -76,11 +77,6 @@ pub use pass::{
     CONVERSION_TIMEOUT, PassReport, PipelineConfig, Progress, UNFINISHED_ATTEMPTS, run_attempt,
     run_pass,
 };
-pub use registry::{
-    Framed, HttpRegistry, MemoryRegistry, RegisteredSchema, RegistryCredentials, RegistryError,
-    RegistryLocation, SchemaId, SchemaKind, SchemaRegistry, frame,
-};
-pub use registry::{LookupPolicy, SchemaCache, open_registry};
 pub use replay::{
     REPLAYED_FROM_KEY, REPLAYED_KEY, ReplayReport, replay_dead_letters, retryable_reason,
 };
@@ -92,7 +88,6 @@ pub use source::{
     MemorySource, ObjectStream, OpendalSource, SegmentSource, SegmentStream, SourceError,
     SourceObject,
 };
-pub use storage::{S3Settings, Warehouse};
 pub use table::{
     Feed, LEDGER_PROPERTY, MAX_COLUMN_NAME_BYTES, OwnershipError, ProgressDecision,
     SOURCE_NAMESPACE_PROPERTY, column_for, compression, decide_progress, live_entries,

@@ -27,9 +27,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::catalog::CatalogAccess;
 use crate::error::PipelineError;
 use crate::table::table_ident;
+use kfs_catalog::catalog::CatalogAccess;
 use kfs_plan::naming::TableName;
 use kfs_segment::OwnedRecord;
 

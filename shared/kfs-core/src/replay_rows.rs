@@ -16,10 +16,10 @@ use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::{KeyFormat, TableName, ValueFormat};
 use kfs_segment::{BatchSpec, Compression, OwnedRecord};
 
-use crate::catalog::CatalogAccess;
 use crate::error::PipelineError;
 use crate::ingest::TopicTable;
 use crate::source::{MemorySource, SourceObject};
+use kfs_catalog::catalog::CatalogAccess;
 
 /// A dead-letter row read back.
 #[derive(Debug, Clone)]

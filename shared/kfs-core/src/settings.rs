@@ -17,8 +17,8 @@ use kfs_plan::naming::{
 use kfs_plan::secret_url::SecretUrl;
 use serde::Deserialize;
 
-use crate::catalog::{CatalogKind, RestCredentials, RestSettings, S3TablesSettings};
 use crate::maintenance::MaintenancePolicy;
+use kfs_catalog::catalog::{CatalogKind, RestCredentials, RestSettings, S3TablesSettings};
 
 mod env;
 mod etcd;
@@ -270,7 +270,7 @@ pub struct ValidSettings {
     pub crosscheck: CrossCheckPolicy,
     /// Where the writer schemas of registry-encoded values are (`None`: no
     /// registry); opened by the host, which may reach AWS Glue's.
-    pub schema_registry: Option<crate::registry::RegistryLocation>,
+    pub schema_registry: Option<kfs_values::registry::RegistryLocation>,
 }
 
 fn invalid(origin: &str, message: impl std::fmt::Display) -> SettingsError {
@@ -395,7 +395,7 @@ impl Settings {
         &self,
         naming: &TableNaming,
         fail: &dyn Fn(&str, &dyn std::fmt::Display) -> SettingsError,
-    ) -> Result<Option<crate::registry::RegistryLocation>, SettingsError> {
+    ) -> Result<Option<kfs_values::registry::RegistryLocation>, SettingsError> {
         let settings = &self.schema_registry;
         let Some(url) = settings.url.as_ref() else {
             if naming.value_format == ValueFormat::Registry {
@@ -407,11 +407,11 @@ impl Settings {
             return Ok(None);
         };
         let credentials = match &settings.credentials_file {
-            Some(path) => crate::registry::RegistryCredentials::from_file(path)
+            Some(path) => kfs_values::registry::RegistryCredentials::from_file(path)
                 .map_err(|e| fail("schema_registry", &e))?,
-            None => crate::registry::RegistryCredentials::default(),
+            None => kfs_values::registry::RegistryCredentials::default(),
         };
-        crate::registry::RegistryLocation::parse(url, credentials)
+        kfs_values::registry::RegistryLocation::parse(url, credentials)
             .map(Some)
             .map_err(|e| fail("schema_registry", &e))
     }

@@ -2,8 +2,8 @@
 //! OpenDAL-backed implementation of [`SegmentSource`]. An in-memory source serves
 //! unit tests and fault injection.
 
-use crate::fault::ErrorKind;
-use crate::storage::S3Settings;
+use kfs_catalog::fault::ErrorKind;
+use kfs_catalog::storage::S3Settings;
 use opendal::{EntryMode, Operator};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -205,9 +205,9 @@ fn object_of(entry: &opendal::Entry) -> SourceObject {
 fn error(location: &str, e: opendal::Error) -> SourceError {
     SourceError {
         location: location.to_owned(),
-        kind: crate::fault::opendal_error_kind(&e),
-        message: if crate::fault::missing_credentials(&e) {
-            crate::fault::MISSING_AWS_CREDENTIALS.to_owned()
+        kind: kfs_catalog::fault::opendal_error_kind(&e),
+        message: if kfs_catalog::fault::missing_credentials(&e) {
+            kfs_catalog::fault::MISSING_AWS_CREDENTIALS.to_owned()
         } else {
             e.to_string()
         },
@@ -328,7 +328,7 @@ impl SegmentSource for OpendalSource {
                 kind: e
                     .get_ref()
                     .and_then(|inner| inner.downcast_ref::<opendal::Error>())
-                    .map_or(ErrorKind::Transient, crate::fault::opendal_error_kind),
+                    .map_or(ErrorKind::Transient, kfs_catalog::fault::opendal_error_kind),
                 message: e.to_string(),
             })
             .boxed())
@@ -346,7 +346,7 @@ impl SegmentSource for OpendalSource {
                 .map(bytes::Bytes::from)
                 .map_err(|e| SourceError {
                     location: self.describe(key),
-                    kind: crate::fault::io_error_kind(&e),
+                    kind: kfs_catalog::fault::io_error_kind(&e),
                     message: e.to_string(),
                 });
         }

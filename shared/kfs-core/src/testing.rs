@@ -3,10 +3,6 @@
 //! pinned append and the SQL catalog's pieces. Behind the `test-support` feature, never
 //! part of a production build.
 
-pub use crate::catalog::SqlCatalog;
-pub use crate::catalog::{
-    MemoryTables, PinnedCatalog, RestTables, SqlTableSwap, open_postgres_catalog, open_sql_catalog,
-};
 pub use crate::commit::commit_table;
 pub use crate::convert::{
     ROWS_PER_BATCH, RecordColumns, SegmentInput, ValueColumns, convert_segment, registry_columns,
@@ -18,6 +14,10 @@ pub use crate::ledger::{Probe, Probed, check_contract, converted_paths, spilled_
 pub use crate::source::in_memory;
 pub use crate::table::{
     METADATA_COLUMNS, arrow_schema, ensure_topic_table, evolve_schema, live_entries_in, schema_for,
+};
+pub use kfs_catalog::catalog::SqlCatalog;
+pub use kfs_catalog::catalog::{
+    MemoryTables, PinnedCatalog, RestTables, SqlTableSwap, open_postgres_catalog, open_sql_catalog,
 };
 pub use kfs_parquet::{merge_data_files, writer_properties};
 pub use kfs_values::json::{EvolvingSchema, conform, fits, parse_value, payload_columns};

@@ -10,7 +10,6 @@ use kfs_plan::naming::TableName;
 use kfs_plan::shard::Shard;
 use serde_json::{Value, json};
 
-use crate::catalog::CatalogAccess;
 use crate::clock::now_ms;
 use crate::error::PipelineError;
 use crate::ledger::{EntryState, Ledger, partition_heads};
@@ -19,6 +18,7 @@ use crate::maintenance::{
 };
 use crate::pass::{PassReport, PipelineConfig, run_pass};
 use crate::source::SegmentSource;
+use kfs_catalog::catalog::CatalogAccess;
 
 /// Table maintenance after a tick's commits.
 #[derive(Debug, Clone)]

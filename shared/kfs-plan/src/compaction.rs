@@ -2,6 +2,14 @@
 //! (bin packing toward a target size, per partition value, in offset order), and which
 //! snapshots an expiry removes. The hosts read the table, call these functions, and
 //! carry out the plans.
+//!
+//! Compaction can plan in tiers ([`CompactionPolicy::tiered`]): a table committed every
+//! few seconds and compacted as often would otherwise merge its growing file with each
+//! new small one, rewriting all it holds every time (quadratic in the bytes appended).
+//! In tiers, files merge only with consecutive files of about their own size (the
+//! largest of a group at most `tier_ratio` times the smallest), and only once
+//! `min_files` of them have gathered, so each byte is rewritten about once per tier it
+//! climbs: a logarithmic number of times.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +41,11 @@ pub struct CompactionPolicy {
     /// Row groups at least this large are copied into the merged file without
     /// decoding; smaller ones are decoded and re-encoded together.
     pub copy_row_group_min_bytes: u64,
+    /// Fewest files a group merges, unless it is full (`max_group_bytes` reached).
+    pub min_files: usize,
+    /// Sizes of one tier: the largest file of a group is at most this many times its
+    /// smallest (0: any sizes together).
+    pub tier_ratio: u64,
 }
 
 impl CompactionPolicy {
@@ -44,7 +57,24 @@ impl CompactionPolicy {
             max_group_bytes: target_bytes,
             max_groups: usize::MAX,
             copy_row_group_min_bytes: target_bytes / 8,
+            min_files: 2,
+            tier_ratio: 0,
         }
+    }
+
+    /// The policy for a target size in tiers of 4× (module doc): groups of at least 4
+    /// files of about one size, for tables compacted as often as they are committed.
+    pub fn tiered(target_bytes: u64) -> Self {
+        Self {
+            min_files: 4,
+            tier_ratio: 4,
+            ..Self::for_target(target_bytes)
+        }
+    }
+
+    /// Whether files from `smallest` to `largest` bytes make one tier.
+    fn one_tier(&self, smallest: u64, largest: u64) -> bool {
+        self.tier_ratio == 0 || largest <= smallest.max(1).saturating_mul(self.tier_ratio)
     }
 }
 
@@ -65,20 +95,25 @@ impl RewriteGroup {
 }
 
 /// Groups the small files of each partition value, in offset order, into runs of about
-/// `max_group_bytes`; a run of one file is left as it is (rewriting it gains nothing).
-/// Every input file appears in at most one group.
+/// `max_group_bytes` of consecutive files of one tier; a run of fewer than
+/// `min_files` is left as it is unless it is full (a run of one never: rewriting it
+/// gains nothing). Every input file appears in at most one group, and a partition's
+/// groups follow one another in offset order.
 pub fn plan_compaction(files: &[FileStat], policy: &CompactionPolicy) -> Vec<RewriteGroup> {
     let mut by_partition: BTreeMap<&str, Vec<&FileStat>> = BTreeMap::new();
     for file in files.iter().filter(|f| f.bytes < policy.small_below_bytes) {
         by_partition.entry(&file.partition).or_default().push(file);
     }
+    let min_files = policy.min_files.max(2);
     let mut groups = Vec::new();
     for (partition, mut small) in by_partition {
         small.sort_by(|a, b| a.order.cmp(&b.order).then_with(|| a.path.cmp(&b.path)));
         let mut current: Vec<FileStat> = Vec::new();
         let mut bytes = 0u64;
-        let flush = |current: &mut Vec<FileStat>, groups: &mut Vec<RewriteGroup>| {
-            if current.len() > 1 {
+        // The smallest and largest file of `current`.
+        let (mut smallest, mut largest) = (u64::MAX, 0u64);
+        let mut flush = |current: &mut Vec<FileStat>, full: bool| {
+            if current.len() >= min_files || (full && current.len() >= 2) {
                 groups.push(RewriteGroup {
                     partition: partition.to_owned(),
                     files: std::mem::take(current),
@@ -88,14 +123,17 @@ pub fn plan_compaction(files: &[FileStat], policy: &CompactionPolicy) -> Vec<Rew
             }
         };
         for file in small {
-            if !current.is_empty() && bytes.saturating_add(file.bytes) > policy.max_group_bytes {
-                flush(&mut current, &mut groups);
-                bytes = 0;
+            let other_tier = !policy.one_tier(smallest.min(file.bytes), largest.max(file.bytes));
+            let full = bytes.saturating_add(file.bytes) > policy.max_group_bytes;
+            if !current.is_empty() && (other_tier || full) {
+                flush(&mut current, full && !other_tier);
+                (bytes, smallest, largest) = (0, u64::MAX, 0);
             }
             bytes = bytes.saturating_add(file.bytes);
+            (smallest, largest) = (smallest.min(file.bytes), largest.max(file.bytes));
             current.push(file.clone());
         }
-        flush(&mut current, &mut groups);
+        flush(&mut current, false);
     }
     groups.truncate(policy.max_groups);
     groups
@@ -229,6 +267,58 @@ mod tests {
         ] {
             assert!(!written_by_pipeline(foreign), "{foreign}");
         }
+    }
+
+    /// A table committed `commits` times, one file of `file_bytes` each, and compacted
+    /// after every commit (a merged file takes its first input's place): the bytes
+    /// rewritten per byte appended, and the files left.
+    fn streamed(policy: &CompactionPolicy, commits: u32, file_bytes: u64) -> (f64, usize) {
+        let mut files: Vec<FileStat> = Vec::new();
+        let mut rewritten = 0u64;
+        for commit in 0..commits {
+            files.push(file("p", commit, file_bytes));
+            for group in plan_compaction(&files, policy) {
+                rewritten += group.bytes();
+                files.retain(|f| !group.files.contains(f));
+                files.push(FileStat {
+                    path: format!("{}-merged-{commit}", group.files[0].path),
+                    bytes: group.bytes(),
+                    ..group.files[0].clone()
+                });
+            }
+        }
+        let appended = u64::from(commits) * file_bytes;
+        (rewritten as f64 / appended as f64, files.len())
+    }
+
+    #[test]
+    fn tiers_rewrite_each_byte_a_few_times_where_one_tier_rewrites_it_every_commit() {
+        let target = 512 << 20;
+        let (full, full_files) = streamed(&CompactionPolicy::for_target(target), 2_000, 10_000);
+        let (tiered, tiered_files) = streamed(&CompactionPolicy::tiered(target), 2_000, 10_000);
+        println!(
+            "bytes rewritten per byte appended: one tier {full:.1}, tiers {tiered:.2} ({tiered_files} files left)"
+        );
+        // One tier merges the growing file with each new one: about n/2 rewrites a byte.
+        assert!(full > 500.0, "{full}");
+        assert_eq!(full_files, 1);
+        // In tiers of 4: about once per tier (log4 2,000 < 6), and a few files a tier.
+        assert!(tiered < 8.0, "{tiered}");
+        assert!(tiered_files <= 4 * 6, "{tiered_files}");
+    }
+
+    #[test]
+    fn a_tier_waits_for_its_files_and_never_merges_a_large_file_with_small_ones() {
+        let policy = CompactionPolicy::tiered(1_000_000);
+        let mut files = vec![file("a", 0, 400_000)];
+        files.extend((1..4).map(|i| file("a", i, 1_000)));
+        assert_eq!(plan_compaction(&files, &policy), Vec::new());
+        // Sizes that straddle a power of the ratio still make one tier.
+        files.push(file("a", 4, 3_000));
+        let groups = plan_compaction(&files, &policy);
+        assert_eq!(groups.len(), 1);
+        let orders: Vec<&str> = groups[0].files.iter().map(|f| f.order.as_str()).collect();
+        assert_eq!(orders, ["00000001", "00000002", "00000003", "00000004"]);
     }
 
     #[test]

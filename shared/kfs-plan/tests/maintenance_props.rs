@@ -3,7 +3,9 @@
 //! Compaction (`plan_compaction`): no more groups than allowed; every file in at most
 //! one group; a group holds at least two files, all small, all of its partition value,
 //! in offset order, and no more bytes than a group may take; the groups of a partition
-//! value follow one another in offset order.
+//! value follow one another in offset order. In tiers (`CompactionPolicy::tiered`),
+//! besides: a group's largest file is at most `tier_ratio` times its smallest, and it
+//! holds at least `min_files` unless it is full.
 //!
 //! Expiry (`plan_expiry`): only snapshots the table has, each once; never the current
 //! snapshot, the newest `retain_last` of the branch, or a ref's head; only snapshots the
@@ -25,6 +27,7 @@ proptest! {
         files in proptest::collection::vec((0u8..3, 0u32..40, 1u64..300), 0..60),
         target in 8u64..400,
         max_groups in 1usize..6,
+        tiered in any::<bool>(),
     ) {
         let stats: Vec<FileStat> = files
             .iter()
@@ -36,7 +39,8 @@ proptest! {
                 order: format!("{order:08}"),
             })
             .collect();
-        let policy = CompactionPolicy { max_groups, ..CompactionPolicy::for_target(target) };
+        let sized = if tiered { CompactionPolicy::tiered } else { CompactionPolicy::for_target };
+        let policy = CompactionPolicy { max_groups, ..sized(target) };
         let groups = plan_compaction(&stats, &policy);
         prop_assert!(groups.len() <= max_groups);
         let mut seen = BTreeSet::new();
@@ -45,6 +49,26 @@ proptest! {
         for group in &groups {
             prop_assert!(group.files.len() >= 2, "a group of one: {:?}", group);
             prop_assert!(group.bytes() <= policy.max_group_bytes, "{:?}", group);
+            if tiered {
+                let sizes = group.files.iter().map(|f| f.bytes);
+                let (least, most) = (sizes.clone().min().unwrap_or(0), sizes.max().unwrap_or(0));
+                prop_assert!(most <= least.max(1) * policy.tier_ratio, "two tiers: {:?}", group);
+                // A group short of `min_files` is one the next file would overfill.
+                if group.files.len() < policy.min_files {
+                    let next = stats
+                        .iter()
+                        .filter(|f| f.partition == group.partition && f.bytes < policy.small_below_bytes)
+                        .filter(|f| {
+                            let last = &group.files[group.files.len() - 1];
+                            (&f.order, &f.path) > (&last.order, &last.path)
+                        })
+                        .min_by(|a, b| (&a.order, &a.path).cmp(&(&b.order, &b.path)));
+                    prop_assert!(
+                        next.is_some_and(|n| group.bytes() + n.bytes > policy.max_group_bytes),
+                        "a short group that is not full: {:?}", group
+                    );
+                }
+            }
             for pair in group.files.windows(2) {
                 prop_assert!(
                     (&pair[0].order, &pair[0].path) <= (&pair[1].order, &pair[1].path),

@@ -45,7 +45,10 @@ async fn pinned_append(
     }
     let tx = update.apply(tx)?;
     Ok(tx
-        .commit(&crate::catalog::PinnedCatalog::new(catalog, table.clone()))
+        .commit(&kfs_catalog::catalog::PinnedCatalog::new(
+            catalog,
+            table.clone(),
+        ))
         .await
         .err())
 }
@@ -90,5 +93,6 @@ pub(crate) async fn append_and_verify(
 /// Whether a commit that did not land may be planned again and retried: a conflict,
 /// a failed requirement, or a retryable failure.
 fn replannable(error: &iceberg::Error) -> bool {
-    error.kind() == ErrorKind::DataInvalid || crate::fault::iceberg_error_kind(error).is_retryable()
+    error.kind() == ErrorKind::DataInvalid
+        || kfs_catalog::fault::iceberg_error_kind(error).is_retryable()
 }

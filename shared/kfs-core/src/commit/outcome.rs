@@ -148,8 +148,8 @@ pub enum CommitError {
 
 impl CommitError {
     /// What the failure means.
-    pub fn kind(&self) -> crate::fault::ErrorKind {
-        use crate::fault::{ErrorKind, iceberg_error_kind};
+    pub fn kind(&self) -> kfs_catalog::fault::ErrorKind {
+        use kfs_catalog::fault::{ErrorKind, iceberg_error_kind};
         match self {
             Self::Catalog { source, .. } | Self::DataFile { source, .. } => {
                 iceberg_error_kind(source)

@@ -281,7 +281,8 @@ pub fn scan_schema_ids(
     let mut named_keys = super::NamedSchemas::default();
     decode_records(segment, key, limits, |record| {
         // A compressed payload's head only: its schema and the message it names.
-        let head = |v| crate::registry::frame_head(v, kfs_values::writer_schema::SCANNED_BYTES);
+        let head =
+            |v| kfs_values::registry::frame_head(v, kfs_values::writer_schema::SCANNED_BYTES);
         if let Some(Ok(framed)) = record.value.map(head) {
             values.note(&framed);
         }
@@ -296,9 +297,9 @@ pub fn scan_schema_ids(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
     use crate::source::SourceError;
     use futures::StreamExt;
+    use kfs_catalog::fault::ErrorKind;
     use kfs_segment::{BatchSpec, Compression, OwnedRecord, encode_segment};
 
     /// A segment of two uncompressed batches of three 300-byte records each.

@@ -120,12 +120,12 @@ pub enum ConvertError {
 impl ConvertError {
     /// What the failure means: broken bytes and unrepresentable records are invalid
     /// data (the segment is quarantined); a failed write is what its cause says.
-    pub fn kind(&self) -> crate::fault::ErrorKind {
-        use crate::fault::ErrorKind;
+    pub fn kind(&self) -> kfs_catalog::fault::ErrorKind {
+        use kfs_catalog::fault::ErrorKind;
         match self {
             Self::Malformed { source, .. } if source.is_retryable() => ErrorKind::Transient,
             Self::Malformed { .. } | Self::Unrepresentable { .. } => ErrorKind::InvalidData,
-            Self::Write { source, .. } => crate::fault::iceberg_error_kind(source),
+            Self::Write { source, .. } => kfs_catalog::fault::iceberg_error_kind(source),
             Self::Refers { source, .. } => source.kind,
         }
     }

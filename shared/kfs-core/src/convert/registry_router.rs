@@ -89,7 +89,7 @@ impl RegistryRouter {
             }
             // A key with no column yet: its schema was refused (the writers say why).
             (Some(writers), None, Some(key)) => {
-                let id = crate::registry::frame(key)
+                let id = kfs_values::registry::frame(key)
                     .map_err(|e| format!("key: {e}"))?
                     .id;
                 Err(match writers.get(&id) {

@@ -80,7 +80,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
             match (outcome, keys.get(&segment)) {
                 // The read was refused: the object is not the version its event
                 // named. Once more, as it is now.
-                (Err(e), Some(key)) if e.kind() == crate::fault::ErrorKind::Conflict => {
+                (Err(e), Some(key)) if e.kind() == kfs_catalog::fault::ErrorKind::Conflict => {
                     stale.push((key.clone(), at, e));
                 }
                 (outcome, _) => outcomes.push((segment, at, outcome)),
@@ -187,7 +187,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
         for (segment, at) in objects {
             let failure = PipelineError::Unconverted {
                 message: "another conversion recorded a run from the same first segment without it; converted again when the event comes back".into(),
-                kind: crate::fault::ErrorKind::Transient,
+                kind: kfs_catalog::fault::ErrorKind::Transient,
                 segment: segment.clone(),
             };
             outcomes.push((segment, at, Err(failure)));

@@ -5,8 +5,8 @@
 
 mod conversion;
 
-use crate::catalog::CatalogHandle;
 use futures::StreamExt;
+use kfs_catalog::catalog::CatalogHandle;
 use kfs_plan::events::ObjectCreated;
 use kfs_plan::keys::{SegmentFile, SegmentKey};
 use kfs_plan::naming::TableNaming;
@@ -14,10 +14,10 @@ use kfs_segment::DecodeLimits;
 
 use crate::clock::now_ms;
 use crate::error::PipelineError;
-use crate::fault::RetryPolicy;
 use crate::ledger::{InsertOutcome, Ledger, LedgerEntry};
 use crate::source::SegmentSource;
 use crate::source::SourceObject;
+use kfs_catalog::fault::RetryPolicy;
 use std::collections::{BTreeMap, HashMap};
 
 /// What the ledger holds of some segments: entries, and unreadable items' reasons.
@@ -207,7 +207,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                         Err(PipelineError::Unconverted {
                             segment,
                             message: format!("its ledger item is unreadable: {reason}"),
-                            kind: crate::fault::ErrorKind::Config,
+                            kind: kfs_catalog::fault::ErrorKind::Config,
                         })
                     } else if let Some(entry) = entries.get(&segment) {
                         self.known(entry.clone(), object.etag.as_deref()).await
@@ -242,7 +242,7 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
                     Err(PipelineError::Unconverted {
                         segment: object.key.clone(),
                         message: "no outcome was reached for it".into(),
-                        kind: crate::fault::ErrorKind::Transient,
+                        kind: kfs_catalog::fault::ErrorKind::Transient,
                     })
                 })
             })

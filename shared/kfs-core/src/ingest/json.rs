@@ -6,12 +6,12 @@ use kfs_segment::DecodeLimits;
 use super::passes::{SegmentPasses, scanning};
 use super::schema_race::{Attempt, Evolved, evolve, racing};
 use super::target::{Conversion, TopicTable, open_dead_letter_table};
-use crate::catalog::CatalogAccess;
 use crate::convert::{
     ConvertError, SegmentInput, ValueColumns, convert_segment, scan_json_segment,
 };
 use crate::error::PipelineError;
 use crate::source::{SegmentSource, SourceObject};
+use kfs_catalog::catalog::CatalogAccess;
 
 /// Converts a segment of a JSON table: its values are scanned (streamed from the
 /// source, never held whole) for the columns they need, which are added to (or widened

@@ -24,12 +24,12 @@ pub use target::TopicTable;
 use target::late;
 use target::open_dead_letter_table;
 
-use crate::catalog::CatalogAccess;
 use crate::convert::{SegmentInput, ValueColumns, convert_segment};
 use crate::error::PipelineError;
 use crate::ledger::converted_paths;
 use crate::ledger::{DeadLetters, EntryState, Ledger, LedgerEntry};
 use crate::source::{SegmentSource, SourceObject};
+use kfs_catalog::catalog::CatalogAccess;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::ValueFormat;
 use kfs_segment::DecodeLimits;

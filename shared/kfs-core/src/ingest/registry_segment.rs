@@ -12,12 +12,12 @@ use kfs_segment::DecodeLimits;
 use super::passes::{SegmentPasses, scanning};
 use super::schema_race::{Attempt, Evolved, catalog_error, evolve, racing};
 use super::target::{Conversion, TopicTable, open_dead_letter_table};
-use crate::catalog::CatalogAccess;
 use crate::convert::{Role, SegmentInput, Shape, ValueColumns, WriterSchema, WriterSchemas};
 use crate::convert::{convert_segment, scan_schema_ids};
 use crate::error::PipelineError;
-use crate::registry::SchemaId;
 use crate::source::{SegmentSource, SourceObject};
+use kfs_catalog::catalog::CatalogAccess;
+use kfs_values::registry::SchemaId;
 
 /// A writer schema the segment names, in its role, with the table forms of its
 /// values (or why it has none).

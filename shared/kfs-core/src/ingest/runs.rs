@@ -146,7 +146,7 @@ pub async fn ingest_runs(
     ledger: &impl Ledger,
     segments: &[NewSegment],
     limits: RunLimits,
-    retry: &crate::fault::RetryPolicy,
+    retry: &kfs_catalog::fault::RetryPolicy,
     stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<RunsOutcome, PipelineError> {
     let mut outcome = RunsOutcome::default();
@@ -242,7 +242,7 @@ pub async fn ingest_runs(
 fn read_ahead<'a>(
     source: &'a impl SegmentSource,
     segments: &'a [NewSegment],
-    retry: &'a crate::fault::RetryPolicy,
+    retry: &'a kfs_catalog::fault::RetryPolicy,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, PipelineError>> + 'a {
     let largest = segments.iter().map(|s| s.object.size).max().unwrap_or(0);
     let depth = usize::try_from(RUN_READ_AHEAD_BYTES / largest.max(1))

@@ -7,8 +7,8 @@ use iceberg::spec::Schema;
 use iceberg::table::Table;
 use kfs_plan::naming::TableName;
 
-use crate::catalog::CatalogAccess;
 use crate::error::PipelineError;
+use kfs_catalog::catalog::CatalogAccess;
 
 /// Schema changes raced by other converters before a conversion gives up (retryably).
 const SCHEMA_ATTEMPTS: usize = 5;
@@ -83,7 +83,7 @@ pub(super) async fn evolve(
     if changed || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
         return Ok(Evolved::Raced(Box::new(reloaded)));
     }
-    if crate::fault::iceberg_error_kind(&e).quarantines() {
+    if kfs_catalog::fault::iceberg_error_kind(&e).quarantines() {
         return Ok(Evolved::Refused(e));
     }
     Err(catalog_error(name, e))

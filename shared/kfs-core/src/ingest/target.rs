@@ -3,7 +3,6 @@
 //! dead-letter table; and what a conversion into it returns ([`Conversion`]).
 
 use super::passes::HELD_SEGMENT_BYTES;
-use crate::catalog::CatalogAccess;
 use crate::convert::{ConvertError, ConvertedSegment};
 use crate::error::PipelineError;
 use crate::source::SourceObject;
@@ -11,6 +10,7 @@ use crate::table::table_progress;
 use crate::table::{Feed, claim_table, ensure_owned_table, evolve_partition_spec};
 use futures::TryFutureExt;
 use iceberg::table::Table;
+use kfs_catalog::catalog::CatalogAccess;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::lfs::{LfsMode, LfsPolicy};
 use kfs_plan::naming::{KeyFormat, TableName, TableNaming, ValueFormat};
@@ -164,7 +164,7 @@ impl TopicTable {
         };
         match format {
             Ok(ValueFormat::Registry) => held.saturating_add(
-                INFLATED_VALUE_COPIES.saturating_mul(crate::registry::MAX_INFLATED_PAYLOAD),
+                INFLATED_VALUE_COPIES.saturating_mul(kfs_values::registry::MAX_INFLATED_PAYLOAD),
             ),
             _ => held,
         }

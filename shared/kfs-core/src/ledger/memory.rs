@@ -21,7 +21,7 @@ impl MemoryLedger {
     ) -> Result<T, LedgerError> {
         let mut guard = self.entries.lock().map_err(|_| LedgerError::Store {
             message: "memory ledger lock poisoned".into(),
-            kind: crate::fault::ErrorKind::Transient,
+            kind: kfs_catalog::fault::ErrorKind::Transient,
         })?;
         Ok(f(&mut guard))
     }
@@ -80,7 +80,7 @@ impl Ledger for MemoryLedger {
     async fn begin_attempt(&self, segment: &str, now_ms: i64) -> Result<Attempts, LedgerError> {
         let mut attempts = self.attempts.lock().map_err(|_| LedgerError::Store {
             message: "memory ledger lock poisoned".into(),
-            kind: crate::fault::ErrorKind::Transient,
+            kind: kfs_catalog::fault::ErrorKind::Transient,
         })?;
         let current = attempts.entry(segment.to_owned()).or_default();
         let before = *current;
@@ -94,7 +94,7 @@ impl Ledger for MemoryLedger {
     async fn end_attempt(&self, segment: &str) -> Result<(), LedgerError> {
         let mut attempts = self.attempts.lock().map_err(|_| LedgerError::Store {
             message: "memory ledger lock poisoned".into(),
-            kind: crate::fault::ErrorKind::Transient,
+            kind: kfs_catalog::fault::ErrorKind::Transient,
         })?;
         attempts.remove(segment);
         Ok(())

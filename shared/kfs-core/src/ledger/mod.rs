@@ -28,7 +28,7 @@ pub use probe::{Probe, Probed};
 #[cfg(feature = "sql")]
 pub use sqlite::SqliteLedger;
 
-use crate::fault::ErrorKind;
+use kfs_catalog::fault::ErrorKind;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 

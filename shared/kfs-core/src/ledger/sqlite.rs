@@ -4,7 +4,7 @@ use super::{
     Attempts, DeadLetters, EntryState, InsertOutcome, Ledger, LedgerEntry, LedgerError, Listing,
     RunMember, WorkKey, existing_entry,
 };
-use crate::fault::ErrorKind;
+use kfs_catalog::fault::ErrorKind;
 use sqlx::Row;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,

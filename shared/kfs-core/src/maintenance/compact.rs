@@ -1,13 +1,13 @@
 //! Compaction: small files bin-packed into target-size files with replace snapshots.
 
 use super::MaintenanceError;
-use crate::catalog::TableSwap;
 use crate::commit::replace::{Replacement, stage_replace};
 use crate::table::find_maintenance;
 use crate::table::{file_stat, target_file_size};
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, TableIdent};
+use kfs_catalog::catalog::TableSwap;
 use kfs_failpoint::delete_file;
 use kfs_parquet::merge_data_files;
 use kfs_plan::compaction::{CompactionPolicy, FileStat, plan_compaction, written_by_pipeline};
@@ -57,6 +57,19 @@ pub async fn compact_table(
     deadline: Option<Instant>,
     now_ms: i64,
 ) -> Result<CompactionReport, MaintenanceError> {
+    let sized = |target| policy.unwrap_or_else(|| CompactionPolicy::for_target(target));
+    compact_sized(catalog, swap, ident, sized, deadline, now_ms).await
+}
+
+/// [`compact_table`] with the policy `sized` gives for the table's target file size.
+pub(crate) async fn compact_sized(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    ident: &TableIdent,
+    sized: impl Fn(u64) -> CompactionPolicy,
+    deadline: Option<Instant>,
+    now_ms: i64,
+) -> Result<CompactionReport, MaintenanceError> {
     let name = ident.to_string();
     let iceberg = |source: iceberg::Error| MaintenanceError::Iceberg {
         table: name.clone(),
@@ -64,7 +77,7 @@ pub async fn compact_table(
     };
     let mut table = catalog.load_table(ident).await.map_err(iceberg)?;
     super::ensure_ours(&table)?;
-    let policy = policy.unwrap_or_else(|| CompactionPolicy::for_target(target_file_size(&table)));
+    let policy = sized(target_file_size(&table));
     let mut report = CompactionReport::default();
     // Merged files compress far better than their tiny inputs, so one round can leave
     // files well below the target: plan again on the result, a few rounds at most.
@@ -179,7 +192,7 @@ pub(crate) async fn commit_replace(
                 if let Some(id) = find_maintenance(table, &change.maintenance_id) {
                     return Ok(Some(id));
                 }
-                if !crate::fault::iceberg_error_kind(&e).is_retryable() {
+                if !kfs_catalog::fault::iceberg_error_kind(&e).is_retryable() {
                     return Err(e);
                 }
                 last_error = Some(e);

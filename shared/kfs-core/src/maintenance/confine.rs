@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use iceberg::{Catalog, NamespaceIdent};
 
 use super::MaintenanceError;
-use crate::storage::{S3Settings, Warehouse};
+use kfs_catalog::storage::{S3Settings, Warehouse};
 
 /// Where maintenance works: how to reach the storage, and the warehouse every table
 /// whose orphans are removed must lie in (a table outside it is refused).

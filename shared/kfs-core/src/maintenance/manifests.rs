@@ -2,9 +2,9 @@
 
 use super::MaintenanceError;
 use super::compact::commit_replace;
-use crate::catalog::TableSwap;
 use crate::commit::replace::Replacement;
 use iceberg::{Catalog, TableIdent};
+use kfs_catalog::catalog::TableSwap;
 
 /// Rewrites the table's data manifests into one when there are more than
 /// `max_manifests`, as a replace snapshot that changes no data. Returns the snapshot.

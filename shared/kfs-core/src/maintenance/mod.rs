@@ -12,9 +12,11 @@ mod manifests;
 mod orphans;
 mod switches;
 
+use compact::compact_sized;
 pub use compact::{CompactionReport, compact_table};
 pub use confine::{MaintenanceStorage, Neighbours};
 pub use expire::{ExpiryReport, expire_snapshots};
+use kfs_plan::compaction::CompactionPolicy;
 pub use manifests::rewrite_manifests;
 pub use orphans::{MIN_ORPHAN_AGE, OrphanReport, OrphanRule, remove_orphans, remove_orphans_among};
 pub use switches::{
@@ -22,11 +24,11 @@ pub use switches::{
     step_off,
 };
 
-use crate::catalog::CatalogAccess;
-use crate::catalog::TableSwap;
 use crate::ledger::Ledger;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, TableIdent};
+use kfs_catalog::catalog::CatalogAccess;
+use kfs_catalog::catalog::TableSwap;
 use kfs_plan::compaction::ExpiryRule;
 use kfs_plan::naming::TableName;
 use std::collections::BTreeMap;
@@ -86,12 +88,12 @@ pub(crate) fn ensure_ours(table: &iceberg::table::Table) -> Result<(), Maintenan
 
 impl MaintenanceError {
     /// What the failure means.
-    pub fn kind(&self) -> crate::fault::ErrorKind {
+    pub fn kind(&self) -> kfs_catalog::fault::ErrorKind {
         match self {
-            Self::Iceberg { source, .. } => crate::fault::iceberg_error_kind(source),
+            Self::Iceberg { source, .. } => kfs_catalog::fault::iceberg_error_kind(source),
             Self::Listing { source, .. } => source.kind,
             Self::Ledger { source, .. } => source.kind(),
-            Self::Refused { .. } => crate::fault::ErrorKind::Config,
+            Self::Refused { .. } => kfs_catalog::fault::ErrorKind::Config,
         }
     }
 }
@@ -105,6 +107,10 @@ pub const ORPHANS_REMOVED_PROPERTY: &str = "kfs.orphans-removed-ms";
 pub struct MaintenancePolicy {
     /// Compact small files.
     pub compact: bool,
+    /// Compact in tiers (`kfs_plan::compaction::CompactionPolicy::tiered`): for tables
+    /// compacted about as often as they are committed (`run --follow`), whose growing
+    /// file would otherwise be rewritten with every new small one.
+    pub tiered_compaction: bool,
     /// Expire snapshots older than this.
     pub snapshot_retention: std::time::Duration,
     /// Always keep this many snapshots.
@@ -133,6 +139,7 @@ impl Default for MaintenancePolicy {
     fn default() -> Self {
         Self {
             compact: true,
+            tiered_compaction: false,
             snapshot_retention: std::time::Duration::from_secs(5 * 86_400),
             retain_last: 1,
             max_snapshots: Some(1000),
@@ -274,7 +281,11 @@ async fn maintain_one(
     let runs = |step: MaintenanceStep| !summary.steps_off.iter().any(|off| off.step == step);
     // Each step loads the table and refuses one kfs-iceberg did not create.
     if policy.compact && runs(MaintenanceStep::Compaction) {
-        let report = compact_table(catalog, swap, ident, None, deadline, now_ms).await?;
+        let sized = |target| match policy.tiered_compaction {
+            true => CompactionPolicy::tiered(target),
+            false => CompactionPolicy::for_target(target),
+        };
+        let report = compact_sized(catalog, swap, ident, sized, deadline, now_ms).await?;
         summary.files_compacted = report.files_removed;
     }
     if out_of_time() {

@@ -9,9 +9,9 @@ use kfs_plan::shard::Shard;
 use kfs_segment::DecodeLimits;
 
 use super::report::Progress;
-use crate::catalog::CatalogAccess;
 use crate::commit::CommitSettings;
-use crate::fault::RetryPolicy;
+use kfs_catalog::catalog::CatalogAccess;
+use kfs_catalog::fault::RetryPolicy;
 
 /// Conversions of one segment that may begin and never end (their process died)
 /// before the sweep quarantines the segment instead of trying it again.

@@ -18,12 +18,12 @@ use config::Pass;
 pub use config::{CONVERSION_TIMEOUT, PipelineConfig, UNFINISHED_ATTEMPTS};
 pub use report::{PassReport, Progress};
 
-use crate::catalog::CatalogAccess;
-use crate::catalog::TableSwap;
 use crate::error::PipelineError;
 use crate::ledger::Ledger;
 use crate::source::SegmentSource;
 use iceberg::Catalog;
+use kfs_catalog::catalog::CatalogAccess;
+use kfs_catalog::catalog::TableSwap;
 
 /// Runs one pass: list, convert what is new, commit every table with pending work.
 pub async fn run_pass(

@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use kfs_plan::naming::TableNaming;
 
 use super::report::PassReport;
-use crate::catalog::CatalogAccess;
 use crate::error::PipelineError;
 use crate::ingest::TopicTable;
 use crate::table::{Feed, OwnershipError};
+use kfs_catalog::catalog::CatalogAccess;
 
 /// Why a feed has no table in this pass.
 enum NoTable {

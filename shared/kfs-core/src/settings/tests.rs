@@ -138,7 +138,7 @@ fn every_bad_setting_is_named() {
         ("SCHEMA_REGISTRY_URL", "glue://eu-west-1"),
     ]);
     assert!(glue.is_ok_and(|valid| valid.schema_registry
-        == Some(crate::registry::RegistryLocation::Glue {
+        == Some(kfs_values::registry::RegistryLocation::Glue {
             region: Some("eu-west-1".into())
         })
         && valid.naming.key_format == KeyFormat::Registry),);

@@ -3,13 +3,13 @@
 //! retries turned off, and the schema and partition spec evolved through the catalog's
 //! pointer swap.
 
-use crate::catalog::TableSwap;
 use crate::table::{
     COMMIT_RETRIES_PROPERTY, TOPIC_PROPERTY, VALUE_FORMAT_PROPERTY, topic_table_properties,
 };
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
+use kfs_catalog::catalog::TableSwap;
 use kfs_plan::naming::{TableName, TableNaming};
 use std::collections::HashMap;
 
@@ -99,8 +99,8 @@ pub async fn ensure_dead_letter_table(
     // write dead letters into.
     let topic = |t: &Table| t.metadata().properties().get(TOPIC_PROPERTY).cloned();
     if topic(&dead_letters) != topic(table) {
-        return Err(crate::fault::iceberg_error(
-            crate::fault::ErrorKind::Config,
+        return Err(kfs_catalog::fault::iceberg_error(
+            kfs_catalog::fault::ErrorKind::Config,
             format!(
                 "table {name} is not the dead-letter table of {}: it belongs to topic {:?}",
                 table.identifier(),

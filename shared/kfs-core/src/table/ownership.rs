@@ -5,10 +5,10 @@
 //! namespaces) is refused with both named, and only the newcomer waits; a table that
 //! kfs-iceberg did not create is never written.
 
-use crate::catalog::TableSwap;
 use crate::table::TOPIC_PROPERTY;
 use iceberg::table::Table;
 use iceberg::{TableRequirement, TableUpdate};
+use kfs_catalog::catalog::TableSwap;
 use std::collections::HashMap;
 
 /// Table property recording the KafScale namespace of the table's topic, set when the

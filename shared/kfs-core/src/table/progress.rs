@@ -3,9 +3,9 @@
 //! past our commits. Each is one property update pinned to the current snapshot, so
 //! a commit landing meanwhile makes it fail rather than be overwritten.
 
-use crate::catalog::TableSwap;
 use iceberg::spec::MAIN_BRANCH;
 use iceberg::{Catalog, TableIdent, TableRequirement, TableUpdate};
+use kfs_catalog::catalog::TableSwap;
 use kfs_plan::offsets::{CommitSummary, MAX_TIMESTAMP_KEY, OffsetMap};
 use kfs_plan::progress::{StoredProgress, progress_properties, stored_progress};
 use kfs_plan::sweep::TableProgress;
