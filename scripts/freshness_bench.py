@@ -162,10 +162,10 @@ def main():
         if "kfs.offsets" in summary:
             moves.append((s.timestamp_ms / 1000.0, {int(k): v for k, v in json.loads(summary["kfs.offsets"]).items()}))
     latencies, missing = [], []
-    for p, last_offset, at in uploaded:
-        seen = next((ts for ts, offsets in moves if offsets.get(p, 0) > last_offset), None)
+    for p, last, at in uploaded:
+        seen = next((ts for ts, offsets in moves if offsets.get(p, 0) > last), None)
         if seen is None:
-            missing.append({"partition": p, "last_offset": last_offset, "uploaded_at": at})
+            missing.append({"partition": p, "last_offset": last, "uploaded_at": at})
         else:
             latencies.append(max(0.0, seen - at))
     current = t.current_snapshot()
