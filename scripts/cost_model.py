@@ -21,9 +21,14 @@ on S3 (`--latency-ms` per request, `--read-ahead` requests in flight) is an
 assumption. Prices are AWS's published us-east-1 list prices (PRICES); free tiers are
 ignored.
 
-Two ways in are priced: **events** (S3 → EventBridge → SQS → converter, then the
-committer's commit) and **sweep** (no events: the committer lists the bucket and
-converts what it finds, the template's `SegmentEvents=off`). Segments of 1 MiB or
+Three ways in are priced: **events** (S3 → EventBridge → SQS → converter, then the
+committer's commit once a minute), **wakeups** (the same, and each converter
+invocation wakes the committer through the FIFO wake-up queue, the template's
+`CommitterWakeups=on`: a commit per converter invocation and table instead of one a
+minute; counted as one table per invocation and one commit per wake-up, the worst
+case, as wake-ups that queue behind a commit share the next one) and **sweep** (no
+events: the committer lists the bucket and converts what it finds, the template's
+`SegmentEvents=off`). A commit tick's own time is an assumption (`--commit-seconds`). Segments of 1 MiB or
 less convert in runs (one Parquet file and one ledger entry for up to 1,000 segments
 or 64 MiB); larger ones one at a time, each its own file, which the committer then
 coalesces (one more GET and a share of a PUT per segment, from the code, not counted).
@@ -58,6 +63,7 @@ PRICES = {
     "s3_put": 0.005 / 1000,  # PUT, COPY, POST, LIST
     "s3_get": 0.0004 / 1000,  # GET, HEAD
     "sqs_request": 0.40 / 1e6,
+    "sqs_fifo_request": 0.50 / 1e6,
     "glue_request": 1.00 / 1e6,  # Data Catalog requests past the free million
     "firehose_iceberg_gib": 0.075,  # Amazon Data Firehose, Apache Iceberg destination
 }
@@ -67,6 +73,9 @@ S3_CHEAP = ("GET", "HEAD")
 S3_WRITES = ("PUT", "POST", "DELETE")  # LISTs are the tick's (see per_tick)
 RUN_SEGMENTS, RUN_BYTES, RUN_SEGMENT_BYTES = 1000, 64 * MIB, 1 * MIB
 SQS_PER_MESSAGE = 1 + 2 / 10  # sent by EventBridge; received and deleted in tens
+# A wake-up: one SendMessageBatch per converter invocation (one table), then one
+# receive and one delete by the committer's event source mapping.
+FIFO_PER_WAKEUP = 3
 SIZES = (("1 KiB", KIB), ("16 KiB", 16 * KIB), ("64 KiB", 64 * KIB), ("1 MiB", MIB),
          ("4 MiB", 4 * MIB))
 
@@ -146,10 +155,13 @@ def cost_per_gib(size: int, path: str, counted: dict[str, dict[str, float]], arg
     in_runs = size <= RUN_SEGMENT_BYTES
     per_run_segments = min(RUN_SEGMENTS, max(1, RUN_BYTES // size)) if in_runs else 1
     runs = segments / per_run_segments
-    # One commit tick per table per schedule period (a minute) carries what came in.
-    ticks = (GIB / MIB) / (args.rate * 60)
     tick = counted["tick"]
-    convert = counted["converter-events" if path == "events" else "committer-sweep"]
+    convert = counted["committer-sweep" if path == "sweep" else "converter-events"]
+    # What the converter's invocations are (their SQS batches of segment events).
+    invocations = segments * convert["sqs_messages_per_segment"] / args.batch_size
+    # One commit tick per table per schedule period (a minute) carries what came in; with
+    # wake-ups, one per converter invocation.
+    ticks = invocations if path == "wakeups" else (GIB / MIB) / (args.rate * 60)
     s3_gets = segments * convert["s3_get_per_segment"] + ticks * tick["s3_get"]
     s3_puts = runs * convert["s3_put_per_run"] + ticks * tick["s3_put"]
     # DynamoDB bills a write by the kilobyte of the item: a run's item is written twice
@@ -169,23 +181,26 @@ def cost_per_gib(size: int, path: str, counted: dict[str, dict[str, float]], arg
         s3_puts += segments * size / (512 * MIB)
     # Lambda: CPU per segment and per byte, plus the wait on reads in flight.
     # (Converting on one core: a vCPU per 1,769 MB, up to one.)
-    memory_mb = args.converter_memory_mb if path == "events" else args.committer_memory_mb
+    memory_mb = args.committer_memory_mb if path == "sweep" else args.converter_memory_mb
     vcpu = min(memory_mb / 1769, 1.0)
     compute = (segments * args.segment_cpu_ms / 1000 + (GIB / MIB) / args.throughput) / vcpu
     wait = s3_gets * args.latency_ms / 1000 / args.read_ahead
-    gb_seconds = (compute + wait) * memory_mb / 1024
-    invocations = messages / args.batch_size
+    commits = ticks * args.commit_seconds * args.committer_memory_mb / 1024
+    gb_seconds = (compute + wait) * memory_mb / 1024 + commits
+    fifo = ticks * FIFO_PER_WAKEUP if path == "wakeups" else 0
+    lambda_invocations = invocations + ticks
     costs = {
         "Lambda": gb_seconds * PRICES["lambda_gb_second_arm64"]
-        + invocations * PRICES["lambda_request"],
+        + lambda_invocations * PRICES["lambda_request"],
         "S3": s3_gets * PRICES["s3_get"] + s3_puts * PRICES["s3_put"],
         "DynamoDB": writes * PRICES["dynamodb_write_unit"] + reads * PRICES["dynamodb_read_unit"],
-        "SQS": messages * SQS_PER_MESSAGE * PRICES["sqs_request"],
+        "SQS": messages * SQS_PER_MESSAGE * PRICES["sqs_request"]
+        + fifo * PRICES["sqs_fifo_request"],
         "Glue": glue * PRICES["glue_request"],
     }
     costs["total"] = sum(costs.values())
-    costs["requests"] = (s3_gets + s3_puts + writes + reads + glue + invocations
-                         + messages * SQS_PER_MESSAGE)
+    costs["requests"] = (s3_gets + s3_puts + writes + reads + glue + lambda_invocations
+                         + messages * SQS_PER_MESSAGE + fifo)
     costs["gb_seconds"] = gb_seconds
     return costs
 
@@ -214,6 +229,9 @@ def main() -> None:
                              "(default 10)")
     parser.add_argument("--batch-size", type=int, default=100,
                         help="SQS messages per converter invocation (the template's)")
+    parser.add_argument("--commit-seconds", type=float, default=1.0,
+                        help="assumed committer time of one commit tick of one table "
+                             "(default 1.0 s)")
     args = parser.parse_args()
 
     tick = load("committer-commit")
@@ -245,12 +263,13 @@ def main() -> None:
     print(f"CPU {args.segment_cpu_ms:.3f} ms per segment plus {args.throughput:.0f} MiB/s per "
           f"vCPU; converter {args.converter_memory_mb} MB, committer "
           f"{args.committer_memory_mb} MB; {args.latency_ms:.0f} ms per S3 read, "
-          f"{args.read_ahead} in flight; a commit a minute at {args.rate:g} MiB/s.\n")
+          f"{args.read_ahead} in flight; a commit a minute at {args.rate:g} MiB/s (with "
+          f"wake-ups, one per converter invocation), {args.commit_seconds:g} s each.\n")
     print("| segment size | way in | requests (DynamoDB write units) per GiB | GB-s per GiB | Lambda | S3 | DynamoDB | "
           "SQS | Glue | **total per GiB** |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for label, size in SIZES:
-        for path in ("events", "sweep"):
+        for path in ("events", "wakeups", "sweep"):
             c = cost_per_gib(size, path, counted, args)
             print(f"| {label} | {path} | {c['requests']:,.0f} | {c['gb_seconds']:.1f} | "
                   f"${c['Lambda']:.5f} | ${c['S3']:.5f} | ${c['DynamoDB']:.5f} | "

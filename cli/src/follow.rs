@@ -30,10 +30,10 @@ use crate::metrics::Metrics;
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How often the tables are compacted at most when `--compact-interval` is not given:
-/// compaction merges a table's small files with its growing one, so compacting after
-/// every tick of a few seconds would rewrite the same bytes over and over
-/// (docs/performance.md, "Freshness of `run --follow`").
-const DEFAULT_COMPACT_INTERVAL: Duration = Duration::from_secs(600);
+/// after every tick, as the committer does. Compaction in tiers merges files of about
+/// one size only, so compacting after every tick of a second rewrote 3.13 times the
+/// appended bytes in five minutes (docs/performance.md, "Freshness of `run --follow`").
+const DEFAULT_COMPACT_INTERVAL: Duration = Duration::ZERO;
 
 /// The follow mode's options of `run`.
 #[derive(Debug, clap::Args)]
@@ -47,9 +47,9 @@ pub struct FollowArgs {
     /// (`500ms`, `5s`, `1m`; default 5s).
     #[arg(long, value_name = "DURATION", requires = "follow", value_parser = kfs_plan::duration::parse_duration)]
     pub interval: Option<Duration>,
-    /// With --follow: compact the tables at most this often (default 10m; `0s`: after
-    /// every commit, as the committer does). Each compaction of a table committed every
-    /// few seconds rewrites what it committed since its files were last at target size.
+    /// With --follow: compact the tables at most this often (default `0s`: after every
+    /// tick, as the committer does; compaction runs in tiers, merging files of about
+    /// one size only).
     #[arg(long, value_name = "DURATION", requires = "follow", value_parser = kfs_plan::duration::parse_duration)]
     pub compact_interval: Option<Duration>,
     /// With --follow: serve Prometheus metrics at `/metrics` and liveness at `/healthz`

@@ -1,7 +1,12 @@
 //! The committer function's handler: on every schedule tick, read etcd for the offset
 //! cross-check, run the core's tick ([`kfs_core::run_tick`]: sweep, commits,
 //! maintenance, backlog) within the invocation's time budget, then publish the tick's
-//! metrics (CloudWatch EMF) and answer with its summary.
+//! metrics (CloudWatch EMF) and answer with its summary. A batch of wake-ups from the
+//! converter (SQS FIFO, `kfs_plan::wakeup`) runs the same tick for the tables it
+//! names only, without maintenance (the schedule's), and answers which messages to
+//! deliver again ([`wakeup`]).
+
+pub mod wakeup;
 
 use std::time::{Duration, Instant};
 
@@ -78,31 +83,17 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
     event: &Value,
     deadline: Instant,
 ) -> Result<Value, TickError> {
+    if let Some(messages) = wakeup::messages_of(event) {
+        return wakeup::handle(committer, &messages, deadline).await;
+    }
     let tick = event.get("id").and_then(|id| id.as_str()).unwrap_or("-");
     tracing::info!(tick, "committer tick");
     let shard = shard_of(event)?;
-    let etcd = read_etcd(&committer.etcd, ETCD_TIMEOUT).await;
-    if let kfs_plan::crosscheck::EtcdState::Unreachable(reason) = &etcd {
-        tracing::warn!(reason = %reason, "etcd unreachable: the cross-check holds commits per its policy");
-    }
     let config = PipelineConfig {
-        deadline: Some(deadline.checked_sub(SAFETY_MARGIN).unwrap_or(deadline)),
-        etcd,
         shard,
         ..committer.config.clone()
     };
-    let report = run_tick(
-        &committer.source,
-        committer.catalog.access(),
-        &committer.ledger,
-        &config,
-        committer.maintenance.as_ref(),
-    )
-    .await?;
-    log_problems(&report);
-    for metrics in metric_sets(&report) {
-        metrics.emit(report.now_ms);
-    }
+    let report = tick_within(committer, config, committer.maintenance.as_ref(), deadline).await?;
     let summary = report.summary(shard);
     if let Some(log) = &committer.tick_log {
         // For `kfs-iceberg status`; the tick is done whether or not this lands.
@@ -111,6 +102,38 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         }
     }
     Ok(summary)
+}
+
+/// Reads etcd, runs a tick of `config` (its deadline and etcd view set here) with
+/// `maintenance`, then logs what an operator acts on and publishes the metrics.
+pub(crate) async fn tick_within<S: SegmentSource, L: Ledger>(
+    committer: &Committer<S, L>,
+    config: PipelineConfig,
+    maintenance: Option<&TickMaintenance>,
+    deadline: Instant,
+) -> Result<TickReport, PipelineError> {
+    let etcd = read_etcd(&committer.etcd, ETCD_TIMEOUT).await;
+    if let kfs_plan::crosscheck::EtcdState::Unreachable(reason) = &etcd {
+        tracing::warn!(reason = %reason, "etcd unreachable: the cross-check holds commits per its policy");
+    }
+    let config = PipelineConfig {
+        deadline: Some(deadline.checked_sub(SAFETY_MARGIN).unwrap_or(deadline)),
+        etcd,
+        ..config
+    };
+    let report = run_tick(
+        &committer.source,
+        committer.catalog.access(),
+        &committer.ledger,
+        &config,
+        maintenance,
+    )
+    .await?;
+    log_problems(&report);
+    for metrics in metric_sets(&report) {
+        metrics.emit(report.now_ms);
+    }
+    Ok(report)
 }
 
 /// Errors and warnings an operator acts on, one log line each.

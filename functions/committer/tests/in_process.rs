@@ -46,6 +46,17 @@ fn committer(
     }
 }
 
+/// The committer's default maintenance on `world`'s warehouse.
+fn default_maintenance(world: &InMemory) -> TickMaintenance {
+    TickMaintenance {
+        policy: kfs_core::MaintenancePolicy::default(),
+        storage: kfs_core::MaintenanceStorage {
+            s3: S3Settings::default(),
+            warehouse: world.warehouse.clone(),
+        },
+    }
+}
+
 /// Uploads segments (stem, base offset, records) and hands their `.index` events to
 /// the converter's handler, as the queue would; `announced` says which.
 async fn upload_and_convert(world: &InMemory, segments: &[(&str, i64, i64)], announced: usize) {
@@ -160,14 +171,7 @@ async fn a_sharded_tick_commits_its_own_topics() {
     let segments: Vec<(&str, i64, i64)> = stems.iter().map(|s| (s.as_str(), 0, 4)).collect();
     upload_and_convert(&world, &segments, segments.len()).await;
 
-    let maintenance = TickMaintenance {
-        policy: kfs_core::MaintenancePolicy::default(),
-        storage: kfs_core::MaintenanceStorage {
-            s3: S3Settings::default(),
-            warehouse: world.warehouse.clone(),
-        },
-    };
-    let committer = committer(&world, Some(maintenance), None);
+    let committer = committer(&world, Some(default_maintenance(&world)), None);
     let deadline = Instant::now() + Duration::from_secs(300);
     let shard_one = event("schedule-shard.json");
     let shard = Shard::new(1, 2).unwrap_or_else(|e| panic!("{e}"));
@@ -226,4 +230,75 @@ async fn a_sharded_tick_commits_its_own_topics() {
             "{topic}"
         );
     }
+}
+
+/// Wake-ups: the converter, given a wake-up queue, announces each table it left
+/// pending work in once; `sqs-committer-wakeup.json` (two wake-ups of
+/// `kafscale.orders` and a stray message) commits that table alone, without
+/// maintenance, and asks for nothing again. The same batch delivered again (a
+/// duplicate) commits nothing; the table whose wake-up was lost is committed by the
+/// schedule's tick. Each offset lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakeups_commit_the_tables_they_name_and_the_schedule_the_rest() {
+    let world = InMemory::open().await;
+    let segments = [
+        ("default/orders/0/segment-00000000000000000000", 0, 10),
+        ("default/orders/1/segment-00000000000000000000", 0, 5),
+        ("default/clicks/0/segment-00000000000000000000", 0, 7),
+    ];
+    for (stem, base, count) in &segments {
+        world.put_segment(stem, &sample_segment(*base, *count, b'v'));
+    }
+    let queue = std::sync::Arc::new(kfs_core::MemoryWakeups::default());
+    let service = world.converter(4).with_wakeups(queue.clone());
+    let keys: Vec<String> = segments
+        .iter()
+        .map(|(stem, _, _)| format!("{stem}.index"))
+        .collect();
+    let response = kfs_converter::handle(&service, &s3_events_in_sqs(&keys))
+        .await
+        .unwrap_or_else(|e| panic!("converter: {e}"));
+    assert_eq!(response, json!({"batchItemFailures": []}));
+    let sent: Vec<String> = queue.sent().into_iter().map(|(w, _)| w.table).collect();
+    assert_eq!(sent, ["kafscale.clicks", "kafscale.orders"]);
+
+    let committer = committer(&world, Some(default_maintenance(&world)), None);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let wakeups = event("sqs-committer-wakeup.json");
+    let answer = handle(&committer, &wakeups, deadline)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+    let catalog = world.catalog.catalog.as_ref();
+    let orders = once(&[(0, 10), (1, 5)]);
+    assert_eq!(table_offsets(catalog, "kafscale.orders").await, orders);
+    for entry in world.entries().await {
+        let committed = matches!(entry.state, EntryState::Committed { .. });
+        assert_eq!(committed, entry.topic == "orders", "{entry:?}");
+    }
+
+    // Delivered again: nothing new to commit, nothing asked again.
+    let again = handle(&committer, &wakeups, deadline)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(again, json!({"batchItemFailures": []}));
+    assert_eq!(table_offsets(catalog, "kafscale.orders").await, orders);
+
+    // The clicks wake-up never came: the schedule commits it.
+    let tick = handle(&committer, &event("schedule.json"), deadline)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(tick["failed_tables"], json!({}), "{tick}");
+    assert_eq!(
+        table_offsets(catalog, "kafscale.clicks").await,
+        once(&[(0, 7)])
+    );
+    assert_eq!(table_offsets(catalog, "kafscale.orders").await, orders);
+    assert!(
+        world
+            .entries()
+            .await
+            .iter()
+            .all(|e| matches!(e.state, EntryState::Committed { .. }))
+    );
 }

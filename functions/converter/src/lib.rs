@@ -149,6 +149,26 @@ pub enum HandlerError {
     },
 }
 
+/// Wakes the committer for the tables `outcomes` gave pending work to (when the
+/// service has a wake-up queue). A failure is logged and counted, never the event's:
+/// the segments are pending, and the schedule commits them.
+async fn announce<S: SegmentSource, L: Ledger>(
+    service: &ConverterService<S, L>,
+    outcomes: &[Result<ObjectOutcome, PipelineError>],
+) {
+    let (sent, lost) = match service.announce(outcomes).await {
+        Ok(sent) => (sent, 0),
+        Err(e) => {
+            tracing::warn!(error = %e, kind = %e.kind, "committer not woken: the schedule commits these segments");
+            (0, 1)
+        }
+    };
+    MetricSet::new(&[("Function", "converter")])
+        .put("WakeupsSent", sent as f64, "Count")
+        .put("WakeupFailures", f64::from(lost), "Count")
+        .emit(now_ms());
+}
+
 /// Handles one invocation. SQS batches answer with `batchItemFailures`; direct events
 /// return an error when an object failed for a reason that may pass, so Lambda retries.
 pub async fn handle<S: SegmentSource, L: Ledger>(
@@ -176,7 +196,9 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
                     }
                 }
             }
-            for (outcome, owner) in service.handle(&objects).await.iter().zip(owners) {
+            let outcomes = service.handle(&objects).await;
+            announce(service, &outcomes).await;
+            for (outcome, owner) in outcomes.iter().zip(owners) {
                 tally.add(outcome);
                 if outcome.is_err() {
                     failed[owner] = true;
@@ -193,6 +215,7 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         }
         Trigger::Direct(EventBody::Created(objects)) => {
             let outcomes = service.handle(&objects).await;
+            announce(service, &outcomes).await;
             outcomes.iter().for_each(|o| tally.add(o));
             tally.emit(started);
             let errors: Vec<&PipelineError> =

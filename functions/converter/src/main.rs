@@ -13,7 +13,7 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     kfs_aws::function_env::init_logging();
     let env = FunctionEnv::from_env()?;
-    let service = Arc::new(ConverterService::new(
+    let service = ConverterService::new(
         env.source()?,
         env.catalog_handle().await?,
         env.ledger().await,
@@ -27,7 +27,11 @@ async fn main() -> Result<(), Error> {
             retry: kfs_core::RetryPolicy::default(),
             schemas: env.schemas().await?,
         },
-    ));
+    );
+    let service = Arc::new(match env.wakeups().await {
+        Some(queue) => service.with_wakeups(Arc::new(queue)),
+        None => service,
+    });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let service = service.clone();
         async move { Ok::<Value, Error>(kfs_converter::handle(&service, &event.payload).await?) }

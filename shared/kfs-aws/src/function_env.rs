@@ -105,6 +105,9 @@ pub struct FunctionEnv {
     /// Secrets Manager secret, or SSM parameter, of the registry's credentials
     /// (`SCHEMA_REGISTRY_SECRET_ARN`).
     pub schema_registry_secret_arn: Option<String>,
+    /// The committer's wake-up queue (`WAKEUP_QUEUE_URL`, an SQS FIFO queue; `None`:
+    /// the converter wakes nobody, and the schedule commits).
+    pub wakeup_queue_url: Option<String>,
 }
 
 impl FunctionEnv {
@@ -166,6 +169,7 @@ impl FunctionEnv {
             crosscheck: valid.crosscheck,
             schema_registry: valid.schema_registry,
             schema_registry_secret_arn: var("SCHEMA_REGISTRY_SECRET_ARN"),
+            wakeup_queue_url: var("WAKEUP_QUEUE_URL"),
         })
     }
 
@@ -276,6 +280,16 @@ impl FunctionEnv {
     /// static keys of these settings when they are given (local stacks).
     pub async fn aws_config(&self) -> aws_config::SdkConfig {
         crate::catalog::aws_config(&self.s3, self.s3.endpoint.as_deref()).await
+    }
+
+    /// The committer's wake-up queue, when `WAKEUP_QUEUE_URL` names one.
+    pub async fn wakeups(&self) -> Option<crate::wakeups::SqsWakeups> {
+        let url = self.wakeup_queue_url.clone()?;
+        let config = self.aws_config().await;
+        Some(crate::wakeups::SqsWakeups::new(
+            aws_sdk_sqs::Client::new(&config),
+            url,
+        ))
     }
 
     /// The DynamoDB ledger, with the standard AWS configuration chain.

@@ -10,4 +10,5 @@ mod servers {
     mod dynamo_ledger;
     mod glue_catalog;
     mod s3tables_catalog;
+    mod wakeups;
 }

@@ -5,7 +5,14 @@
 //! no maintenance, and with the committer's maintenance after every commit
 //! (`maintain_table` with the default policy: compaction, 5-day expiry, manifests
 //! merged past 10) bounded to `KFS_BENCH_MAX_SNAPSHOTS` snapshots (default 50). Prints
-//! the median commit time around the 10th and the 1,000th commit and their ratio.
+//! the median commit time around the 10th and the last commit and their ratio, and at
+//! the 10th, 100th, 1,000th and 10,000th commit what the table's metadata has become:
+//! the `metadata.json` bytes, the snapshots and manifests it holds, its live data
+//! files, and how long planning a full scan takes (iceberg-rust's `plan_files`, which
+//! reads the manifest list and every manifest, as a reader's planning does).
+//!
+//! `KFS_BENCH_COMMITS=10000 KFS_BENCH_MAINTENANCE=on TMPDIR=/dev/shm cargo bench
+//! --profile soak -p kfs-core --bench commit_growth` is the 10,000-commit run.
 //!
 //! `TMPDIR=/dev/shm cargo bench -p kfs-core --bench commit_growth`
 //! (`KFS_BENCH_MAINTENANCE=on|off` for one of the two runs; the warehouse lives under
@@ -21,13 +28,64 @@ use kfs_core::now_ms;
 use kfs_core::table_ident;
 use kfs_core::{MaintenancePolicy, maintain_table};
 
-/// Runs `commits` commits; returns each commit's duration.
+/// The commits after which the table's metadata is measured.
+const CHECKPOINTS: [usize; 4] = [10, 100, 1_000, 10_000];
+
+/// What the table's metadata is after a number of commits.
+struct Checkpoint {
+    commits: usize,
+    metadata_bytes: u64,
+    snapshots: usize,
+    manifests: usize,
+    data_files: usize,
+    plan: Duration,
+}
+
+/// Measures the table's current metadata (reloaded from the catalog).
+async fn checkpoint(bench: &BenchTable, commits: usize) -> BenchResult<Checkpoint> {
+    use iceberg::Catalog;
+    let table = bench.catalog.load_table(&table_ident(&bench.name)).await?;
+    let location = table.metadata_location().unwrap_or_default();
+    let metadata_bytes = table.file_io().new_input(location)?.metadata().await?.size;
+    let metadata = table.metadata();
+    let manifests = match metadata.current_snapshot() {
+        Some(snapshot) => table
+            .manifest_list_reader(snapshot)
+            .load()
+            .await?
+            .entries()
+            .len(),
+        None => 0,
+    };
+    let started = Instant::now();
+    let tasks: Vec<_> = {
+        use futures::TryStreamExt;
+        table
+            .scan()
+            .build()?
+            .plan_files()
+            .await?
+            .try_collect()
+            .await?
+    };
+    Ok(Checkpoint {
+        commits,
+        metadata_bytes,
+        snapshots: metadata.snapshots().count(),
+        manifests,
+        data_files: tasks.len(),
+        plan: started.elapsed(),
+    })
+}
+
+/// Runs `commits` commits; returns each commit's duration, and the checkpoints.
 async fn run(
     commits: usize,
     maintenance: Option<&MaintenancePolicy>,
-) -> BenchResult<Vec<Duration>> {
+) -> BenchResult<(Vec<Duration>, Vec<Checkpoint>)> {
     let mut bench = BenchTable::new().await?;
     let mut times = Vec::with_capacity(commits);
+    let mut checkpoints = Vec::new();
     let ident = table_ident(&bench.name);
     for i in 0..commits {
         let base = i as i64 * 10;
@@ -48,8 +106,11 @@ async fn run(
             )
             .await?;
         }
+        if CHECKPOINTS.contains(&(i + 1)) {
+            checkpoints.push(checkpoint(&bench, i + 1).await?);
+        }
     }
-    Ok(times)
+    Ok((times, checkpoints))
 }
 
 fn median_around(times: &[Duration], index: usize) -> Duration {
@@ -81,7 +142,19 @@ fn main() -> BenchResult<()> {
         _ => &[false, true],
     };
     for &maintain in modes {
-        let times = runtime.block_on(run(commits, maintain.then_some(&policy)))?;
+        let (times, checkpoints) = runtime.block_on(run(commits, maintain.then_some(&policy)))?;
+        for c in &checkpoints {
+            println!(
+                "commit_growth maintenance={maintain}: after commit #{}: commit {:.1} ms, metadata.json {} bytes, {} snapshots, {} manifests, {} data files, planning {:.1} ms",
+                c.commits,
+                median_around(&times, c.commits - 1).as_secs_f64() * 1000.0,
+                c.metadata_bytes,
+                c.snapshots,
+                c.manifests,
+                c.data_files,
+                c.plan.as_secs_f64() * 1000.0
+            );
+        }
         let curve: Vec<String> = [10, 100, 250, 500, 750, commits.saturating_sub(5)]
             .iter()
             .filter(|&&i| i < times.len())

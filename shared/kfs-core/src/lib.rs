@@ -15,7 +15,8 @@
 //! `clock`, `source` (segments in), `ledger`, `table` (history, ownership, opening),
 //! `convert` (one segment to data files), `commit` (exactly-once appends),
 //! `maintenance`, `error`, `ingest` (one segment into the ledger), `pass` (one pipeline
-//! pass), `tick` (the committer's tick), `converter` (the converter function's core).
+//! pass), `tick` (the committer's tick), `wakeups` (the committer's wake-up queue),
+//! `converter` (the converter function's core).
 
 mod clock;
 mod commit;
@@ -33,6 +34,7 @@ mod table;
 #[cfg(feature = "test-support")]
 pub mod testing;
 mod tick;
+mod wakeups;
 
 pub use clock::now_ms;
 pub use commit::{CommitError, CommitOutcome, CommitSettings};
@@ -94,3 +96,4 @@ pub use table::{
     newest_record_ms, table_ident, table_progress, table_watermarks, target_file_size,
 };
 pub use tick::{Backlog, TickLog, TickMaintenance, TickReport, backlog, run_tick};
+pub use wakeups::{Announcement, MemoryWakeups, WakeupError, WakeupQueue, announcements};

@@ -112,6 +112,10 @@ enum Work {
     /// Another engine's maintenance: a rewrite without our summary (this snapshot
     /// id), then every other snapshot expired.
     Outside(i64),
+    /// A committer woken for these tables (the converter's wake-ups: duplicated, late,
+    /// reordered or naming a table with nothing pending, as the round draws them; a
+    /// lost one is a round without it), committing them alone, without maintenance.
+    Wakeup(BTreeSet<String>),
 }
 
 /// What one seed saw: injected faults that fired, segments quarantined as late.
@@ -314,6 +318,21 @@ async fn simulate(seed: u64) -> SeedOutcome {
             let faults = random_fault(&mut rng, 2);
             work.push((Work::Events(events), faults));
         }
+        // Wake-ups: each table of the topics (or one that does not exist) drawn, up
+        // to two committers woken at once, beside the ticks.
+        for _ in 0..rng.below(3) {
+            let mut tables: BTreeSet<String> = TOPICS
+                .iter()
+                .filter(|_| rng.below(2) == 0)
+                .map(|topic| naming.table_for(topic).to_string())
+                .collect();
+            if rng.below(4) == 0 {
+                tables.insert("kafscale.no_such_table".to_owned());
+            }
+            if !tables.is_empty() {
+                work.push((Work::Wakeup(tables), random_fault(&mut rng, 3)));
+            }
+        }
         if outside_engine && rng.below(2) == 0 {
             let snapshot_id = 1 + rng.below(i64::MAX as u64 - 1) as i64;
             work.push((Work::Outside(snapshot_id), Faults::none()));
@@ -337,6 +356,9 @@ async fn simulate(seed: u64) -> SeedOutcome {
                 if let Work::Tick { coalesce, .. } = work {
                     process.coalesce = *coalesce;
                 }
+                if let Work::Wakeup(tables) = work {
+                    process.woken_for = Some(tables.clone());
+                }
                 // A process that fails (injected, or losing a race) leaves what it leaves.
                 let outcome = match work {
                     Work::Tick { maintain, .. } => {
@@ -344,6 +366,7 @@ async fn simulate(seed: u64) -> SeedOutcome {
                             .tick(etcd, crosscheck, maintain.then_some(maintenance))
                             .await
                     }
+                    Work::Wakeup(_) => process.tick(etcd, crosscheck, None).await,
                     Work::Events(keys) => process.convert_events(keys).await,
                     Work::Outside(_) => Ok(()),
                 };

@@ -19,6 +19,8 @@
 //! - [`hash`]: the stable hash behind file names, commit ids and shards.
 //! - [`commit`]: which pending segments a commit may take, in what order, and what
 //!   the table's watermarks become.
+//! - [`wakeup`]: what the converter announces to the committer, and which tables a
+//!   batch of announcements asks to commit.
 //!
 //! The hosts (the CLI, the Lambda functions, tests) read the world, hand it to these
 //! functions as data, and carry out the plans they return.
@@ -41,3 +43,4 @@ pub mod secret_url;
 pub mod shard;
 pub mod sweep;
 pub mod value_columns;
+pub mod wakeup;

@@ -17,6 +17,7 @@ use crate::error::PipelineError;
 use crate::ledger::{InsertOutcome, Ledger, LedgerEntry};
 use crate::source::SegmentSource;
 use crate::source::SourceObject;
+use crate::wakeups::{WakeupError, WakeupQueue, announcements};
 use kfs_catalog::fault::RetryPolicy;
 use std::collections::{BTreeMap, HashMap};
 
@@ -118,6 +119,9 @@ pub struct ConverterService<S, L> {
     settings: ConverterSettings,
     /// Permits in MiB of the memory budget, when there is one.
     memory: Option<tokio::sync::Semaphore>,
+    /// Where the tables given pending work are announced (`None`: nowhere; the
+    /// schedule commits them).
+    wakeups: Option<std::sync::Arc<dyn WakeupQueue>>,
 }
 
 impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
@@ -136,7 +140,36 @@ impl<S: SegmentSource, L: Ledger> ConverterService<S, L> {
             ledger,
             settings,
             memory,
+            wakeups: None,
         }
+    }
+
+    /// The service, announcing the tables it gives pending work to on `queue`.
+    pub fn with_wakeups(mut self, queue: std::sync::Arc<dyn WakeupQueue>) -> Self {
+        self.wakeups = Some(queue);
+        self
+    }
+
+    /// Announces the tables that `outcomes` (of [`handle`](Self::handle)) gave pending
+    /// work to, one wake-up per table; how many were sent (none without a queue). Best
+    /// effort: the segments are pending whatever this returns, and the schedule
+    /// commits them when a wake-up is lost.
+    pub async fn announce(
+        &self,
+        outcomes: &[Result<ObjectOutcome, PipelineError>],
+    ) -> Result<usize, WakeupError> {
+        let Some(queue) = &self.wakeups else {
+            return Ok(0);
+        };
+        let converted = outcomes.iter().filter_map(|outcome| match outcome {
+            Ok(ObjectOutcome::Converted { segment, .. }) => Some(segment.as_str()),
+            _ => None,
+        });
+        let announcements = announcements(&self.settings.naming, converted);
+        if !announcements.is_empty() {
+            queue.send(&announcements).await?;
+        }
+        Ok(announcements.len())
     }
 
     /// Waits until the memory budget has room for a conversion of `size` bytes of

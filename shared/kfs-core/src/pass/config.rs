@@ -51,6 +51,11 @@ pub struct PipelineConfig {
     pub crosscheck: kfs_plan::crosscheck::CrossCheckPolicy,
     /// The topics this pass handles (all by default; see [`Shard`]).
     pub shard: Shard,
+    /// Only the topics whose table is one of these (`namespace.name`), when set: a
+    /// wake-up's pass (`kfs_plan::wakeup`), which lists and commits the tables it
+    /// names and nothing else. Every topic of a named table is listed, as its commit
+    /// needs.
+    pub only_tables: Option<std::collections::BTreeSet<String>>,
     /// Tries of one segment after transient failures, before the pass fails.
     pub retry: RetryPolicy,
     /// The writer schemas of registry tables' values (`None`: no registry is

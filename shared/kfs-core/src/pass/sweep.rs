@@ -373,6 +373,11 @@ async fn list_feeds(
                 report.other_shards += 1;
                 continue;
             }
+            if let Some(only) = &config.only_tables
+                && !only.contains(&config.naming.table_for(&topic).to_string())
+            {
+                continue;
+            }
             let partitions: Vec<(String, i32)> = source
                 .list_dirs(&format!("{namespace}/{topic}/"))
                 .await?

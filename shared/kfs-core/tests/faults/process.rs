@@ -38,6 +38,9 @@ pub struct Process<'a> {
     /// The schema registry of registry tables, under this process's fault (each
     /// process caches its own schemas, as each function instance does).
     pub schemas: Option<Arc<kfs_core::RegistrySchemas>>,
+    /// When set, its ticks are wake-ups: they list and commit these tables alone
+    /// (`PipelineConfig::only_tables`).
+    pub woken_for: Option<BTreeSet<String>>,
     /// Where maintenance may list and delete: the deployment's warehouse.
     pub storage: kfs_core::MaintenanceStorage,
 }
@@ -82,6 +85,7 @@ impl<'a> Process<'a> {
             ledger: faulty_ledger(ledger, faults.clone(), false),
             faults,
             schemas: None,
+            woken_for: None,
             storage: kfs_core::MaintenanceStorage {
                 s3: S3Settings::default(),
                 warehouse: Warehouse::Local(dir.join("wh")),
@@ -127,6 +131,7 @@ impl<'a> Process<'a> {
                     coalesce: self.coalesce,
                     ..Default::default()
                 },
+                only_tables: self.woken_for.clone(),
                 ..PipelineConfig::default()
             };
             let report = run_pass(

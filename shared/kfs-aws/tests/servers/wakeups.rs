@@ -1,0 +1,93 @@
+//! The committer's wake-up queue on SQS FIFO (moto): the converter's announcements
+//! arrive as messages of their table's group, one per table; the same announcements
+//! sent again (a redelivered conversion) are deduplicated; a queue that does not exist
+//! is a configuration error, never a message lost in silence.
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use kfs_aws::SqsWakeups;
+use kfs_core::{ErrorKind, WakeupQueue, announcements};
+use kfs_plan::naming::TableNaming;
+use kfs_plan::wakeup::{Wakeup, tables_of};
+use kfs_testkit::LocalStack;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn announcements_arrive_once_per_table_in_their_tables_group() {
+    let stack = LocalStack::start();
+    let env = stack.function_env(&[("WAREHOUSE", "s3://lakehouse/wh".to_owned())]);
+    let client = aws_sdk_sqs::Client::new(&env.aws_config().await);
+    let created = client
+        .create_queue()
+        .queue_name("kfs-wakeups.fifo")
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .attributes(QueueAttributeName::DeduplicationScope, "messageGroup")
+        .attributes(QueueAttributeName::FifoThroughputLimit, "perMessageGroupId")
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create_queue: {e:?}"));
+    let url = created.queue_url().unwrap_or_default().to_owned();
+    let queue = SqsWakeups::new(client.clone(), url.clone());
+    let segments: Vec<String> = (0..12)
+        .map(|i| format!("default/topic{}/0/segment-{:020}.kfs", i % 11, i))
+        .collect();
+    let sent = announcements(&TableNaming::default(), segments.iter().map(String::as_str));
+    assert_eq!(sent.len(), 11);
+    queue
+        .send(&sent)
+        .await
+        .unwrap_or_else(|e| panic!("send: {e}"));
+    // A redelivered conversion announces the same segments again.
+    queue
+        .send(&sent)
+        .await
+        .unwrap_or_else(|e| panic!("send again: {e}"));
+
+    let mut received = Vec::new();
+    for _ in 0..10 {
+        let batch = client
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("receive: {e:?}"));
+        let messages = batch.messages();
+        if messages.is_empty() {
+            break;
+        }
+        for message in messages {
+            let body = message.body().unwrap_or_default().to_owned();
+            let group = message
+                .attributes()
+                .and_then(|a| {
+                    a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
+                })
+                .cloned()
+                .unwrap_or_default();
+            let wakeup = Wakeup::parse(&body).unwrap_or_else(|e| panic!("{body}: {e}"));
+            assert_eq!(group, wakeup.group_id());
+            received.push(body);
+            client
+                .delete_message()
+                .queue_url(&url)
+                .receipt_handle(message.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("delete: {e:?}"));
+        }
+    }
+    assert_eq!(received.len(), 11, "{received:?}");
+    let (tables, skipped) = tables_of(received.iter().map(String::as_str));
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let expected: std::collections::BTreeSet<String> =
+        sent.iter().map(|(w, _)| w.table.clone()).collect();
+    assert_eq!(tables, expected);
+
+    let missing = SqsWakeups::new(client, format!("{url}-missing"));
+    let refused = missing
+        .send(&sent[..1])
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a missing queue took the message"));
+    assert_eq!(refused.kind, ErrorKind::Config, "{refused}");
+}
