@@ -11,4 +11,5 @@ mod servers {
     mod etcd_crosscheck;
     mod schedule;
     mod sweep_requests;
+    mod wakeup_freshness;
 }

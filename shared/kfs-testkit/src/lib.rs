@@ -415,7 +415,7 @@ pub fn converter_settings(bucket: &str, concurrency: usize) -> kfs_core::Convert
 }
 
 /// The table `table` (`namespace.name`, or a name in `kafscale`) as `catalog` has it.
-async fn load_table(catalog: &dyn iceberg::Catalog, table: &str) -> iceberg::table::Table {
+pub async fn load_table(catalog: &dyn iceberg::Catalog, table: &str) -> iceberg::table::Table {
     let (namespace, name) = table.split_once('.').unwrap_or(("kafscale", table));
     let ident = iceberg::TableIdent::new(
         iceberg::NamespaceIdent::new(namespace.to_owned()),
