@@ -336,6 +336,31 @@ impl LocalStack {
         )
     }
 
+    /// A new FIFO wake-up queue on this stack, as the template makes it (high
+    /// throughput: deduplication and limits per message group): a client and its URL.
+    pub async fn wakeup_queue(&self) -> (aws_sdk_sqs::Client, String) {
+        use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+        use aws_sdk_sqs::types::QueueAttributeName;
+        let config = aws_sdk_sqs::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(&self.moto.endpoint)
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .build();
+        let client = aws_sdk_sqs::Client::from_conf(config);
+        let created = client
+            .create_queue()
+            .queue_name("kfs-wakeups.fifo")
+            .attributes(QueueAttributeName::FifoQueue, "true")
+            .attributes(QueueAttributeName::DeduplicationScope, "messageGroup")
+            .attributes(QueueAttributeName::FifoThroughputLimit, "perMessageGroupId")
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create_queue: {e:?}"));
+        let url = created.queue_url().unwrap_or_default().to_owned();
+        (client, url)
+    }
+
     /// The converter service on this stack: segments at the bucket root, default naming
     /// and limits.
     pub fn converter(

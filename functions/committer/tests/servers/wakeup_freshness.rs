@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_sqs::types::QueueAttributeName;
 use kfs_committer::{Committer, handle};
 use kfs_core::PipelineConfig;
 use kfs_testkit::{LocalStack, load_table, s3_events_in_sqs, sample_segment, table_contents};
@@ -57,20 +56,7 @@ async fn wakeup_freshness() {
     let minutes = env_number("KFS_BENCH_MINUTES", 1.0);
     let rate = env_number("KFS_BENCH_RATE", 2.0);
     let stack = Arc::new(LocalStack::start());
-    let env = stack.function_env(&[("WAREHOUSE", "s3://lakehouse/wh".to_owned())]);
-    let sqs = aws_sdk_sqs::Client::new(&env.aws_config().await);
-    let queue_url = sqs
-        .create_queue()
-        .queue_name("kfs-wakeups.fifo")
-        .attributes(QueueAttributeName::FifoQueue, "true")
-        .attributes(QueueAttributeName::DeduplicationScope, "messageGroup")
-        .attributes(QueueAttributeName::FifoThroughputLimit, "perMessageGroupId")
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("create_queue: {e:?}"))
-        .queue_url()
-        .unwrap_or_default()
-        .to_owned();
+    let (sqs, queue_url) = stack.wakeup_queue().await;
     let catalog = stack.catalog_handle().await;
     let converter = Arc::new(stack.converter(catalog.clone(), 4).with_wakeups(Arc::new(
         kfs_aws::SqsWakeups::new(sqs.clone(), queue_url.clone()),

@@ -3,7 +3,6 @@
 //! sent again (a redelivered conversion) are deduplicated; a queue that does not exist
 //! is a configuration error, never a message lost in silence.
 
-use aws_sdk_sqs::types::QueueAttributeName;
 use kfs_aws::SqsWakeups;
 use kfs_core::{ErrorKind, WakeupQueue, announcements};
 use kfs_plan::naming::TableNaming;
@@ -13,18 +12,7 @@ use kfs_testkit::LocalStack;
 #[tokio::test(flavor = "multi_thread")]
 async fn announcements_arrive_once_per_table_in_their_tables_group() {
     let stack = LocalStack::start();
-    let env = stack.function_env(&[("WAREHOUSE", "s3://lakehouse/wh".to_owned())]);
-    let client = aws_sdk_sqs::Client::new(&env.aws_config().await);
-    let created = client
-        .create_queue()
-        .queue_name("kfs-wakeups.fifo")
-        .attributes(QueueAttributeName::FifoQueue, "true")
-        .attributes(QueueAttributeName::DeduplicationScope, "messageGroup")
-        .attributes(QueueAttributeName::FifoThroughputLimit, "perMessageGroupId")
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("create_queue: {e:?}"));
-    let url = created.queue_url().unwrap_or_default().to_owned();
+    let (client, url) = stack.wakeup_queue().await;
     let queue = SqsWakeups::new(client.clone(), url.clone());
     let segments: Vec<String> = (0..12)
         .map(|i| format!("default/topic{}/0/segment-{:020}.kfs", i % 11, i))
