@@ -95,6 +95,17 @@ impl Drop for Following {
     }
 }
 
+/// The address the follow mode says it serves its metrics at.
+fn metrics_address(follow: &Following) -> String {
+    follow
+        .line_with("metrics at http://")
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no metrics address"))
+}
+
 /// One HTTP GET of `path` at `addr`: the status line and the body.
 fn get(addr: &str, path: &str) -> (String, String) {
     let mut stream =
@@ -139,13 +150,7 @@ fn follow_takes_segments_as_they_arrive_serves_metrics_and_stops_on_sigterm() {
     let warehouse = tempdir();
     independent_bucket(4, full.path());
     let mut follow = Following::start(source.path(), warehouse.path());
-    let addr = follow
-        .line_with("metrics at http://")
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .map(str::to_owned)
-        .unwrap_or_else(|| panic!("no metrics address"));
+    let addr = metrics_address(&follow);
     let (status, _) = get(&addr, "/healthz");
     assert!(status.contains("200"), "{status}");
 
@@ -222,4 +227,45 @@ fn follow_options_need_follow() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--follow"), "{stderr}");
+}
+
+/// What a careless or hostile client sends to the metrics address: bytes that are no
+/// HTTP, a head that never ends, another method, a connection dropped at once. Each
+/// gets an answer or nothing, the server keeps serving, and the loop keeps going.
+#[test]
+fn malformed_metrics_requests_are_answered_and_change_nothing() {
+    let source = tempdir();
+    let warehouse = tempdir();
+    let follow = Following::start(source.path(), warehouse.path());
+    let addr = metrics_address(&follow);
+    let exchange = |request: &[u8]| -> String {
+        let mut stream =
+            std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        // The server may answer (and close) before reading all of a long request.
+        let _ = stream.write_all(request);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response.lines().next().unwrap_or("").to_owned()
+    };
+    let garbage: Vec<u8> = (0..=255u8).chain(*b"\r\n\r\n").collect();
+    assert!(exchange(&garbage).contains("405"), "garbage");
+    assert!(
+        exchange(b"POST /metrics HTTP/1.1\r\n\r\n").contains("405"),
+        "POST"
+    );
+    assert!(
+        exchange(b"GET /../../etc/passwd HTTP/1.1\r\n\r\n").contains("404"),
+        "a path of its own"
+    );
+    let endless: Vec<u8> = b"GET /metrics HTTP/1.1\r\nX: "
+        .iter()
+        .copied()
+        .chain(std::iter::repeat_n(b'a', 200_000))
+        .collect();
+    assert!(exchange(&endless).contains("431"), "an endless head");
+    drop(std::net::TcpStream::connect(&addr));
+    let (status, _) = get(&addr, "/healthz");
+    assert!(status.contains("200"), "{status}");
+    assert!(metric(&addr, "kfs_passes_total") >= 0.0);
 }
