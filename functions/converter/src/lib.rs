@@ -72,6 +72,8 @@ pub fn classify(event: &Value) -> Result<Trigger, EventError> {
 struct Tally {
     counts: BTreeMap<&'static str, u64>,
     records: u64,
+    /// Wake-ups sent to the committer, and sends that failed.
+    wakeups: (usize, u32),
 }
 
 impl Tally {
@@ -114,6 +116,8 @@ impl Tally {
                 "Count",
             )
             .put("SegmentsRewritten", self.count("rewritten") as f64, "Count")
+            .put("WakeupsSent", self.wakeups.0 as f64, "Count")
+            .put("WakeupFailures", f64::from(self.wakeups.1), "Count")
             .put("ConversionFailures", self.count("failed") as f64, "Count")
             .put(
                 "ConversionTime",
@@ -150,23 +154,20 @@ pub enum HandlerError {
 }
 
 /// Wakes the committer for the tables `outcomes` gave pending work to (when the
-/// service has a wake-up queue). A failure is logged and counted, never the event's:
-/// the segments are pending, and the schedule commits them.
+/// service has a wake-up queue): what was sent, and whether sending failed. A failure
+/// is logged and counted, never the event's: the segments are pending, and the
+/// schedule commits them.
 async fn announce<S: SegmentSource, L: Ledger>(
     service: &ConverterService<S, L>,
     outcomes: &[Result<ObjectOutcome, PipelineError>],
-) {
-    let (sent, lost) = match service.announce(outcomes).await {
+) -> (usize, u32) {
+    match service.announce(outcomes).await {
         Ok(sent) => (sent, 0),
         Err(e) => {
             tracing::warn!(error = %e, kind = %e.kind, "committer not woken: the schedule commits these segments");
             (0, 1)
         }
-    };
-    MetricSet::new(&[("Function", "converter")])
-        .put("WakeupsSent", sent as f64, "Count")
-        .put("WakeupFailures", f64::from(lost), "Count")
-        .emit(now_ms());
+    }
 }
 
 /// Handles one invocation. SQS batches answer with `batchItemFailures`; direct events
@@ -197,7 +198,7 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
                 }
             }
             let outcomes = service.handle(&objects).await;
-            announce(service, &outcomes).await;
+            tally.wakeups = announce(service, &outcomes).await;
             for (outcome, owner) in outcomes.iter().zip(owners) {
                 tally.add(outcome);
                 if outcome.is_err() {
@@ -215,7 +216,7 @@ pub async fn handle<S: SegmentSource, L: Ledger>(
         }
         Trigger::Direct(EventBody::Created(objects)) => {
             let outcomes = service.handle(&objects).await;
-            announce(service, &outcomes).await;
+            tally.wakeups = announce(service, &outcomes).await;
             outcomes.iter().for_each(|o| tally.add(o));
             tally.emit(started);
             let errors: Vec<&PipelineError> =
