@@ -25,8 +25,9 @@ Three ways in are priced: **events** (S3 → EventBridge → SQS → converter, 
 committer's commit once a minute), **wakeups** (the same, and each converter
 invocation wakes the committer through the FIFO wake-up queue, the template's
 `CommitterWakeups=on`: a commit per converter invocation and table instead of one a
-minute; counted as one table per invocation and one commit per wake-up, the worst
-case, as wake-ups that queue behind a commit share the next one) and **sweep** (no
+minute, at most one per table and `--min-interval`, the wake-ups that come sooner held
+in the queue at one light committer invocation each; the converter's batching window
+shorter) and **sweep** (no
 events: the committer lists the bucket and converts what it finds, the template's
 `SegmentEvents=off`). A commit tick's own time is an assumption (`--commit-seconds`). Segments of 1 MiB or
 less convert in runs (one Parquet file and one ledger entry for up to 1,000 segments
@@ -73,9 +74,13 @@ S3_CHEAP = ("GET", "HEAD")
 S3_WRITES = ("PUT", "POST", "DELETE")  # LISTs are the tick's (see per_tick)
 RUN_SEGMENTS, RUN_BYTES, RUN_SEGMENT_BYTES = 1000, 64 * MIB, 1 * MIB
 SQS_PER_MESSAGE = 1 + 2 / 10  # sent by EventBridge; received and deleted in tens
-# A wake-up: one SendMessageBatch per converter invocation (one table), then one
-# receive and one delete by the committer's event source mapping.
-FIFO_PER_WAKEUP = 3
+# Wake-ups: one SendMessageBatch per converter invocation (one table); then, per
+# committer invocation, one receive and one delete (or, for a held batch, one
+# ChangeMessageVisibilityBatch) by the committer and its event source mapping.
+FIFO_PER_COMMITTER_INVOCATION = 2
+# A held wake-up's invocation: it reads the table's last commit (one Glue request) and
+# holds the messages; its time is an assumption.
+HOLD_SECONDS = 0.1
 SIZES = (("1 KiB", KIB), ("16 KiB", 16 * KIB), ("64 KiB", 64 * KIB), ("1 MiB", MIB),
          ("4 MiB", 4 * MIB))
 
@@ -157,11 +162,22 @@ def cost_per_gib(size: int, path: str, counted: dict[str, dict[str, float]], arg
     runs = segments / per_run_segments
     tick = counted["tick"]
     convert = counted["committer-sweep" if path == "sweep" else "converter-events"]
-    # What the converter's invocations are (their SQS batches of segment events).
-    invocations = segments * convert["sqs_messages_per_segment"] / args.batch_size
+    # What the converter's invocations are: SQS batches of segment events, as many
+    # messages as the batching window gathers at the table's rate, at most a batch.
+    seconds = (GIB / MIB) / args.rate  # to take in a GiB
+    messages = segments * convert["sqs_messages_per_segment"]
+    window = args.wakeup_window if path == "wakeups" else args.batching_window
+    per_invocation = max(1.0, min(args.batch_size, messages / seconds * window))
+    invocations = messages / per_invocation
     # One commit tick per table per schedule period (a minute) carries what came in; with
-    # wake-ups, one per converter invocation.
-    ticks = invocations if path == "wakeups" else (GIB / MIB) / (args.rate * 60)
+    # wake-ups, one per converter invocation, at most one per minimum interval (the
+    # wake-ups that come sooner are held, at one light invocation each, and then share
+    # the next commit).
+    if path == "wakeups":
+        ticks = min(invocations, seconds / args.min_interval) if args.min_interval else invocations
+        holds = min(invocations - ticks, ticks)
+    else:
+        ticks, holds = seconds / 60, 0
     s3_gets = segments * convert["s3_get_per_segment"] + ticks * tick["s3_get"]
     s3_puts = runs * convert["s3_put_per_run"] + ticks * tick["s3_put"]
     # DynamoDB bills a write by the kilobyte of the item: a run's item is written twice
@@ -172,8 +188,7 @@ def cost_per_gib(size: int, path: str, counted: dict[str, dict[str, float]], arg
     writes = runs * (convert["dynamodb_write_per_run"] + tick["dynamodb_write_per_run"]
                      + 2 * (item_units - 1))
     reads = segments * convert["dynamodb_read_per_segment"] + ticks * tick["dynamodb_read"]
-    glue = runs * convert["glue_per_run"] + ticks * tick["glue"]
-    messages = segments * convert["sqs_messages_per_segment"]
+    glue = runs * convert["glue_per_run"] + ticks * tick["glue"] + holds
     if not in_runs:
         # Each larger segment is its own file: coalesced by the committer into files
         # near the target size (read once more, written as a share of a merged file).
@@ -185,10 +200,12 @@ def cost_per_gib(size: int, path: str, counted: dict[str, dict[str, float]], arg
     vcpu = min(memory_mb / 1769, 1.0)
     compute = (segments * args.segment_cpu_ms / 1000 + (GIB / MIB) / args.throughput) / vcpu
     wait = s3_gets * args.latency_ms / 1000 / args.read_ahead
-    commits = ticks * args.commit_seconds * args.committer_memory_mb / 1024
+    commits = ((ticks * args.commit_seconds + holds * HOLD_SECONDS)
+               * args.committer_memory_mb / 1024)
     gb_seconds = (compute + wait) * memory_mb / 1024 + commits
-    fifo = ticks * FIFO_PER_WAKEUP if path == "wakeups" else 0
-    lambda_invocations = invocations + ticks
+    fifo = (invocations + (ticks + holds) * FIFO_PER_COMMITTER_INVOCATION
+            if path == "wakeups" else 0)
+    lambda_invocations = invocations + ticks + holds
     costs = {
         "Lambda": gb_seconds * PRICES["lambda_gb_second_arm64"]
         + lambda_invocations * PRICES["lambda_request"],
@@ -229,6 +246,15 @@ def main() -> None:
                              "(default 10)")
     parser.add_argument("--batch-size", type=int, default=100,
                         help="SQS messages per converter invocation (the template's)")
+    parser.add_argument("--batching-window", type=float, default=20,
+                        help="the converter's SQS batching window, seconds (the template's "
+                             "20 without wake-ups)")
+    parser.add_argument("--wakeup-window", type=float, default=1,
+                        help="the converter's batching window with wake-ups on (the "
+                             "template's 1 s)")
+    parser.add_argument("--min-interval", type=float, default=5,
+                        help="least seconds between two commits of a table with wake-ups "
+                             "(the template's CommitterWakeupMinInterval, 5; 0: none)")
     parser.add_argument("--commit-seconds", type=float, default=1.0,
                         help="assumed committer time of one commit tick of one table "
                              "(default 1.0 s)")
@@ -264,7 +290,9 @@ def main() -> None:
           f"vCPU; converter {args.converter_memory_mb} MB, committer "
           f"{args.committer_memory_mb} MB; {args.latency_ms:.0f} ms per S3 read, "
           f"{args.read_ahead} in flight; a commit a minute at {args.rate:g} MiB/s (with "
-          f"wake-ups, one per converter invocation), {args.commit_seconds:g} s each.\n")
+          f"wake-ups, one per converter invocation, at most one per "
+          f"{args.min_interval:g} s), {args.commit_seconds:g} s each; batching windows "
+          f"{args.batching_window:g} s, {args.wakeup_window:g} s with wake-ups.\n")
     print("| segment size | way in | requests (DynamoDB write units) per GiB | GB-s per GiB | Lambda | S3 | DynamoDB | "
           "SQS | Glue | **total per GiB** |")
     print("|---|---|---|---|---|---|---|---|---|---|")

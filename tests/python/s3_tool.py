@@ -55,6 +55,14 @@ def main():
                     s3.put_object(Bucket=bucket, Key=key, Body=f.read())
                 count += 1
         print(f"uploaded {count} objects to {url}")
+    elif command == "notify":
+        # The bucket's ObjectCreated events go to the queue (moto delivers them itself).
+        bucket, queue_arn = args
+        s3.put_bucket_notification_configuration(
+            Bucket=bucket,
+            NotificationConfiguration={"QueueConfigurations": [
+                {"QueueArn": queue_arn, "Events": ["s3:ObjectCreated:*"]}]},
+        )
     elif command == "ledger":
         name, definition = args
         with open(definition) as f:

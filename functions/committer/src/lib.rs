@@ -35,6 +35,8 @@ pub struct Committer<S, L> {
     pub maintenance: Option<TickMaintenance>,
     /// Where the last tick's summary is kept for `kfs-iceberg status` (`None`: not kept).
     pub tick_log: Option<TickLog>,
+    /// How wake-ups are paced (`None`: every wake-up commits at once).
+    pub pacing: Option<wakeup::Pacing>,
 }
 
 /// Time kept free at the end of an invocation, so that it always ends cleanly.

@@ -49,6 +49,13 @@ async fn main() -> Result<(), Error> {
             },
         }),
         tick_log: Some(env.tick_log()),
+        pacing: env
+            .wakeups()
+            .await
+            .map(|queue| kfs_committer::wakeup::Pacing {
+                queue: std::sync::Arc::new(queue),
+                min_interval: env.wakeup_min_interval,
+            }),
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let committer = committer.clone();

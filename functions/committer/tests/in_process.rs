@@ -43,6 +43,7 @@ fn committer(
         etcd: kfs_etcd::EtcdConnection::plain(Vec::new()),
         maintenance,
         tick_log,
+        pacing: None,
     }
 }
 
@@ -300,5 +301,95 @@ async fn wakeups_commit_the_tables_they_name_and_the_schedule_the_rest() {
             .await
             .iter()
             .all(|e| matches!(e.state, EntryState::Committed { .. }))
+    );
+}
+
+/// Pacing: a wake-up that comes less than the minimum interval after its table's last
+/// commit commits nothing; its messages are held in the queue for the rest of the
+/// interval and asked again; delivered again once the interval has passed, they commit
+/// what piled up. Each offset lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wakeup_sooner_than_the_interval_is_held_and_commits_when_delivered_again() {
+    let world = InMemory::open().await;
+    let queue = std::sync::Arc::new(kfs_core::MemoryWakeups::default());
+    let service = world.converter(4).with_wakeups(queue.clone());
+    let convert = |stem: &str, base: i64| {
+        world.put_segment(stem, &sample_segment(base, 5, b'v'));
+        let keys = [format!("{stem}.index")];
+        let service = &service;
+        async move {
+            let response = kfs_converter::handle(service, &s3_events_in_sqs(&keys))
+                .await
+                .unwrap_or_else(|e| panic!("converter: {e}"));
+            assert_eq!(response, json!({"batchItemFailures": []}));
+        }
+    };
+    let mut committer = committer(&world, None, None);
+    committer.pacing = Some(kfs_committer::wakeup::Pacing {
+        queue: queue.clone(),
+        min_interval: Duration::from_secs(60),
+    });
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let wakeups = event("sqs-committer-wakeup.json");
+    let catalog = world.catalog.catalog.as_ref();
+
+    // The table's first commit: nothing to wait for.
+    convert("default/orders/0/segment-00000000000000000000", 0).await;
+    let answer = handle(&committer, &wakeups, deadline)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+    assert!(queue.held().is_empty(), "{:?}", queue.held());
+    assert_eq!(
+        table_offsets(catalog, "kafscale.orders").await,
+        once(&[(0, 5)])
+    );
+
+    // A second conversion a moment later: its wake-up is held, nothing commits.
+    convert("default/orders/0/segment-00000000000000000005", 5).await;
+    let answer = handle(&committer, &wakeups, deadline)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let asked: Vec<&str> = answer["batchItemFailures"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["itemIdentifier"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let orders_ids: Vec<&str> = wakeups["Records"]
+        .as_array()
+        .map(|records| {
+            records
+                .iter()
+                .filter(|r| {
+                    r["body"]
+                        .as_str()
+                        .is_some_and(|b| b.contains("kafscale.orders"))
+                })
+                .filter_map(|r| r["messageId"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(asked, orders_ids, "{answer}");
+    let held = queue.held();
+    assert_eq!(held.len(), orders_ids.len(), "{held:?}");
+    assert!(held.iter().all(|(_, s)| (58..=60).contains(s)), "{held:?}");
+    assert_eq!(
+        table_offsets(catalog, "kafscale.orders").await,
+        once(&[(0, 5)])
+    );
+
+    // Delivered again once the interval has passed (here: no interval): committed.
+    committer.pacing = None;
+    let answer = handle(&committer, &wakeups, deadline)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+    assert_eq!(
+        table_offsets(catalog, "kafscale.orders").await,
+        once(&[(0, 10)])
     );
 }

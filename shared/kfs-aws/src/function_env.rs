@@ -37,6 +37,8 @@
 //! | `MAX_SNAPSHOTS` | keep at most this many snapshots per table whatever their age (default 1000; `0`: age only). Every commit rewrites the metadata file, which lists every snapshot: commit cost grows about 18 µs per snapshot kept, so tables that commit every minute want a bound |
 //! | `ORPHAN_AGE` | delete unreferenced files older than this, hourly (default `3d`, below `1h` each cleanup is refused and alarmed; `off` to disable) |
 //! | `MAX_MANIFESTS` | merge a table's manifests past this many (default 10: commit time stays flat as the table ages) |
+//! | `WAKEUP_QUEUE_URL` | the committer's wake-up queue (SQS FIFO): the converter announces the tables it left pending work in, the committer holds the early wake-ups there (empty: no wake-ups, the schedule commits) |
+//! | `WAKEUP_MIN_INTERVAL_SECONDS` | the least seconds between two commits of a table that wake-ups ask for (default 5; `0`: a commit per wake-up); a wake-up that comes sooner is held in the queue for the rest |
 //!
 //! AWS credentials come from the function's role (the standard AWS chain); endpoints
 //! from `AWS_ENDPOINT_URL` for local stacks. REST catalog credentials are read from
@@ -108,7 +110,14 @@ pub struct FunctionEnv {
     /// The committer's wake-up queue (`WAKEUP_QUEUE_URL`, an SQS FIFO queue; `None`:
     /// the converter wakes nobody, and the schedule commits).
     pub wakeup_queue_url: Option<String>,
+    /// The least time between two commits of a table that wake-ups ask for
+    /// (`WAKEUP_MIN_INTERVAL_SECONDS`, default 5): a wake-up that comes sooner is held
+    /// in the queue for the rest of it.
+    pub wakeup_min_interval: std::time::Duration,
 }
+
+/// The default least time between two commits of a table that wake-ups ask for.
+pub const DEFAULT_WAKEUP_MIN_INTERVAL_SECONDS: usize = 5;
 
 impl FunctionEnv {
     /// Reads the environment.
@@ -170,6 +179,10 @@ impl FunctionEnv {
             schema_registry: valid.schema_registry,
             schema_registry_secret_arn: var("SCHEMA_REGISTRY_SECRET_ARN"),
             wakeup_queue_url: var("WAKEUP_QUEUE_URL"),
+            wakeup_min_interval: std::time::Duration::from_secs(number(
+                "WAKEUP_MIN_INTERVAL_SECONDS",
+                DEFAULT_WAKEUP_MIN_INTERVAL_SECONDS,
+            )? as u64),
         })
     }
 

@@ -1,7 +1,7 @@
 //! Macro benchmark: does committing get slower as a table ages?
 //!
 //! Appends `KFS_BENCH_COMMITS` (default 1000) one-segment commits to a table on the
-//! SQLite catalog and a local warehouse, timing each `commit_table` call, twice: with
+//! SQLite catalog, the SQLite ledger and a local warehouse (the embedded default), timing each `commit_table` call, twice: with
 //! no maintenance, and with the committer's maintenance after every commit
 //! (`maintain_table` with the default policy: compaction, 5-day expiry, manifests
 //! merged past 10) bounded to `KFS_BENCH_MAX_SNAPSHOTS` snapshots (default 50). Prints
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use common::{BenchResult, BenchTable, tiny_segment as segment};
 use kfs_core::now_ms;
 use kfs_core::table_ident;
-use kfs_core::{MaintenancePolicy, maintain_table};
+use kfs_core::{MaintenancePolicy, SqliteLedger, maintain_table};
 
 /// The commits after which the table's metadata is measured.
 const CHECKPOINTS: [usize; 4] = [10, 100, 1_000, 10_000];
@@ -42,7 +42,7 @@ struct Checkpoint {
 }
 
 /// Measures the table's current metadata (reloaded from the catalog).
-async fn checkpoint(bench: &BenchTable, commits: usize) -> BenchResult<Checkpoint> {
+async fn checkpoint(bench: &BenchTable<SqliteLedger>, commits: usize) -> BenchResult<Checkpoint> {
     use iceberg::Catalog;
     let table = bench.catalog.load_table(&table_ident(&bench.name)).await?;
     let location = table.metadata_location().unwrap_or_default();
@@ -83,7 +83,7 @@ async fn run(
     commits: usize,
     maintenance: Option<&MaintenancePolicy>,
 ) -> BenchResult<(Vec<Duration>, Vec<Checkpoint>)> {
-    let mut bench = BenchTable::new().await?;
+    let mut bench = BenchTable::with_sqlite_ledger().await?;
     let mut times = Vec::with_capacity(commits);
     let mut checkpoints = Vec::new();
     let ident = table_ident(&bench.name);

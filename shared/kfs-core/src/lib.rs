@@ -96,4 +96,6 @@ pub use table::{
     newest_record_ms, table_ident, table_progress, table_watermarks, target_file_size,
 };
 pub use tick::{Backlog, TickLog, TickMaintenance, TickReport, backlog, run_tick};
-pub use wakeups::{Announcement, MemoryWakeups, WakeupError, WakeupQueue, announcements};
+pub use wakeups::{
+    Announcement, MemoryWakeups, Paced, WakeupError, WakeupQueue, announcements, hold_early,
+};

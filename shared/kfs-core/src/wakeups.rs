@@ -6,14 +6,22 @@
 //! Announcing is best effort: the segment is already pending in the ledger, and a
 //! wake-up that cannot be sent only leaves its commit to the schedule. A failed send
 //! never fails the conversion (which would convert the segment again for nothing).
+//!
+//! The committer holds the wake-ups that come sooner than a table's minimum interval
+//! after its last commit (`kfs_plan::wakeup::hold_seconds`): they stay in the queue,
+//! invisible for the seconds left, and are then delivered again.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
+use iceberg::Catalog;
 use kfs_catalog::fault::ErrorKind;
 use kfs_plan::keys::SegmentKey;
-use kfs_plan::naming::TableNaming;
-use kfs_plan::wakeup::{Wakeup, deduplication_id};
+use kfs_plan::naming::{TableName, TableNaming};
+use kfs_plan::wakeup::{Wakeup, deduplication_id, hold_seconds};
+
+use crate::table::table_ident;
 
 /// A wake-up to send: the table's message and its deduplication id.
 pub type Announcement = (Wakeup, String);
@@ -28,17 +36,23 @@ pub struct WakeupError {
     pub message: String,
 }
 
-/// Where the converter announces the tables it left pending work in.
+/// Where the converter announces the tables it left pending work in, and where the
+/// committer holds back the wake-ups that came too soon.
 #[async_trait::async_trait]
 pub trait WakeupQueue: Send + Sync {
     /// Sends each announcement (its table's message group, its deduplication id).
     async fn send(&self, announcements: &[Announcement]) -> Result<(), WakeupError>;
+
+    /// Keeps the received messages `receipts` (their receipt handles) invisible for
+    /// `seconds` from now, after which the queue delivers them again.
+    async fn hold(&self, receipts: &[&str], seconds: u32) -> Result<(), WakeupError>;
 }
 
-/// A wake-up queue in memory: what was sent, in order (tests).
+/// A wake-up queue in memory: what was sent and what was held, in order (tests).
 #[derive(Debug, Default)]
 pub struct MemoryWakeups {
     sent: Mutex<Vec<Announcement>>,
+    held: Mutex<Vec<(String, u32)>>,
 }
 
 impl MemoryWakeups {
@@ -49,16 +63,35 @@ impl MemoryWakeups {
             .map(|sent| sent.clone())
             .unwrap_or_default()
     }
+
+    /// Every hold so far: the receipt and its seconds.
+    pub fn held(&self) -> Vec<(String, u32)> {
+        self.held
+            .lock()
+            .map(|held| held.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// The error of a memory queue whose lock a panicking test poisoned.
+fn poisoned<T>(_: T) -> WakeupError {
+    WakeupError {
+        kind: ErrorKind::Transient,
+        message: "the memory queue's lock is poisoned".into(),
+    }
 }
 
 #[async_trait::async_trait]
 impl WakeupQueue for MemoryWakeups {
     async fn send(&self, announcements: &[Announcement]) -> Result<(), WakeupError> {
-        let mut sent = self.sent.lock().map_err(|_| WakeupError {
-            kind: ErrorKind::Transient,
-            message: "the memory queue's lock is poisoned".into(),
-        })?;
+        let mut sent = self.sent.lock().map_err(poisoned)?;
         sent.extend(announcements.iter().cloned());
+        Ok(())
+    }
+
+    async fn hold(&self, receipts: &[&str], seconds: u32) -> Result<(), WakeupError> {
+        let mut held = self.held.lock().map_err(poisoned)?;
+        held.extend(receipts.iter().map(|r| ((*r).to_owned(), seconds)));
         Ok(())
     }
 }
@@ -88,6 +121,73 @@ pub fn announcements<'a>(
             (Wakeup { table }, id)
         })
         .collect()
+}
+
+/// What pacing made of a table's wake-ups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Paced {
+    /// The interval has passed: commit now.
+    Due,
+    /// Held in the queue for this many seconds: commit nothing now.
+    Held(u32),
+    /// Pacing could not tell or could not hold (the reason): commit now, as without it.
+    Unpaced(String),
+}
+
+/// Holds, in `queue`, the wake-ups of the tables in `receipts` (each table's messages'
+/// receipt handles) that came sooner than `min_interval` after the table's last
+/// commit (the timestamp of its current snapshot, read from `catalog`), and says
+/// for each table what became of its wake-ups. A table whose last commit cannot be
+/// read, or whose messages the queue will not hold, commits now, as without pacing.
+pub async fn hold_early(
+    catalog: &dyn Catalog,
+    queue: &dyn WakeupQueue,
+    receipts: &BTreeMap<String, Vec<String>>,
+    min_interval: Duration,
+    now_ms: i64,
+) -> BTreeMap<String, Paced> {
+    if min_interval.is_zero() {
+        return receipts.keys().map(|t| (t.clone(), Paced::Due)).collect();
+    }
+    let last_commits =
+        futures::future::join_all(receipts.keys().map(|table| last_commit_ms(catalog, table)))
+            .await;
+    let mut paced = BTreeMap::new();
+    for ((table, handles), last) in receipts.iter().zip(last_commits) {
+        let outcome = match last.map(|last| hold_seconds(last, now_ms, min_interval)) {
+            Err(reason) => Paced::Unpaced(format!("last commit unknown: {reason}")),
+            Ok(None) => Paced::Due,
+            Ok(Some(seconds)) => {
+                let handles: Vec<&str> = handles.iter().map(String::as_str).collect();
+                match queue.hold(&handles, seconds).await {
+                    Ok(()) => Paced::Held(seconds),
+                    Err(e) => Paced::Unpaced(e.to_string()),
+                }
+            }
+        };
+        paced.insert(table.clone(), outcome);
+    }
+    paced
+}
+
+/// When `table` (`namespace.name`) was last committed: its current snapshot's
+/// timestamp; `None` for a table without one (or that does not exist yet).
+async fn last_commit_ms(catalog: &dyn Catalog, table: &str) -> Result<Option<i64>, String> {
+    let name = TableName::parse(table).ok_or_else(|| format!("{table:?} is no table name"))?;
+    let ident = table_ident(&name);
+    match catalog.table_exists(&ident).await {
+        Ok(false) => return Ok(None),
+        Ok(true) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let loaded = catalog
+        .load_table(&ident)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(loaded
+        .metadata()
+        .current_snapshot()
+        .map(|snapshot| snapshot.timestamp_ms()))
 }
 
 #[cfg(test)]

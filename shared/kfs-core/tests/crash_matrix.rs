@@ -22,6 +22,10 @@
 //! its first commit on a table holding a snapshot, with every mode at each commit
 //! step.
 //!
+//! A third matrix puts every fault at every step of a wake-up (the pass restricted to
+//! the woken table, without maintenance), then delivers the same wake-up again (the
+//! queue redelivers what was not acknowledged) before the plain ticks.
+//!
 //! Invariants after recovery: every record of every segment is in the table exactly
 //! once (record count, no data file registered twice, the watermarks at the end of
 //! every partition); every file the table references exists; every ledger entry is
@@ -40,21 +44,37 @@ use kfs_plan::crosscheck::CrossCheckPolicy;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
+/// What the faulty process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    /// A scheduled tick, with maintenance.
+    Tick,
+    /// A scheduled tick, with another engine committing to the table (a rewrite
+    /// without our summary, then every other snapshot expired) between the faulty
+    /// process's load of the table and its first commit on a table holding a snapshot.
+    Outside,
+    /// A wake-up for the table: its pass alone, no maintenance; recovery starts with
+    /// the same wake-up delivered again.
+    Wakeup,
+}
+
+/// The table the wake-ups name.
+const WOKEN: &str = "kafscale.orders";
+
 /// One case: a faulty tick, then recovery; returns whether the fault fired, or the
 /// violated invariant.
 async fn case(step: Step, mode: faults::Mode, occurrence: usize) -> Result<bool, String> {
-    case_among(step, mode, occurrence, false).await
+    case_of(Trigger::Tick, step, mode, occurrence).await
 }
 
-/// [`case`], with another engine committing to the table (a rewrite without our
-/// summary, then every other snapshot expired) between the faulty process's load of
-/// the table and its first commit on a table holding a snapshot, when `outside`.
-async fn case_among(
+/// [`case`], the faulty process run by `trigger`.
+async fn case_of(
+    trigger: Trigger,
     step: Step,
     mode: faults::Mode,
     occurrence: usize,
-    outside: bool,
 ) -> Result<bool, String> {
+    let outside = trigger == Trigger::Outside;
     let text = |e: &dyn std::fmt::Display| e.to_string();
     let dir = tempfile::tempdir().map_err(|e| text(&e))?;
     let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
@@ -66,24 +86,34 @@ async fn case_among(
         true => faults.with_outside_commit(dir.path()),
         false => faults,
     };
-    let process = Process::open(dir.path(), &source, &ledger, faults.clone()).await?;
+    let mut process = Process::open(dir.path(), &source, &ledger, faults.clone()).await?;
     let maintenance = MaintenancePolicy {
         max_snapshots: Some(1),
         orphan_age: None,
         ..MaintenancePolicy::default()
     };
+    let woken = || Some(std::collections::BTreeSet::from([WOKEN.to_owned()]));
+    if trigger == Trigger::Wakeup {
+        process.woken_for = woken();
+    }
+    let maintain = (trigger != Trigger::Wakeup).then_some(&maintenance);
     // The faulty tick may fail; what it leaves behind is what recovery works from.
     let _ = process
-        .tick(
-            &etcd_caught_up(),
-            CrossCheckPolicy::default(),
-            Some(&maintenance),
-        )
+        .tick(&etcd_caught_up(), CrossCheckPolicy::default(), maintain)
         .await;
-    // Recovery: a fresh process (new connections), plain ticks.
+    // Recovery: a fresh process (new connections); the wake-up delivered again, then
+    // plain ticks.
     let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
         .await
         .map_err(|e| text(&e))?;
+    if trigger == Trigger::Wakeup {
+        let mut again = Process::open(dir.path(), &source, &ledger, Faults::none()).await?;
+        again.woken_for = woken();
+        again
+            .tick(&etcd_caught_up(), CrossCheckPolicy::default(), None)
+            .await
+            .map_err(|e| format!("the wake-up delivered again: {}", e.message))?;
+    }
     quiesce(dir.path(), &source, &ledger, &Default::default()).await?;
     let late = check(&open_catalog(dir.path()).await?, &ledger).await?;
     if late != 0 {
@@ -149,7 +179,7 @@ async fn an_outside_commit_before_ours_at_every_commit_fault_recovers_to_exactly
     }
     let (total, mut among) = (cases.len(), 0);
     for (step, mode, occurrence) in cases {
-        match case_among(step, mode, occurrence, true).await {
+        match case_of(Trigger::Outside, step, mode, occurrence).await {
             Ok(true) => among += 1,
             Ok(false) => {}
             Err(violation) => {
@@ -161,5 +191,41 @@ async fn an_outside_commit_before_ours_at_every_commit_fault_recovers_to_exactly
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // Without a fault, and with every fault that leaves the tick a later commit.
     assert!(among * 2 > total, "{among} of {total}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_fault_at_every_step_of_a_wakeup_recovers_to_exactly_once() -> TestResult {
+    let (mut cases, mut fired, mut failures) = (0, 0, Vec::new());
+    // A wake-up converts what its pass finds and commits; it never maintains.
+    let steps = STEPS.iter().filter(|step| {
+        !matches!(
+            step,
+            Step::CompactionCommit | Step::FileDelete | Step::RegistryRead
+        )
+    });
+    for &step in steps {
+        let occurrences: &[usize] = match step {
+            Step::SegmentRead => &[1, 4],
+            Step::DataFileWrite | Step::LedgerInsert => &[1, 2],
+            _ => &[1],
+        };
+        for mode in MODES {
+            for &occurrence in occurrences {
+                cases += 1;
+                match case_of(Trigger::Wakeup, step, mode, occurrence).await {
+                    Ok(true) => fired += 1,
+                    Ok(false) => failures.push(format!(
+                        "{step:?} {mode:?} #{occurrence}: the fault never fired"
+                    )),
+                    Err(violation) => {
+                        failures.push(format!("{step:?} {mode:?} #{occurrence}: {violation}"))
+                    }
+                }
+            }
+        }
+    }
+    println!("wake-up crash matrix: {cases} cases, {fired} with the fault fired, all recovered");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
     Ok(())
 }

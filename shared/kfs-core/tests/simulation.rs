@@ -114,8 +114,39 @@ enum Work {
     Outside(i64),
     /// A committer woken for these tables (the converter's wake-ups: duplicated, late,
     /// reordered or naming a table with nothing pending, as the round draws them; a
-    /// lost one is a round without it), committing them alone, without maintenance.
-    Wakeup(BTreeSet<String>),
+    /// lost one is a round without it), committing them alone, without maintenance;
+    /// paced by this minimum interval (seconds): the tables committed sooner are held
+    /// (`kfs_core::hold_early`, reading the last commit through the faulty catalog),
+    /// which commits nothing for them, as a lost wake-up.
+    Wakeup(BTreeSet<String>, u64),
+}
+
+/// The tables of a wake-up that pacing lets commit now: those not held for having
+/// been committed less than `min_interval` seconds ago (a held one is delivered again
+/// later, which here is a later round's wake-up or tick).
+async fn paced(
+    process: &Process<'_>,
+    tables: &BTreeSet<String>,
+    min_interval: u64,
+) -> BTreeSet<String> {
+    let queue = kfs_core::MemoryWakeups::default();
+    let receipts = tables
+        .iter()
+        .map(|table| (table.clone(), vec![format!("receipt-{table}")]))
+        .collect();
+    let paced = kfs_core::hold_early(
+        &process.catalog,
+        &queue,
+        &receipts,
+        std::time::Duration::from_secs(min_interval),
+        kfs_core::now_ms(),
+    )
+    .await;
+    paced
+        .into_iter()
+        .filter(|(_, outcome)| !matches!(outcome, kfs_core::Paced::Held(_)))
+        .map(|(table, _)| table)
+        .collect()
 }
 
 /// What one seed saw: injected faults that fired, segments quarantined as late.
@@ -330,7 +361,11 @@ async fn simulate(seed: u64) -> SeedOutcome {
                 tables.insert("kafscale.no_such_table".to_owned());
             }
             if !tables.is_empty() {
-                work.push((Work::Wakeup(tables), random_fault(&mut rng, 3)));
+                let min_interval = [0, 0, 1, 3600][rng.below(4) as usize];
+                work.push((
+                    Work::Wakeup(tables, min_interval),
+                    random_fault(&mut rng, 3),
+                ));
             }
         }
         if outside_engine && rng.below(2) == 0 {
@@ -356,8 +391,8 @@ async fn simulate(seed: u64) -> SeedOutcome {
                 if let Work::Tick { coalesce, .. } = work {
                     process.coalesce = *coalesce;
                 }
-                if let Work::Wakeup(tables) = work {
-                    process.woken_for = Some(tables.clone());
+                if let Work::Wakeup(tables, min_interval) = work {
+                    process.woken_for = Some(paced(&process, tables, *min_interval).await);
                 }
                 // A process that fails (injected, or losing a race) leaves what it leaves.
                 let outcome = match work {
@@ -366,7 +401,7 @@ async fn simulate(seed: u64) -> SeedOutcome {
                             .tick(etcd, crosscheck, maintain.then_some(maintenance))
                             .await
                     }
-                    Work::Wakeup(_) => process.tick(etcd, crosscheck, None).await,
+                    Work::Wakeup(..) => process.tick(etcd, crosscheck, None).await,
                     Work::Events(keys) => process.convert_events(keys).await,
                     Work::Outside(_) => Ok(()),
                 };

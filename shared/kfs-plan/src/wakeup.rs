@@ -10,8 +10,15 @@
 //! table means one committer invocation per table at a time, so wake-ups of one table
 //! never race each other (a scheduled tick may still run beside, which the commit's
 //! own exactly-once rules allow).
+//!
+//! A table's commits keep a minimum interval ([`hold_seconds`]): a wake-up that comes
+//! sooner after the table's last commit is held in the queue (its visibility pushed
+//! out) until the interval has passed, so a table takes at most one commit per interval
+//! whatever the rate of conversions, and the wake-ups that pile up behind it in its
+//! group are committed together.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use crate::hash::Fnv1a;
 
@@ -86,9 +93,54 @@ pub fn tables_of<'a>(
     (tables, skipped)
 }
 
+/// The longest an SQS message can be held invisible (12 hours), in seconds.
+pub const MAX_HOLD_SECONDS: u32 = 43_200;
+
+/// How many seconds a wake-up of a table last committed at `last_commit_ms` is held
+/// before it commits, so that the table's commits stay `min_interval` apart: `None`
+/// when it may commit now (no commit yet, the interval passed, no interval, or a last
+/// commit stamped in the future by a clock ahead of ours, which must not hold the
+/// table for long: at most one interval). Rounded up to whole seconds (what SQS
+/// takes), at most [`MAX_HOLD_SECONDS`].
+pub fn hold_seconds(
+    last_commit_ms: Option<i64>,
+    now_ms: i64,
+    min_interval: Duration,
+) -> Option<u32> {
+    let interval_ms = i64::try_from(min_interval.as_millis()).unwrap_or(i64::MAX);
+    let since_ms = now_ms.saturating_sub(last_commit_ms?).max(0);
+    let wait_ms = interval_ms.saturating_sub(since_ms);
+    if wait_ms <= 0 {
+        return None;
+    }
+    let seconds = (wait_ms.saturating_add(999) / 1000).min(i64::from(MAX_HOLD_SECONDS));
+    u32::try_from(seconds).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wakeup_is_held_until_the_interval_has_passed() {
+        let five = Duration::from_secs(5);
+        assert_eq!(hold_seconds(None, 10_000, five), None);
+        assert_eq!(hold_seconds(Some(10_000), 10_000, five), Some(5));
+        assert_eq!(hold_seconds(Some(10_000), 11_500, five), Some(4));
+        assert_eq!(hold_seconds(Some(10_000), 14_999, five), Some(1));
+        assert_eq!(hold_seconds(Some(10_000), 15_000, five), None);
+        assert_eq!(hold_seconds(Some(10_000), 99_000, five), None);
+        assert_eq!(hold_seconds(Some(10_000), 12_000, Duration::ZERO), None);
+        // A last commit stamped ahead of this clock holds one interval at most.
+        assert_eq!(hold_seconds(Some(90_000), 10_000, five), Some(5));
+        // Extremes neither overflow nor exceed what SQS takes.
+        assert_eq!(hold_seconds(Some(i64::MIN), i64::MAX, five), None);
+        assert_eq!(hold_seconds(Some(i64::MAX), i64::MIN, five), Some(5));
+        assert_eq!(
+            hold_seconds(Some(0), 0, Duration::from_secs(u64::MAX)),
+            Some(MAX_HOLD_SECONDS)
+        );
+    }
 
     #[test]
     fn a_wakeup_reads_back_what_it_wrote() {

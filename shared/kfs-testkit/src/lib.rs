@@ -336,18 +336,52 @@ impl LocalStack {
         )
     }
 
-    /// A new FIFO wake-up queue on this stack, as the template makes it (high
-    /// throughput: deduplication and limits per message group): a client and its URL.
-    pub async fn wakeup_queue(&self) -> (aws_sdk_sqs::Client, String) {
+    /// An SQS client on this stack.
+    fn sqs(&self) -> aws_sdk_sqs::Client {
         use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-        use aws_sdk_sqs::types::QueueAttributeName;
         let config = aws_sdk_sqs::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .endpoint_url(&self.moto.endpoint)
             .region(Region::new("us-east-1"))
             .credentials_provider(Credentials::new("test", "test", None, None, "test"))
             .build();
-        let client = aws_sdk_sqs::Client::from_conf(config);
+        aws_sdk_sqs::Client::from_conf(config)
+    }
+
+    /// A new standard queue that the segment bucket's `ObjectCreated` notifications go
+    /// to, as the stack's segment queue (moto's S3 sends them itself): a client and
+    /// its URL.
+    pub async fn segment_event_queue(&self) -> (aws_sdk_sqs::Client, String) {
+        use aws_sdk_sqs::types::QueueAttributeName;
+        let client = self.sqs();
+        let created = client
+            .create_queue()
+            .queue_name("kfs-segment-events")
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create_queue: {e:?}"));
+        let url = created.queue_url().unwrap_or_default().to_owned();
+        let attributes = client
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("get_queue_attributes: {e:?}"));
+        let arn = attributes
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+            .cloned()
+            .unwrap_or_default();
+        self.moto.tool(&["notify", &self.bucket, &arn]);
+        (client, url)
+    }
+
+    /// A new FIFO wake-up queue on this stack, as the template makes it (high
+    /// throughput: deduplication and limits per message group): a client and its URL.
+    pub async fn wakeup_queue(&self) -> (aws_sdk_sqs::Client, String) {
+        use aws_sdk_sqs::types::QueueAttributeName;
+        let client = self.sqs();
         let created = client
             .create_queue()
             .queue_name("kfs-wakeups.fifo")

@@ -179,6 +179,7 @@ async fn deliver_commit_and_read_back(
             stack.s3.file_io(),
             &stack.warehouse.location(),
         )),
+        pacing: None,
     };
     let deadline = Instant::now() + Duration::from_secs(600);
     let tick = handle(&committer, &json!({}), deadline)

@@ -57,6 +57,7 @@ async fn etcd_confirms_holds_and_stops() {
         etcd: kfs_etcd::EtcdConnection::plain(vec![etcd.endpoint.clone()]),
         maintenance: None,
         tick_log: None,
+        pacing: None,
     };
     let deadline = || Instant::now() + Duration::from_secs(300);
 

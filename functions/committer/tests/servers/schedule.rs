@@ -77,6 +77,7 @@ async fn the_schedule_commits_announced_and_swept_segments_exactly_once() {
         etcd: kfs_etcd::EtcdConnection::plain(Vec::new()),
         maintenance: None,
         tick_log: None,
+        pacing: None,
     };
     // Out of time: nothing is done, nothing is lost.
     let late = handle(&committer, &schedule(), Instant::now())
@@ -182,6 +183,7 @@ async fn sharded_ticks_cover_every_topic_once_and_late_segments_are_quarantined(
         etcd: kfs_etcd::EtcdConnection::plain(Vec::new()),
         maintenance: None,
         tick_log: None,
+        pacing: None,
     };
     let deadline = Instant::now() + Duration::from_secs(300);
     let shard_one = event("schedule-shard.json");

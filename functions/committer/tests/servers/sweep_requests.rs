@@ -94,6 +94,7 @@ async fn a_tick_sweeps_and_commits_small_segments_in_about_one_request_each() {
         etcd: kfs_etcd::EtcdConnection::plain(Vec::new()),
         maintenance: None,
         tick_log: None,
+        pacing: None,
     };
 
     // Found by listing: converted in runs (one per partition) and committed.

@@ -1,34 +1,44 @@
-//! Upload-to-visible latency of the Lambda path with
-//! wake-ups, through the real handlers, on moto's S3, DynamoDB and SQS (FIFO).
+//! Upload-to-visible latency of the Lambda path with wake-ups, through the real
+//! handlers, on moto's S3, DynamoDB and SQS (a standard queue for the segments' S3
+//! events, the FIFO wake-up queue).
 //!
 //! A producer uploads a segment every `1 / KFS_BENCH_RATE` seconds (default 2 a
-//! second), round robin over 4 partitions, for `KFS_BENCH_MINUTES` (default 0.1: a few seconds in the test run; the figures
-//! of docs/performance.md ran 2 minutes); each
-//! upload's S3 event goes to the converter's handler, batched as the segment queue's
-//! event source would (what arrived in the last 200 ms), with the stack's wake-up
-//! queue; a committer loop long-polls the FIFO queue (1 s) and hands each batch to the
-//! committer's handler, deleting what it does not ask to see again, as the event source
-//! mapping does. Latency of a segment: from its upload to the commit time of the first
-//! snapshot whose `kfs.offsets` summary passes its last offset. Prints p50, p95, p99,
-//! max, commits per minute and the snapshots; asserts that every segment became
-//! visible and every offset landed once, never a timing.
+//! second), round robin over 4 partitions, for `KFS_BENCH_MINUTES` (default 0.1: a few
+//! seconds in the test run; the figures of docs/performance.md ran 5 minutes). Moto's
+//! S3 sends each object's `ObjectCreated` event to the segment queue. A converter loop
+//! polls it as the event source mapping does with the template's wake-up settings
+//! (up to 100 messages, a batching window of 1 s) and hands each batch to the
+//! converter's handler, which wakes the committer through the FIFO queue. A committer
+//! loop long-polls the FIFO queue (1 s) and hands each batch to the committer's
+//! handler, paced by `KFS_BENCH_MIN_INTERVAL` seconds (default 5, the template's), and
+//! deletes what the handler does not ask to see again (a held wake-up comes back when
+//! its interval has passed). Latency of a segment: from its upload to the commit time
+//! of the first snapshot whose `kfs.offsets` summary passes its last offset. Prints
+//! p50, p95, p99, max, commits per minute, the wake-ups held, and the snapshots;
+//! asserts that every segment became visible and every offset landed once, never a
+//! timing.
 //!
-//! `KFS_BENCH_MINUTES=2 cargo test -p kfs-committer --test integration -- servers::wakeup_freshness --nocapture`
+//! `KFS_BENCH_MINUTES=5 cargo test -p kfs-committer --test integration -- servers::wakeup_freshness --nocapture`
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use aws_sdk_sqs::types::{Message, QueueAttributeName};
+use kfs_committer::wakeup::Pacing;
 use kfs_committer::{Committer, handle};
 use kfs_core::PipelineConfig;
-use kfs_testkit::{LocalStack, load_table, s3_events_in_sqs, sample_segment, table_contents};
+use kfs_testkit::{LocalStack, load_table, sample_segment, table_contents};
 use serde_json::{Value, json};
 
 /// Records per segment.
 const RECORDS: i64 = 20;
 /// Partitions the producer writes to.
 const PARTITIONS: i64 = 4;
+/// The converter's batch: at most this many messages, gathered for at most the window.
+const BATCH: usize = 100;
+const WINDOW: Duration = Duration::from_secs(1);
 
 fn env_number(name: &str, default: f64) -> f64 {
     std::env::var(name)
@@ -51,16 +61,97 @@ fn percentile(values: &mut [f64], q: f64) -> f64 {
     values.get(at).copied().unwrap_or(f64::NAN)
 }
 
+/// Messages of `queue_url`: up to `max`, waiting up to `wait` seconds for the first.
+async fn receive(sqs: &aws_sdk_sqs::Client, queue_url: &str, max: i32, wait: i32) -> Vec<Message> {
+    sqs.receive_message()
+        .queue_url(queue_url)
+        .max_number_of_messages(max)
+        .wait_time_seconds(wait)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("receive: {e:?}"))
+        .messages()
+        .to_vec()
+}
+
+/// Whether `queue_url` holds no message, visible or in flight (held included).
+async fn queue_empty(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> bool {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("get_queue_attributes: {e:?}"));
+    let count = |name: QueueAttributeName| {
+        attributes
+            .attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    count(QueueAttributeName::ApproximateNumberOfMessages) == 0
+        && count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible) == 0
+}
+
+/// `messages` as the SQS event a Lambda function receives.
+fn sqs_event(messages: &[Message]) -> Value {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|m| {
+            json!({"messageId": m.message_id(), "receiptHandle": m.receipt_handle(), "body": m.body(), "eventSource": "aws:sqs"})
+        })
+        .collect();
+    json!({ "Records": records })
+}
+
+/// Deletes `messages` but those `answer` asks to see again (`batchItemFailures`), as
+/// the event source mapping does; returns how many were asked again.
+async fn settle(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    messages: &[Message],
+    answer: &Value,
+) -> usize {
+    let again: Vec<&str> = answer["batchItemFailures"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["itemIdentifier"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    for message in messages {
+        if again.contains(&message.message_id().unwrap_or_default()) {
+            continue;
+        }
+        sqs.delete_message()
+            .queue_url(queue_url)
+            .receipt_handle(message.receipt_handle().unwrap_or_default())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("delete: {e:?}"));
+    }
+    again.len()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wakeup_freshness() {
     let minutes = env_number("KFS_BENCH_MINUTES", 0.1);
     let rate = env_number("KFS_BENCH_RATE", 2.0);
+    let min_interval = Duration::from_secs_f64(env_number("KFS_BENCH_MIN_INTERVAL", 5.0));
     let stack = Arc::new(LocalStack::start());
-    let (sqs, queue_url) = stack.wakeup_queue().await;
+    let (sqs, segment_queue) = stack.segment_event_queue().await;
+    let (_, wakeup_queue) = stack.wakeup_queue().await;
     let catalog = stack.catalog_handle().await;
-    let converter = Arc::new(stack.converter(catalog.clone(), 4).with_wakeups(Arc::new(
-        kfs_aws::SqsWakeups::new(sqs.clone(), queue_url.clone()),
-    )));
+    let wakeups = Arc::new(kfs_aws::SqsWakeups::new(sqs.clone(), wakeup_queue.clone()));
+    let converter = Arc::new(
+        stack
+            .converter(catalog.clone(), 4)
+            .with_wakeups(wakeups.clone()),
+    );
     let committer = Arc::new(Committer {
         source: stack.source(),
         catalog: catalog.clone(),
@@ -72,14 +163,19 @@ async fn wakeup_freshness() {
         etcd: kfs_etcd::EtcdConnection::plain(Vec::new()),
         maintenance: None,
         tick_log: None,
+        pacing: Some(Pacing {
+            queue: wakeups,
+            min_interval,
+        }),
     });
-    // Set once the converter has handled the last upload (its wake-ups sent).
+    // Set once the producer is done, then once the converter has drained its queue.
+    let produced_all = Arc::new(AtomicBool::new(false));
     let converted_all = Arc::new(AtomicBool::new(false));
-    let (events, mut arrived) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let held = Arc::new(AtomicU64::new(0));
 
     // The producer: (partition, last offset, uploaded at) of every segment.
     let producer = {
-        let stack = stack.clone();
+        let (stack, produced_all) = (stack.clone(), produced_all.clone());
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
             let mut uploaded = Vec::new();
@@ -95,84 +191,70 @@ async fn wakeup_freshness() {
                     (&format!("{stem}.index"), &segment.index),
                 ]);
                 uploaded.push((partition as i64, base + RECORDS - 1, now_s()));
-                let _ = events.send(format!("{stem}.index"));
                 next[partition] += RECORDS;
                 n += 1;
                 let due = started + Duration::from_secs_f64(n as f64 / rate);
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
             }
+            produced_all.store(true, Ordering::SeqCst);
             uploaded
         })
     };
-    // The converter: what arrived in the last 200 ms, one invocation.
+    // The converter: the segment queue's batches, as its event source mapping hands them.
     let converting = {
-        let (converter, converted_all) = (converter.clone(), converted_all.clone());
+        let (converter, sqs) = (converter.clone(), sqs.clone());
+        let (produced_all, converted_all) = (produced_all.clone(), converted_all.clone());
         async move {
-            while let Some(first) = arrived.recv().await {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                let mut keys = vec![first];
-                while let Ok(key) = arrived.try_recv() {
-                    keys.push(key);
+            loop {
+                let mut batch = receive(&sqs, &segment_queue, 10, 1).await;
+                if batch.is_empty() {
+                    if produced_all.load(Ordering::SeqCst)
+                        && queue_empty(&sqs, &segment_queue).await
+                    {
+                        break;
+                    }
+                    continue;
                 }
-                let answer = kfs_converter::handle(&converter, &s3_events_in_sqs(&keys))
+                let window = Instant::now() + WINDOW;
+                while batch.len() < BATCH && Instant::now() < window {
+                    batch.extend(receive(&sqs, &segment_queue, 10, 0).await);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                let answer = kfs_converter::handle(&converter, &sqs_event(&batch))
                     .await
                     .unwrap_or_else(|e| panic!("converter: {e}"));
                 assert_eq!(answer, json!({"batchItemFailures": []}));
+                settle(&sqs, &segment_queue, &batch, &answer).await;
             }
             converted_all.store(true, Ordering::SeqCst);
         }
     };
     // The committer: FIFO batches of wake-ups, as the event source mapping hands them.
     let committing = {
-        let (committer, sqs) = (committer.clone(), sqs.clone());
+        let (committer, sqs, held) = (committer.clone(), sqs.clone(), held.clone());
         async move {
-            let mut drained = false;
             loop {
-                let received = sqs
-                    .receive_message()
-                    .queue_url(&queue_url)
-                    .max_number_of_messages(10)
-                    .wait_time_seconds(1)
-                    .send()
-                    .await
-                    .unwrap_or_else(|e| panic!("receive: {e:?}"));
-                let messages = received.messages();
+                let messages = receive(&sqs, &wakeup_queue, 10, 1).await;
                 if messages.is_empty() {
-                    // Nothing waits, and nothing more will be announced: a second
-                    // empty poll after the last wake-up was sent, so none is in flight.
-                    if converted_all.load(Ordering::SeqCst) {
-                        if drained {
-                            break;
-                        }
-                        drained = true;
+                    // Nothing waits or is held, and nothing more will be announced.
+                    if converted_all.load(Ordering::SeqCst)
+                        && queue_empty(&sqs, &wakeup_queue).await
+                    {
+                        break;
                     }
                     continue;
                 }
-                drained = false;
-                let records: Vec<Value> = messages
-                    .iter()
-                    .map(|m| {
-                        json!({"messageId": m.message_id(), "body": m.body(), "eventSource": "aws:sqs"})
-                    })
-                    .collect();
                 let deadline = Instant::now() + Duration::from_secs(120);
-                let answer = handle(&committer, &json!({ "Records": records }), deadline)
+                let answer = handle(&committer, &sqs_event(&messages), deadline)
                     .await
                     .unwrap_or_else(|e| panic!("committer: {e}"));
-                assert_eq!(answer, json!({"batchItemFailures": []}));
-                for message in messages {
-                    sqs.delete_message()
-                        .queue_url(&queue_url)
-                        .receipt_handle(message.receipt_handle().unwrap_or_default())
-                        .send()
-                        .await
-                        .unwrap_or_else(|e| panic!("delete: {e:?}"));
-                }
+                let again = settle(&sqs, &wakeup_queue, &messages, &answer).await;
+                held.fetch_add(again as u64, Ordering::SeqCst);
             }
         }
     };
-    // The converter's loop ends when the producer hangs up; the committer's when the
-    // queue is empty after the converter's last wake-up.
+    // The converter's loop ends when the producer is done and its queue is empty; the
+    // committer's when the wake-up queue is empty after the converter's last send.
     let (uploaded, (), ()) = tokio::join!(producer, converting, committing);
     let uploaded = uploaded.unwrap_or_else(|e| panic!("producer: {e}"));
 
@@ -206,12 +288,14 @@ async fn wakeup_freshness() {
     assert_eq!(latencies.len(), uploaded.len(), "segments never visible");
     assert_eq!(rows, uploaded.len() as u64 * RECORDS as u64, "rows");
     println!(
-        "wakeup_freshness: {} segments over {minutes} min at {rate}/s: p50 {:.2} s, p95 {:.2} s, p99 {:.2} s, max {:.2} s; {snapshots} snapshots, {:.1} commits/min",
+        "wakeup_freshness: {} segments over {minutes} min at {rate}/s, a commit at most every {:.0} s: p50 {:.2} s, p95 {:.2} s, p99 {:.2} s, max {:.2} s; {snapshots} snapshots, {:.1} commits/min, {} wake-ups held",
         uploaded.len(),
+        min_interval.as_secs_f64(),
         percentile(&mut latencies, 50.0),
         percentile(&mut latencies, 95.0),
         percentile(&mut latencies, 99.0),
         percentile(&mut latencies, 100.0),
         snapshots as f64 / minutes,
+        held.load(Ordering::SeqCst),
     );
 }

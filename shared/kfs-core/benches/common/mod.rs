@@ -14,7 +14,7 @@ use kfs_core::testing::{SqlCatalog, ensure_topic_table, open_sql_catalog};
 use kfs_core::testing::{TopicTable, ingest_segment};
 use kfs_core::{CommitOutcome, CommitSettings, table_progress};
 use kfs_core::{LOCAL_CATALOG_NAME, S3Settings, Warehouse};
-use kfs_core::{LedgerEntry, MemoryLedger};
+use kfs_core::{Ledger, LedgerEntry, MemoryLedger, SqliteLedger};
 use kfs_core::{MemorySource, SegmentSource};
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::{TableName, TableNaming};
@@ -39,15 +39,16 @@ pub fn tiny_segment(base: i64) -> BenchResult<Vec<u8>> {
 /// A benchmark's error.
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// The benchmark table and everything around it.
-pub struct BenchTable {
+/// The benchmark table and everything around it, with its ledger: in memory, or the
+/// embedded default's SQLite file ([`BenchTable::with_sqlite_ledger`]).
+pub struct BenchTable<L = MemoryLedger> {
     _dir: tempfile::TempDir,
     /// The catalog.
     pub catalog: SqlCatalog,
     /// Its pointer swap.
     pub swap: SqlTableSwap,
     /// The ledger.
-    pub ledger: MemoryLedger,
+    pub ledger: L,
     source: MemorySource,
     /// The table's name.
     pub name: TableName,
@@ -57,9 +58,25 @@ pub struct BenchTable {
 }
 
 impl BenchTable {
-    /// A fresh table.
+    /// A fresh table with a ledger in memory.
     pub async fn new() -> BenchResult<Self> {
+        BenchTable::open(tempfile::tempdir()?, MemoryLedger::default()).await
+    }
+}
+
+impl BenchTable<SqliteLedger> {
+    /// A fresh table with the embedded default's ledger (a SQLite file beside the
+    /// catalog), whose pending entries are found through an index, as in DynamoDB.
+    pub async fn with_sqlite_ledger() -> BenchResult<Self> {
         let dir = tempfile::tempdir()?;
+        let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
+        BenchTable::open(dir, ledger).await
+    }
+}
+
+impl<L: Ledger> BenchTable<L> {
+    /// A fresh table in `dir`, recording to `ledger`.
+    async fn open(dir: tempfile::TempDir, ledger: L) -> BenchResult<Self> {
         let database = dir.path().join("catalog.db");
         let warehouse = Warehouse::Local(dir.path().join("wh"));
         let catalog = open_sql_catalog(&database, &warehouse, &S3Settings::default()).await?;
@@ -70,7 +87,7 @@ impl BenchTable {
             _dir: dir,
             catalog,
             swap,
-            ledger: MemoryLedger::default(),
+            ledger,
             source: MemorySource::default(),
             name,
             table,
