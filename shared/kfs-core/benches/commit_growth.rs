@@ -14,6 +14,10 @@
 //! `KFS_BENCH_COMMITS=10000 KFS_BENCH_MAINTENANCE=on TMPDIR=/dev/shm cargo bench
 //! --profile soak -p kfs-core --bench commit_growth` is the 10,000-commit run.
 //!
+//! With `KFS_BENCH_READERS=on`, each checkpoint also times two independent readers'
+//! planning of a full scan (`tests/python/plan_times.py`: pyiceberg's `plan_files`,
+//! DuckDB's `iceberg_metadata`; run `source scripts/python-env.sh` first).
+//!
 //! `TMPDIR=/dev/shm cargo bench -p kfs-core --bench commit_growth`
 //! (`KFS_BENCH_MAINTENANCE=on|off` for one of the two runs; the warehouse lives under
 //! `TMPDIR`: in memory it stands in for object storage, on a local disk every file
@@ -39,6 +43,28 @@ struct Checkpoint {
     manifests: usize,
     data_files: usize,
     plan: Duration,
+    /// The independent readers' planning (`KFS_BENCH_READERS=on`), as they print it.
+    readers: Option<String>,
+}
+
+/// The independent readers' planning times of the bench table, as
+/// `tests/python/plan_times.py` prints them.
+fn readers_planning(bench: &BenchTable<SqliteLedger>) -> BenchResult<String> {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/plan_times.py");
+    let output = std::process::Command::new("python3")
+        .arg(script)
+        .arg("--warehouse")
+        .arg(bench.dir().join("wh"))
+        .arg("--catalog-db")
+        .arg(bench.dir().join("catalog.db"))
+        .arg("--table")
+        .arg(bench.name.to_string())
+        .output()?;
+    if !output.status.success() {
+        return Err(format!("plan_times.py: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// Measures the table's current metadata (reloaded from the catalog).
@@ -68,13 +94,19 @@ async fn checkpoint(bench: &BenchTable<SqliteLedger>, commits: usize) -> BenchRe
             .try_collect()
             .await?
     };
+    let plan = started.elapsed();
+    let readers = match std::env::var("KFS_BENCH_READERS").as_deref() {
+        Ok("on") => Some(readers_planning(bench)?),
+        _ => None,
+    };
     Ok(Checkpoint {
+        readers,
         commits,
         metadata_bytes,
         snapshots: metadata.snapshots().count(),
         manifests,
         data_files: tasks.len(),
-        plan: started.elapsed(),
+        plan,
     })
 }
 
@@ -154,6 +186,12 @@ fn main() -> BenchResult<()> {
                 c.data_files,
                 c.plan.as_secs_f64() * 1000.0
             );
+            if let Some(readers) = &c.readers {
+                println!(
+                    "commit_growth maintenance={maintain}: after commit #{}: {readers}",
+                    c.commits
+                );
+            }
         }
         let curve: Vec<String> = [10, 100, 250, 500, 750, commits.saturating_sub(5)]
             .iter()

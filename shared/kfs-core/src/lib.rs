@@ -37,7 +37,9 @@ mod tick;
 mod wakeups;
 
 pub use clock::now_ms;
-pub use commit::{CommitError, CommitOutcome, CommitSettings};
+pub use commit::{
+    CommitError, CommitOutcome, CommitSettings, RowDelta, StagedReplace, stage_row_delta,
+};
 pub use convert::{MAX_SCHEMAS_PER_SEGMENT, RegistrySchemas, WriterSchema};
 pub use converter::{ConverterService, ConverterSettings, ObjectOutcome, conversion_mib};
 pub use error::PipelineError;

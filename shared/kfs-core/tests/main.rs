@@ -22,6 +22,7 @@ mod registry_lookups;
 mod registry_value_checks;
 mod registry_values;
 mod replay_dead_letters;
+mod row_deltas;
 mod runs;
 mod safety;
 mod simulation;

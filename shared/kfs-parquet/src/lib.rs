@@ -1,17 +1,20 @@
 //! Parquet data files of kfs-iceberg: the writer settings a table's properties ask for
 //! (codec and level, row group bounds), the file writer of conversion (columns encoded
 //! in parallel, Iceberg metrics from the footer), conforming batches of older schemas
-//! to the table's columns, and the row-group merge shared by coalescing (at commit) and
-//! compaction. Knows Iceberg and Parquet, nothing of segments, ledgers or catalogs.
+//! to the table's columns, the row-group merge shared by coalescing (at commit) and
+//! compaction, and the position-delete files of merge-on-read deletes. Knows Iceberg
+//! and Parquet, nothing of segments, ledgers or catalogs.
 //!
 //! Modules: `properties` (writer settings from table properties), `encode` (a row
 //! group's columns encoded in parallel), `metrics` (Iceberg metrics from a footer),
 //! `conform` (batches widened to the table's schema), `writer` (the file writer),
-//! `merge` (the row-group merge, a data file write through its failpoint).
+//! `merge` (the row-group merge, a data file write through its failpoint), `deletes`
+//! (position-delete files of merge-on-read deletes).
 
 #[cfg(test)]
 mod bounds_props;
 mod conform;
+mod deletes;
 mod encode;
 mod merge;
 mod metrics;
@@ -19,6 +22,10 @@ mod properties;
 mod writer;
 
 pub use conform::conform_batch;
+pub use deletes::{
+    DELETE_FILE_PATH_FIELD_ID, DELETE_POS_FIELD_ID, PositionDeletes, position_delete_schema,
+    write_position_deletes,
+};
 pub use merge::{MergeStats, merge_data_files};
 pub use properties::{
     COMPRESSION_CODEC_PROPERTY, COMPRESSION_LEVEL_PROPERTY, compression, writer_properties,

@@ -105,6 +105,12 @@ impl<L: Ledger> BenchTable<L> {
         }
     }
 
+    /// The folder holding the catalog (`catalog.db`) and the warehouse (`wh`).
+    #[allow(dead_code)] // not every benchmark reads it
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     /// The table as created.
     pub fn table(&self) -> &iceberg::table::Table {
         &self.table

@@ -1,7 +1,9 @@
 //! The committer core, per table: plan (with `kfs_plan::commit`), append the pending
 //! data files in one snapshot whose summary carries the full offset map, verify that
 //! the commit landed, and mark the ledger entries committed. The cycle's stages are in
-//! `cycle`, the append in `append`, what the table already settled in `recover`.
+//! `cycle`, the append in `append`, what the table already settled in `recover`; the
+//! snapshots iceberg-rust has no action for are built in `replace` (compaction's) and
+//! `row_delta` (merge-on-read deletes beside added rows).
 //!
 //! Exactly once comes from the table, not from locks: the plan starts at the
 //! watermarks of the current snapshot; a conflicting commit re-reads the table and
@@ -16,8 +18,11 @@ mod dead_letters;
 mod outcome;
 mod recover;
 pub(crate) mod replace;
+mod row_delta;
 
 pub(crate) use append::{Appended, append_and_verify};
 pub use cycle::commit_table;
 pub use outcome::{CommitError, CommitOutcome, CommitSettings};
+pub use replace::StagedReplace;
 pub(crate) use replace::carried_properties;
+pub use row_delta::{RowDelta, stage_row_delta};

@@ -60,7 +60,8 @@ pub struct Replacement {
     pub maintenance_id: String,
 }
 
-/// What a staged replace snapshot is, for the caller's report.
+/// A snapshot staged for commit (a replace, a row delta): its id, and the commit's
+/// requirements and updates.
 #[derive(Debug, Clone)]
 pub struct StagedReplace {
     /// The snapshot's id.
@@ -354,7 +355,7 @@ impl Staging<'_> {
 }
 
 /// A positive snapshot id the table does not have yet.
-fn new_snapshot_id(table: &Table) -> i64 {
+pub(crate) fn new_snapshot_id(table: &Table) -> i64 {
     loop {
         let (high, low) = uuid::Uuid::new_v4().as_u64_pair();
         let id = ((high ^ low) & (i64::MAX as u64)) as i64;

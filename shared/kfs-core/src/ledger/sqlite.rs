@@ -268,14 +268,27 @@ impl Ledger for SqliteLedger {
     }
 
     async fn scan(&self, state: Option<&str>, table: Option<&str>) -> Result<Listing, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT * FROM ledger WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR table_name = ?2)
-             ORDER BY table_name, partition_id, base_offset",
-        )
-        .bind(state)
-        .bind(table)
-        .fetch_all(&self.pool)
-        .await?;
+        // Only the filters given, so that SQLite searches the state index instead of
+        // scanning every entry ever recorded (`?1 IS NULL OR state = ?1` defeats it).
+        let filters: Vec<(&str, &str)> = [("state", state), ("table_name", table)]
+            .into_iter()
+            .filter_map(|(column, value)| Some((column, value?)))
+            .collect();
+        let conditions: Vec<String> = filters
+            .iter()
+            .map(|(column, _)| format!("{column} = ?"))
+            .collect();
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", conditions.join(" AND "))
+        };
+        let sql =
+            format!("SELECT * FROM ledger {filter} ORDER BY table_name, partition_id, base_offset");
+        let query = filters
+            .iter()
+            .fold(sqlx::query(&sql), |query, (_, value)| query.bind(*value));
+        let rows = query.fetch_all(&self.pool).await?;
         let mut listing = Listing::default();
         for row in &rows {
             listing.note(Self::row_to_entry(row))?;

@@ -1,0 +1,215 @@
+//! Building **row-delta** snapshots, the commit of merge-on-read changes that
+//! iceberg-rust 0.10.1 has no action for: data files added beside position-delete
+//! files that delete rows of live data files (the old versions of updated keys, the
+//! deleted keys), in one snapshot.
+//!
+//! Every manifest of the parent is kept as it is; the added data files go in a new
+//! data manifest and the delete files in a new delete manifest, both at the new
+//! snapshot's sequence number, so its deletes reach every row committed up to and
+//! including it (a row added and deleted in one commit is deleted, as the spec's
+//! `<=` rule for position deletes says). The summary's totals are the parent's plus
+//! what was added, with the caller's properties (the offset map) on top. The commit
+//! requires `main` still at the parent. Format v2 only: v3 tables take deletion
+//! vectors, never position-delete files.
+
+use crate::commit::replace::{StagedReplace, new_snapshot_id};
+use iceberg::spec::{
+    DataContentType, DataFile, FormatVersion, MAIN_BRANCH, ManifestFile, ManifestListWriter,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary,
+};
+use iceberg::table::Table;
+use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
+use std::collections::HashMap;
+
+/// What a row-delta snapshot changes.
+#[derive(Debug, Clone, Default)]
+pub struct RowDelta {
+    /// Data files to add.
+    pub data: Vec<DataFile>,
+    /// Position-delete files to add (each written by `kfs_parquet::write_position_deletes`).
+    pub deletes: Vec<DataFile>,
+    /// Summary properties of the snapshot (the offset map and what else it carries).
+    pub properties: HashMap<String, String>,
+}
+
+/// The summary totals a snapshot carries: (total, added, removed) property names.
+const TOTALS: [(&str, &str, &str); 6] = [
+    ("total-records", "added-records", "deleted-records"),
+    ("total-data-files", "added-data-files", "deleted-data-files"),
+    ("total-files-size", "added-files-size", "removed-files-size"),
+    (
+        "total-delete-files",
+        "added-delete-files",
+        "removed-delete-files",
+    ),
+    (
+        "total-position-deletes",
+        "added-position-deletes",
+        "removed-position-deletes",
+    ),
+    (
+        "total-equality-deletes",
+        "added-equality-deletes",
+        "removed-equality-deletes",
+    ),
+];
+
+/// Builds a row-delta snapshot on the table's current snapshot (or as its first):
+/// writes the new manifests and the manifest list, and returns the commit to make.
+/// Refuses a change that adds nothing, files of the wrong content, and tables that are
+/// not format v2.
+pub async fn stage_row_delta(
+    table: &Table,
+    change: &RowDelta,
+    now_ms: i64,
+) -> Result<StagedReplace> {
+    check(table, change)?;
+    let metadata = table.metadata();
+    let parent = metadata.current_snapshot();
+    let snapshot_id = new_snapshot_id(table);
+    let sequence_number = metadata.next_sequence_number();
+    let commit_uuid = uuid::Uuid::new_v4();
+    let mut manifests: Vec<ManifestFile> = match parent {
+        Some(parent) => table
+            .manifest_list_reader(parent)
+            .load()
+            .await?
+            .entries()
+            .to_vec(),
+        None => Vec::new(),
+    };
+    let (schema, spec) = (
+        metadata.current_schema().clone(),
+        metadata.default_partition_spec().clone(),
+    );
+    let mut summary = SnapshotSummaryCollector::default();
+    for (at, (files, content)) in [
+        (&change.deletes, DataContentType::PositionDeletes),
+        (&change.data, DataContentType::Data),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if files.is_empty() {
+            continue;
+        }
+        let builder = ManifestWriterBuilder::new(
+            table.file_io().new_output(format!(
+                "{}/metadata/{commit_uuid}-m{at}.avro",
+                metadata.location()
+            ))?,
+            Some(snapshot_id),
+            schema.clone(),
+            spec.as_ref().clone(),
+        );
+        let mut writer = match content {
+            DataContentType::Data => builder.build_v2_data(),
+            _ => builder.build_v2_deletes(),
+        };
+        for file in files {
+            summary.add_file(file, schema.clone(), spec.clone());
+            writer.add_file(file.clone(), sequence_number)?;
+        }
+        manifests.insert(0, writer.write_manifest_file().await?);
+    }
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+        metadata.location()
+    );
+    let parent_id = parent.map(|p| p.snapshot_id());
+    let mut list = ManifestListWriter::v2(
+        table.file_io().new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        parent_id,
+        sequence_number,
+    );
+    list.add_manifests(manifests.into_iter())?;
+    list.close().await?;
+
+    let mut properties = summary.build();
+    let previous = parent.map(|p| &p.summary().additional_properties);
+    for (total, added, removed) in TOTALS {
+        let count = |map: &HashMap<String, String>, key: &str| {
+            map.get(key)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let before = previous.map_or(0, |p| count(p, total));
+        let after =
+            (before + count(&properties, added)).saturating_sub(count(&properties, removed));
+        properties.insert(total.to_owned(), after.to_string());
+    }
+    properties.extend(change.properties.clone());
+    let operation = match (change.data.is_empty(), change.deletes.is_empty()) {
+        (false, true) => Operation::Append,
+        (true, false) => Operation::Delete,
+        _ => Operation::Overwrite,
+    };
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(parent_id)
+        .with_sequence_number(sequence_number)
+        .with_timestamp_ms(now_ms.max(metadata.last_updated_ms()))
+        .with_manifest_list(list_path)
+        .with_schema_id(metadata.current_schema_id())
+        .with_summary(Summary {
+            operation,
+            additional_properties: properties,
+        })
+        .build();
+    Ok(StagedReplace {
+        snapshot_id,
+        requirements: vec![
+            TableRequirement::UuidMatch {
+                uuid: metadata.uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: MAIN_BRANCH.to_owned(),
+                snapshot_id: parent_id,
+            },
+        ],
+        updates: vec![
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_owned(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ],
+    })
+}
+
+/// Refuses what a row delta cannot commit.
+fn check(table: &Table, change: &RowDelta) -> Result<()> {
+    let invalid = |reason: String| Err(Error::new(ErrorKind::DataInvalid, reason));
+    if table.metadata().format_version() != FormatVersion::V2 {
+        return invalid(format!(
+            "position deletes need a format v2 table; this one is {} (v3 tables take deletion vectors)",
+            table.metadata().format_version()
+        ));
+    }
+    if change.data.is_empty() && change.deletes.is_empty() {
+        return invalid("a row delta that adds no file".into());
+    }
+    if let Some(file) = change
+        .data
+        .iter()
+        .find(|f| f.content_type() != DataContentType::Data)
+    {
+        return invalid(format!(
+            "{} is a delete file among the data files",
+            file.file_path()
+        ));
+    }
+    if let Some(file) = change
+        .deletes
+        .iter()
+        .find(|f| f.content_type() != DataContentType::PositionDeletes)
+    {
+        return invalid(format!("{} is no position-delete file", file.file_path()));
+    }
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! Merge-on-read deletes (format v2 position deletes) through a row-delta commit, the
+//! ground the upsert and CDC modes build on: rows of a table the pipeline committed
+//! are deleted by a position-delete file (`kfs_parquet::write_position_deletes`) in a
+//! `delete` snapshot (`kfs_core::stage_row_delta`), then a second delete reaches a
+//! row of another file; every reader sees the table without them: iceberg-rust's
+//! scan here, pyiceberg and DuckDB through `tests/python/check_deletes.py`. The
+//! summary's totals count the delete files; the offset map moves forward unchanged.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use iceberg::Catalog;
+use iceberg::spec::Struct;
+use kfs_core::{RowDelta, TableSwap, live_entries, now_ms, stage_row_delta, table_ident};
+use kfs_plan::naming::TableNaming;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::local::{BoxError, Local, offsets};
+
+type TestResult = Result<(), BoxError>;
+
+/// The positions of each offset in each live data file of `table`.
+async fn positions(
+    table: &iceberg::table::Table,
+) -> Result<BTreeMap<i64, (String, i64)>, BoxError> {
+    let mut found = BTreeMap::new();
+    for entry in live_entries(table).await? {
+        let path = entry.file_path().to_owned();
+        let bytes = table.file_io().new_input(&path)?.read().await?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
+        let column = reader
+            .schema()
+            .index_of("offset")
+            .map_err(|e| format!("{path}: {e}"))?;
+        let mut position = 0i64;
+        for batch in reader.build()? {
+            let batch = batch?;
+            let offsets = batch
+                .column(column)
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .ok_or("offset is no long column")?;
+            for row in 0..batch.num_rows() {
+                found.insert(offsets.value(row), (path.clone(), position));
+                position += 1;
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Deletes the rows holding `doomed` offsets in one row-delta commit.
+async fn delete_offsets(local: &Local, doomed: &[i64]) -> Result<(), BoxError> {
+    let name = TableNaming::default().table_for("orders");
+    let ident = table_ident(&name);
+    let table = local.catalog.load_table(&ident).await?;
+    let at = positions(&table).await?;
+    let mut deletes: kfs_parquet::PositionDeletes = BTreeMap::new();
+    for offset in doomed {
+        let (path, position) = at.get(offset).ok_or(format!("no row of offset {offset}"))?;
+        deletes.entry(path.clone()).or_default().insert(*position);
+    }
+    let path = format!(
+        "{}/data/deletes-{}.parquet",
+        table.metadata().location(),
+        uuid::Uuid::new_v4()
+    );
+    let properties = kfs_parquet::writer_properties(table.metadata().properties())?;
+    let file = kfs_parquet::write_position_deletes(
+        table.file_io(),
+        &path,
+        properties,
+        &deletes,
+        table.metadata().default_partition_spec_id(),
+        Struct::empty(),
+    )
+    .await?;
+    let change = RowDelta {
+        deletes: vec![file],
+        ..RowDelta::default()
+    };
+    let staged = stage_row_delta(&table, &change, now_ms()).await?;
+    local
+        .swap
+        .commit(&table, staged.requirements, staged.updates)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn position_deletes_in_a_row_delta_hide_their_rows_from_every_reader() -> TestResult {
+    let local = Local::open().await?;
+    let values = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+    local.put("orders", 0, &values, 1)?;
+    local.put("orders", 10, &values, 1)?;
+    let naming = TableNaming::default();
+    local.run(&naming).await?;
+    let name = naming.table_for("orders");
+    let before = local
+        .catalog
+        .load_table(&table_ident(&name))
+        .await?
+        .metadata()
+        .current_snapshot()
+        .map(|s| s.summary().additional_properties.clone())
+        .ok_or("no snapshot")?;
+
+    delete_offsets(&local, &[3, 5, 12]).await?;
+    delete_offsets(&local, &[0, 19]).await?;
+
+    let gone: BTreeSet<i64> = BTreeSet::from([0, 3, 5, 12, 19]);
+    let expected: BTreeMap<(i32, i64), usize> = (0..20)
+        .filter(|o| !gone.contains(o))
+        .map(|o| ((0, o), 1))
+        .collect();
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+
+    let table = local.catalog.load_table(&table_ident(&name)).await?;
+    let snapshot = table.metadata().current_snapshot().ok_or("no snapshot")?;
+    let summary = &snapshot.summary().additional_properties;
+    assert_eq!(
+        snapshot.summary().operation,
+        iceberg::spec::Operation::Delete
+    );
+    assert_eq!(
+        summary.get("total-delete-files").map(String::as_str),
+        Some("2")
+    );
+    assert_eq!(
+        summary.get("total-position-deletes").map(String::as_str),
+        Some("5")
+    );
+    assert_eq!(summary.get("total-records"), before.get("total-records"));
+    assert_eq!(
+        summary.get(kfs_plan::offsets::OFFSETS_KEY),
+        None,
+        "a delete carries no offsets of its own here: the caller's properties do"
+    );
+
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/python/check_deletes.py");
+    let output = std::process::Command::new("python3")
+        .arg(script)
+        .arg("--warehouse")
+        .arg(local.dir.path().join("wh"))
+        .arg("--catalog-db")
+        .arg(local.dir.path().join("catalog.db"))
+        .arg("--table")
+        .arg(name.to_string())
+        .arg("--offsets")
+        .arg(
+            expected
+                .keys()
+                .map(|(_, o)| o.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+        .output()?;
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_row_delta_refuses_what_it_cannot_commit() -> TestResult {
+    let local = Local::open().await?;
+    local.put("orders", 0, &["a", "b"], 1)?;
+    let naming = TableNaming::default();
+    local.run(&naming).await?;
+    let table = local
+        .catalog
+        .load_table(&table_ident(&naming.table_for("orders")))
+        .await?;
+    let empty = stage_row_delta(&table, &RowDelta::default(), now_ms()).await;
+    assert_eq!(
+        empty.err().map(|e| e.kind()),
+        Some(iceberg::ErrorKind::DataInvalid)
+    );
+    let data_as_delete = RowDelta {
+        deletes: live_entries(&table)
+            .await?
+            .iter()
+            .map(|e| e.data_file().clone())
+            .collect(),
+        ..RowDelta::default()
+    };
+    let refused = stage_row_delta(&table, &data_as_delete, now_ms()).await;
+    assert_eq!(
+        refused.err().map(|e| e.kind()),
+        Some(iceberg::ErrorKind::DataInvalid)
+    );
+    Ok(())
+}
