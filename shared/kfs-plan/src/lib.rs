@@ -19,12 +19,15 @@
 //! - [`hash`]: the stable hash behind file names, commit ids and shards.
 //! - [`commit`]: which pending segments a commit may take, in what order, and what
 //!   the table's watermarks become.
-//! - [`wakeup`]: what the converter announces to the committer, and which tables a
-//!   batch of announcements asks to commit.
+//! - [`wakeup`]: what the converter announces to the committer, which tables a
+//!   batch of announcements asks to commit, and how long an early one is held.
+//! - [`changes`]: what a keyed record or a Debezium envelope asks of a mirrored
+//!   table, and the last change per key a batch folds into.
 //!
 //! The hosts (the CLI, the Lambda functions, tests) read the world, hand it to these
 //! functions as data, and carry out the plans they return.
 
+pub mod changes;
 pub mod commit;
 pub mod compaction;
 pub mod crosscheck;

@@ -1,0 +1,201 @@
+//! Changes of keyed records, the pure core of the `upsert` and `cdc` table modes: what
+//! one record asks of the mirror (its key's row upserted, or deleted), read from a
+//! keyed record (a null value is a tombstone) or from a Debezium envelope (`op`,
+//! `before`, `after`, `source`), and how a batch of changes folds into the last change
+//! per key: what a commit applies, and the reference fold tests compare readers with.
+//!
+//! Order. Changes of one partition apply in offset order (Kafka's own). Changes of one
+//! key from different partitions (a producer that re-keyed or re-partitioned) apply in
+//! the order of their source positions when both envelopes carry one (PostgreSQL's
+//! `lsn`, MySQL's binlog `file`, `pos` and `row`), else of their record timestamps,
+//! else of partition and offset. A batch is folded in its canonical order (partition,
+//! then offset), so every committer folds the same batch into the same result.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// What a change does to its key's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action<V> {
+    /// The key's row becomes this value (inserted, or replacing the current one).
+    Upsert(V),
+    /// The key's row is deleted (a tombstone, a Debezium delete).
+    Delete,
+}
+
+/// Where a change stands in its source database's log, when its envelope says.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourcePosition {
+    /// A PostgreSQL log sequence number.
+    Lsn(u64),
+    /// A MySQL binlog position: the file, the position in it, the row of the event.
+    Binlog {
+        /// The binlog file (names sort in log order).
+        file: String,
+        /// The event's position in the file.
+        pos: u64,
+        /// The row within the event.
+        row: u64,
+    },
+}
+
+/// One record's change of its key's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change<K, V> {
+    /// The key (the record key, or the named key fields' values).
+    pub key: K,
+    /// What it does.
+    pub action: Action<V>,
+    /// The record's partition.
+    pub partition: i32,
+    /// The record's offset.
+    pub offset: i64,
+    /// The record's timestamp (ms).
+    pub timestamp_ms: i64,
+    /// Its source position, when its envelope has one.
+    pub source: Option<SourcePosition>,
+}
+
+impl<K, V> Change<K, V> {
+    /// Whether `self` applies after `earlier`, a change of the same key (see the
+    /// module's order).
+    pub fn supersedes(&self, earlier: &Self) -> bool {
+        if self.partition == earlier.partition {
+            return self.offset > earlier.offset;
+        }
+        let by_source = match (&self.source, &earlier.source) {
+            (Some(a), Some(b)) => a.cmp(b),
+            _ => Ordering::Equal,
+        };
+        by_source
+            .then(self.timestamp_ms.cmp(&earlier.timestamp_ms))
+            .then((self.partition, self.offset).cmp(&(earlier.partition, earlier.offset)))
+            == Ordering::Greater
+    }
+}
+
+/// The last change of each key among `changes`, folded in their canonical order
+/// (partition, then offset): the mirror's rows after applying them, a `Delete` for
+/// each key whose last change deletes it.
+pub fn fold<K: Ord + Clone, V>(
+    changes: impl IntoIterator<Item = Change<K, V>>,
+) -> BTreeMap<K, Change<K, V>> {
+    let mut ordered: Vec<Change<K, V>> = changes.into_iter().collect();
+    ordered.sort_by_key(|c| (c.partition, c.offset));
+    let mut last: BTreeMap<K, Change<K, V>> = BTreeMap::new();
+    for change in ordered {
+        match last.get(&change.key) {
+            Some(current) if !change.supersedes(current) => {}
+            _ => {
+                last.insert(change.key.clone(), change);
+            }
+        }
+    }
+    last
+}
+
+/// A Debezium event's operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// `c`: a row created.
+    Create,
+    /// `u`: a row updated.
+    Update,
+    /// `d`: a row deleted.
+    Delete,
+    /// `r`: a row read by a snapshot.
+    Read,
+    /// `t`: a table truncated.
+    Truncate,
+    /// `m`: a logical-decoding message (no row).
+    Message,
+}
+
+/// A Debezium change event, as its value envelope says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// The operation.
+    pub op: Operation,
+    /// The row before (null for creates and reads; complete only with full replica
+    /// identity).
+    pub before: Option<Value>,
+    /// The row after (null for deletes).
+    pub after: Option<Value>,
+    /// The source position, when `source` has one.
+    pub source: Option<SourcePosition>,
+}
+
+impl Envelope {
+    /// What the event does to its key's row: creates, updates and snapshot reads
+    /// upsert the `after` image; deletes delete; `None` for messages (no row).
+    /// Truncates and an upsert without an `after` image are refused (the reason): a
+    /// mirror cannot apply them row by row.
+    pub fn action(&self) -> Result<Option<Action<Value>>, String> {
+        match self.op {
+            Operation::Create | Operation::Update | Operation::Read => match &self.after {
+                Some(after) => Ok(Some(Action::Upsert(after.clone()))),
+                None => Err(format!("a {:?} event without an after image", self.op)),
+            },
+            Operation::Delete => Ok(Some(Action::Delete)),
+            Operation::Message => Ok(None),
+            Operation::Truncate => {
+                Err("a truncate event: the mirror cannot apply it row by row".into())
+            }
+        }
+    }
+}
+
+/// Reads a Debezium value envelope (as the JSON converter writes it, with or without
+/// its `schema`/`payload` wrapper); `Err` says why it is none.
+pub fn envelope(value: &Value) -> Result<Envelope, String> {
+    let payload = match (value.get("schema"), value.get("payload")) {
+        (Some(_), Some(payload)) => payload,
+        _ => value,
+    };
+    let object = payload
+        .as_object()
+        .ok_or("a Debezium envelope is a JSON object")?;
+    let op = match object.get("op").and_then(Value::as_str) {
+        Some("c") => Operation::Create,
+        Some("u") => Operation::Update,
+        Some("d") => Operation::Delete,
+        Some("r") => Operation::Read,
+        Some("t") => Operation::Truncate,
+        Some("m") => Operation::Message,
+        Some(other) => return Err(format!("unknown Debezium op {other:?}")),
+        None => return Err("no \"op\": not a Debezium envelope".into()),
+    };
+    let image = |name: &str| match object.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(row)) => Ok(Some(Value::Object(row.clone()))),
+        Some(other) => Err(format!("\"{name}\" is {other}, not a row")),
+    };
+    Ok(Envelope {
+        op,
+        before: image("before")?,
+        after: image("after")?,
+        source: object.get("source").and_then(source_position),
+    })
+}
+
+/// The source position a Debezium `source` block carries: PostgreSQL's `lsn`, or
+/// MySQL's `file` and `pos` (and `row`, 0 when absent).
+fn source_position(source: &Value) -> Option<SourcePosition> {
+    if let Some(lsn) = source.get("lsn").and_then(Value::as_u64) {
+        return Some(SourcePosition::Lsn(lsn));
+    }
+    let file = source.get("file").and_then(Value::as_str)?;
+    let pos = source.get("pos").and_then(Value::as_u64)?;
+    let row = source.get("row").and_then(Value::as_u64).unwrap_or(0);
+    Some(SourcePosition::Binlog {
+        file: file.to_owned(),
+        pos,
+        row,
+    })
+}
+
+#[cfg(test)]
+#[path = "changes_tests.rs"]
+mod tests;
