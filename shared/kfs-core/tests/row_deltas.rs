@@ -5,6 +5,8 @@
 //! row of another file; every reader sees the table without them: iceberg-rust's
 //! scan here, pyiceberg and DuckDB through `tests/python/check_deletes.py`. The
 //! summary's totals count the delete files; the offset map moves forward unchanged.
+//! Compaction leaves a table with delete files alone (a merge that ignored them would
+//! bring the deleted rows back).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -90,9 +92,11 @@ async fn delete_offsets(local: &Local, doomed: &[i64]) -> Result<(), BoxError> {
 async fn position_deletes_in_a_row_delta_hide_their_rows_from_every_reader() -> TestResult {
     let local = Local::open().await?;
     let values = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
-    local.put("orders", 0, &values, 1)?;
-    local.put("orders", 10, &values, 1)?;
     let naming = TableNaming::default();
+    // Two commits, two small data files (which compaction would merge).
+    local.put("orders", 0, &values, 1)?;
+    local.run(&naming).await?;
+    local.put("orders", 10, &values, 1)?;
     local.run(&naming).await?;
     let name = naming.table_for("orders");
     let before = local
@@ -135,6 +139,18 @@ async fn position_deletes_in_a_row_delta_hide_their_rows_from_every_reader() -> 
         None,
         "a delete carries no offsets of its own here: the caller's properties do"
     );
+
+    let compacted = kfs_core::compact_table(
+        &local.catalog,
+        &local.swap,
+        &table_ident(&name),
+        Some(kfs_plan::compaction::CompactionPolicy::for_target(1 << 20)),
+        None,
+        now_ms(),
+    )
+    .await?;
+    assert!(compacted.skipped_for_deletes, "{compacted:?}");
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
 
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/python/check_deletes.py");

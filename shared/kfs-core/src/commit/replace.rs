@@ -149,6 +149,15 @@ impl Staging<'_> {
         let list = self.table.manifest_list_reader(self.parent).load().await?;
         for manifest in list.entries() {
             if manifest.content != ManifestContentType::Data {
+                if manifest.has_added_files() || manifest.has_existing_files() {
+                    // Deletes landed since the rewrite was planned: its merged files
+                    // would bring their rows back.
+                    return Err(Error::new(
+                        ErrorKind::CatalogCommitConflicts,
+                        "the table has delete files now: a rewrite must not ignore them",
+                    )
+                    .with_retryable(true));
+                }
                 self.manifests.push(manifest.clone());
                 continue;
             }

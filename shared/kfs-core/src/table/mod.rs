@@ -15,7 +15,7 @@ pub use ensure::{
     add_lfs_columns, ensure_dead_letter_table, ensure_owned_table, evolve_partition_spec,
     evolve_schema, table_ident, upgrade_record_layout,
 };
-pub use files::{file_stat, live_entries, live_entries_in, target_file_size};
+pub use files::{file_stat, has_live_deletes, live_entries, live_entries_in, target_file_size};
 pub use history::{
     ATTEMPT_ID_KEY, MAINTENANCE_ID_KEY, ancestry, attempt_of, find_commit, find_maintenance,
     newest_record_ms, table_progress, table_watermarks,
