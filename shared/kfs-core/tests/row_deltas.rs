@@ -6,7 +6,10 @@
 //! scan here, pyiceberg and DuckDB through `tests/python/check_deletes.py`. The
 //! summary's totals count the delete files; the offset map moves forward unchanged.
 //! Compaction leaves a table with delete files alone (a merge that ignored them would
-//! bring the deleted rows back).
+//! bring the deleted rows back). A keyed topic mirrored over commits
+//! (`kfs_core::supersede`: inserts, updates, tombstones and re-inserts within one
+//! commit and across commits) reads, in every reader, as the reference fold of its
+//! changes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,6 +64,15 @@ async fn delete_offsets(local: &Local, doomed: &[i64]) -> Result<(), BoxError> {
         let (path, position) = at.get(offset).ok_or(format!("no row of offset {offset}"))?;
         deletes.entry(path.clone()).or_default().insert(*position);
     }
+    commit_deletes(local, &table, &deletes).await
+}
+
+/// Commits `deletes` to `table` in one row-delta snapshot.
+async fn commit_deletes(
+    local: &Local,
+    table: &iceberg::table::Table,
+    deletes: &kfs_parquet::PositionDeletes,
+) -> Result<(), BoxError> {
     let path = format!(
         "{}/data/deletes-{}.parquet",
         table.metadata().location(),
@@ -71,7 +83,7 @@ async fn delete_offsets(local: &Local, doomed: &[i64]) -> Result<(), BoxError> {
         table.file_io(),
         &path,
         properties,
-        &deletes,
+        deletes,
         table.metadata().default_partition_spec_id(),
         Struct::empty(),
     )
@@ -80,10 +92,10 @@ async fn delete_offsets(local: &Local, doomed: &[i64]) -> Result<(), BoxError> {
         deletes: vec![file],
         ..RowDelta::default()
     };
-    let staged = stage_row_delta(&table, &change, now_ms()).await?;
+    let staged = stage_row_delta(table, &change, now_ms()).await?;
     local
         .swap
-        .commit(&table, staged.requirements, staged.updates)
+        .commit(table, staged.requirements, staged.updates)
         .await?;
     Ok(())
 }
@@ -152,8 +164,14 @@ async fn position_deletes_in_a_row_delta_hide_their_rows_from_every_reader() -> 
     assert!(compacted.skipped_for_deletes, "{compacted:?}");
     assert_eq!(offsets(&local.catalog, &name).await?, expected);
 
+    readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await
+}
+
+/// Checks that pyiceberg and DuckDB read exactly the rows of `offsets` in `table`.
+async fn readers_see(local: &Local, table: &str, offsets: impl Iterator<Item = i64>) -> TestResult {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/python/check_deletes.py");
+    let offsets: Vec<String> = offsets.map(|o| o.to_string()).collect();
     let output = std::process::Command::new("python3")
         .arg(script)
         .arg("--warehouse")
@@ -161,15 +179,9 @@ async fn position_deletes_in_a_row_delta_hide_their_rows_from_every_reader() -> 
         .arg("--catalog-db")
         .arg(local.dir.path().join("catalog.db"))
         .arg("--table")
-        .arg(name.to_string())
+        .arg(table)
         .arg("--offsets")
-        .arg(
-            expected
-                .keys()
-                .map(|(_, o)| o.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-        )
+        .arg(offsets.join(","))
         .output()?;
     assert!(
         output.status.success(),
@@ -208,5 +220,96 @@ async fn a_row_delta_refuses_what_it_cannot_commit() -> TestResult {
         refused.err().map(|e| e.kind()),
         Some(iceberg::ErrorKind::DataInvalid)
     );
+    Ok(())
+}
+
+/// A record of key `key` (value `None`: a tombstone) at `offset`.
+fn keyed(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecord {
+    kfs_segment::OwnedRecord {
+        offset,
+        timestamp_ms: 1_700_000_000_000 + offset,
+        key: Some(key.as_bytes().to_vec()),
+        value: value.map(|v| v.as_bytes().to_vec()),
+        headers: vec![],
+    }
+}
+
+/// Appends `records` (one segment) as the pipeline does, then deletes what the mirror
+/// supersedes, in a second snapshot.
+async fn mirror_round(local: &Local, records: Vec<kfs_segment::OwnedRecord>) -> TestResult {
+    let naming = TableNaming::default();
+    local.put_records("orders", records)?;
+    local.run(&naming).await?;
+    let table = local
+        .catalog
+        .load_table(&table_ident(&naming.table_for("orders")))
+        .await?;
+    let current = table.metadata().current_snapshot_id();
+    let added: Vec<iceberg::spec::DataFile> = live_entries(&table)
+        .await?
+        .into_iter()
+        .filter(|e| e.snapshot_id() == current)
+        .map(|e| e.data_file().clone())
+        .collect();
+    let deletes = kfs_core::supersede(&table, &added).await?;
+    if !deletes.is_empty() {
+        commit_deletes(local, &table, &deletes).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_topic_mirrored_over_commits_reads_as_the_fold_of_its_changes() -> TestResult {
+    let local = Local::open().await?;
+    let rounds = vec![
+        vec![
+            keyed(0, "k1", Some("v1")),
+            keyed(1, "k2", Some("v2")),
+            keyed(2, "k3", Some("v3")),
+            keyed(3, "k1", Some("v1b")),
+            keyed(4, "k2", None),
+            keyed(5, "k4", Some("v4")),
+            keyed(6, "k5", Some("v5")),
+        ],
+        vec![
+            keyed(7, "k3", Some("v3b")),
+            keyed(8, "k2", Some("v2 again")),
+            keyed(9, "k4", None),
+            keyed(10, "k6", Some("v6")),
+            keyed(11, "k6", Some("v6b")),
+        ],
+        vec![keyed(12, "k1", None), keyed(13, "k4", Some("v4 again"))],
+    ];
+    let mut reference: BTreeMap<String, (i64, Option<String>)> = BTreeMap::new();
+    for round in rounds {
+        for r in &round {
+            let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+            let value = r
+                .value
+                .as_ref()
+                .map(|v| String::from_utf8_lossy(v).into_owned());
+            reference.insert(key, (r.offset, value));
+        }
+        mirror_round(&local, round).await?;
+        let expected: BTreeMap<(i32, i64), usize> = reference
+            .values()
+            .filter(|(_, value)| value.is_some())
+            .map(|(offset, _)| ((0, *offset), 1))
+            .collect();
+        let name = TableNaming::default().table_for("orders");
+        assert_eq!(offsets(&local.catalog, &name).await?, expected);
+        readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await?;
+    }
+    // Mirrored again with nothing new: nothing more to delete.
+    let table = local
+        .catalog
+        .load_table(&table_ident(&TableNaming::default().table_for("orders")))
+        .await?;
+    let all: Vec<iceberg::spec::DataFile> = live_entries(&table)
+        .await?
+        .iter()
+        .map(|e| e.data_file().clone())
+        .collect();
+    assert!(kfs_core::supersede(&table, &all).await?.is_empty());
     Ok(())
 }

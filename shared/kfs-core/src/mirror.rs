@@ -1,0 +1,232 @@
+//! The mirror of a keyed topic (the `upsert` table mode, being built): which rows a
+//! commit must delete so that the table holds one row per key, its last change, and
+//! no row for a key whose last change is a tombstone (a null value).
+//!
+//! The rows are read back from the data files: the record key, whether the value is
+//! null, partition, offset and timestamp; their order is `kfs_plan::changes::fold`'s.
+//! Only keys that the commit's new files hold are looked up; rows that live delete
+//! files already delete are not deleted again. A record without a key is not a
+//! change of any key: it is kept.
+//!
+//! The key index of this first cut is the table itself: every live data file is read
+//! at each commit, a cost that grows with the table. An index kept beside it (or
+//! files sorted by key, pruned by their key bounds) is the measured next step.
+
+use std::collections::{BTreeSet, HashSet};
+
+use arrow_array::{Array, BinaryArray, Int32Array, Int64Array, LargeBinaryArray, RecordBatch};
+use iceberg::spec::{DataContentType, DataFile, ManifestContentType};
+use iceberg::table::Table;
+use iceberg::{Error, ErrorKind, Result};
+use kfs_parquet::PositionDeletes;
+use kfs_plan::changes::{Action, Change, fold};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// The columns a row of the mirror is known by.
+const COLUMNS: [&str; 5] = ["key", "value", "partition", "offset", "timestamp_ms"];
+
+/// A row of a data file as the mirror sees it.
+#[derive(Debug, Clone)]
+struct Row {
+    key: Vec<u8>,
+    tombstone: bool,
+    partition: i32,
+    offset: i64,
+    timestamp_ms: i64,
+    file: String,
+    position: i64,
+}
+
+/// The position deletes that make `table`, with the data files `added` (committed in
+/// its current snapshot, or about to be), a mirror of its keys: every row of a key
+/// that `added` holds, but the key's last change, and that one too when it is a
+/// tombstone. Refuses a table without the raw layout's columns.
+pub async fn supersede(table: &Table, added: &[DataFile]) -> Result<PositionDeletes> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut keys: HashSet<Vec<u8>> = HashSet::new();
+    let added_paths: BTreeSet<&str> = added.iter().map(DataFile::file_path).collect();
+    for file in added {
+        let read = read_rows(table, file.file_path(), None).await?;
+        keys.extend(read.iter().map(|r| r.key.clone()));
+        rows.extend(read);
+    }
+    for entry in crate::table::live_entries(table).await? {
+        if added_paths.contains(entry.file_path()) {
+            continue;
+        }
+        rows.extend(read_rows(table, entry.file_path(), Some(&keys)).await?);
+    }
+    let deleted = live_position_deletes(table).await?;
+    rows.retain(|r| !deleted.contains(&(r.file.clone(), r.position)));
+    let changes = rows.iter().enumerate().map(|(at, row)| Change {
+        key: row.key.clone(),
+        action: Action::Upsert(at),
+        partition: row.partition,
+        offset: row.offset,
+        timestamp_ms: row.timestamp_ms,
+        source: None,
+    });
+    let winners: BTreeSet<usize> = fold(changes)
+        .into_values()
+        .filter_map(|change| match change.action {
+            Action::Upsert(at) if !rows[at].tombstone => Some(at),
+            _ => None,
+        })
+        .collect();
+    let mut deletes = PositionDeletes::new();
+    for (at, row) in rows.iter().enumerate() {
+        if !winners.contains(&at) {
+            deletes
+                .entry(row.file.clone())
+                .or_default()
+                .insert(row.position);
+        }
+    }
+    Ok(deletes)
+}
+
+/// The keyed rows of the data file at `path` (those of `keys` only, when given).
+async fn read_rows(table: &Table, path: &str, keys: Option<&HashSet<Vec<u8>>>) -> Result<Vec<Row>> {
+    let failed = |reason: String| Error::new(ErrorKind::DataInvalid, format!("{path}: {reason}"));
+    let bytes = table.file_io().new_input(path)?.read().await?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| failed(e.to_string()))?;
+    let schema = builder.schema().clone();
+    let mut indices = Vec::new();
+    for column in COLUMNS {
+        let index = schema
+            .index_of(column)
+            .map_err(|_| failed(format!("no {column} column: a mirror needs the raw layout")))?;
+        indices.push(index);
+    }
+    let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+    let reader = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| failed(e.to_string()))?;
+    let mut rows = Vec::new();
+    let mut position = 0i64;
+    for batch in reader {
+        let batch = batch.map_err(|e| failed(e.to_string()))?;
+        collect_rows(&batch, path, &mut position, keys, &mut rows).map_err(failed)?;
+    }
+    Ok(rows)
+}
+
+/// The keyed rows of `batch` (projected to [`COLUMNS`], in order), numbered from
+/// `position`.
+fn collect_rows(
+    batch: &RecordBatch,
+    path: &str,
+    position: &mut i64,
+    keys: Option<&HashSet<Vec<u8>>>,
+    rows: &mut Vec<Row>,
+) -> std::result::Result<(), String> {
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .ok_or_else(|| format!("no {name} column"))
+    };
+    let keys_column = column("key")?;
+    let key = |row: usize| -> std::result::Result<Option<&[u8]>, String> {
+        let any = keys_column.as_any();
+        if let Some(large) = any.downcast_ref::<LargeBinaryArray>() {
+            return Ok((!large.is_null(row)).then(|| large.value(row)));
+        }
+        if let Some(small) = any.downcast_ref::<BinaryArray>() {
+            return Ok((!small.is_null(row)).then(|| small.value(row)));
+        }
+        Err("key is no binary column".into())
+    };
+    let value = column("value")?;
+    let partition = column("partition")?
+        .as_any()
+        .downcast_ref::<Int32Array>()
+        .ok_or("partition is no int column")?;
+    let offset = column("offset")?
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or("offset is no long column")?;
+    let timestamp = column("timestamp_ms")?
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or("timestamp_ms is no long column")?;
+    for row in 0..batch.num_rows() {
+        let at = *position;
+        *position += 1;
+        let Some(bytes) = key(row)? else {
+            continue;
+        };
+        if keys.is_some_and(|k| !k.contains(bytes)) {
+            continue;
+        }
+        rows.push(Row {
+            key: bytes.to_vec(),
+            tombstone: value.is_null(row),
+            partition: partition.value(row),
+            offset: offset.value(row),
+            timestamp_ms: timestamp.value(row),
+            file: path.to_owned(),
+            position: at,
+        });
+    }
+    Ok(())
+}
+
+/// Every `(data file, position)` the live position-delete files of the current
+/// snapshot delete.
+async fn live_position_deletes(table: &Table) -> Result<HashSet<(String, i64)>> {
+    let mut deleted = HashSet::new();
+    let Some(snapshot) = table.metadata().current_snapshot() else {
+        return Ok(deleted);
+    };
+    let list = table.manifest_list_reader(snapshot).load().await?;
+    for manifest in list.entries() {
+        if manifest.content != ManifestContentType::Deletes {
+            continue;
+        }
+        let loaded = manifest.load_manifest(table.file_io()).await?;
+        for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+            if entry.data_file().content_type() != DataContentType::PositionDeletes {
+                continue;
+            }
+            let path = entry.file_path();
+            let bytes = table.file_io().new_input(path)?.read().await?;
+            let failed = |e: parquet::errors::ParquetError| {
+                Error::new(ErrorKind::DataInvalid, format!("{path}: {e}"))
+            };
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .map_err(failed)?
+                .build()
+                .map_err(failed)?;
+            for batch in reader {
+                let batch = batch
+                    .map_err(|e| Error::new(ErrorKind::DataInvalid, format!("{path}: {e}")))?;
+                read_delete_pairs(&batch, &mut deleted).map_err(|reason| {
+                    Error::new(ErrorKind::DataInvalid, format!("{path}: {reason}"))
+                })?;
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// The `(file_path, pos)` pairs of a position-delete file's batch.
+fn read_delete_pairs(
+    batch: &RecordBatch,
+    into: &mut HashSet<(String, i64)>,
+) -> std::result::Result<(), String> {
+    let paths = batch
+        .column_by_name("file_path")
+        .and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>())
+        .ok_or("no string file_path column")?;
+    let positions = batch
+        .column_by_name("pos")
+        .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+        .ok_or("no long pos column")?;
+    for row in 0..batch.num_rows() {
+        into.insert((paths.value(row).to_owned(), positions.value(row)));
+    }
+    Ok(())
+}
