@@ -67,9 +67,12 @@ pub async fn stage_row_delta(
     check(table, change)?;
     let metadata = table.metadata();
     let parent = metadata.current_snapshot();
-    let snapshot_id = new_snapshot_id(table);
-    let sequence_number = metadata.next_sequence_number();
-    let commit_uuid = uuid::Uuid::new_v4();
+    let staging = Staging {
+        table,
+        snapshot_id: new_snapshot_id(table),
+        sequence_number: metadata.next_sequence_number(),
+        commit_uuid: uuid::Uuid::new_v4(),
+    };
     let mut manifests: Vec<ManifestFile> = match parent {
         Some(parent) => table
             .manifest_list_reader(parent)
@@ -79,67 +82,15 @@ pub async fn stage_row_delta(
             .to_vec(),
         None => Vec::new(),
     };
-    let (schema, spec) = (
-        metadata.current_schema().clone(),
-        metadata.default_partition_spec().clone(),
-    );
     let mut summary = SnapshotSummaryCollector::default();
-    for (at, (files, content)) in [
-        (&change.deletes, DataContentType::PositionDeletes),
-        (&change.data, DataContentType::Data),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        if files.is_empty() {
-            continue;
+    for (at, files) in [&change.deletes, &change.data].into_iter().enumerate() {
+        if let Some(manifest) = staging.manifest(at, files, &mut summary).await? {
+            manifests.insert(0, manifest);
         }
-        let builder = ManifestWriterBuilder::new(
-            table.file_io().new_output(format!(
-                "{}/metadata/{commit_uuid}-m{at}.avro",
-                metadata.location()
-            ))?,
-            Some(snapshot_id),
-            schema.clone(),
-            spec.as_ref().clone(),
-        );
-        let mut writer = match content {
-            DataContentType::Data => builder.build_v2_data(),
-            _ => builder.build_v2_deletes(),
-        };
-        for file in files {
-            summary.add_file(file, schema.clone(), spec.clone());
-            writer.add_file(file.clone(), sequence_number)?;
-        }
-        manifests.insert(0, writer.write_manifest_file().await?);
     }
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
-        metadata.location()
-    );
     let parent_id = parent.map(|p| p.snapshot_id());
-    let mut list = ManifestListWriter::v2(
-        table.file_io().new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        parent_id,
-        sequence_number,
-    );
-    list.add_manifests(manifests.into_iter())?;
-    list.close().await?;
-
-    let mut properties = summary.build();
-    let previous = parent.map(|p| &p.summary().additional_properties);
-    for (total, added, removed) in TOTALS {
-        let count = |map: &HashMap<String, String>, key: &str| {
-            map.get(key)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let before = previous.map_or(0, |p| count(p, total));
-        let after =
-            (before + count(&properties, added)).saturating_sub(count(&properties, removed));
-        properties.insert(total.to_owned(), after.to_string());
-    }
+    let list_path = staging.manifest_list(parent_id, manifests).await?;
+    let mut properties = totals(summary.build(), parent);
     properties.extend(change.properties.clone());
     let operation = match (change.data.is_empty(), change.deletes.is_empty()) {
         (false, true) => Operation::Append,
@@ -147,9 +98,9 @@ pub async fn stage_row_delta(
         _ => Operation::Overwrite,
     };
     let snapshot = Snapshot::builder()
-        .with_snapshot_id(snapshot_id)
+        .with_snapshot_id(staging.snapshot_id)
         .with_parent_snapshot_id(parent_id)
-        .with_sequence_number(sequence_number)
+        .with_sequence_number(staging.sequence_number)
         .with_timestamp_ms(now_ms.max(metadata.last_updated_ms()))
         .with_manifest_list(list_path)
         .with_schema_id(metadata.current_schema_id())
@@ -158,11 +109,107 @@ pub async fn stage_row_delta(
             additional_properties: properties,
         })
         .build();
-    Ok(StagedReplace {
+    Ok(commit_of(table, snapshot, parent_id))
+}
+
+/// A row-delta snapshot being written.
+struct Staging<'a> {
+    table: &'a Table,
+    snapshot_id: i64,
+    sequence_number: i64,
+    commit_uuid: uuid::Uuid,
+}
+
+impl Staging<'_> {
+    /// The manifest (number `at`) adding `files`, all of one content (data, or
+    /// position deletes), at the snapshot's sequence number; `None` for no file.
+    async fn manifest(
+        &self,
+        at: usize,
+        files: &[DataFile],
+        summary: &mut SnapshotSummaryCollector,
+    ) -> Result<Option<ManifestFile>> {
+        let Some(first) = files.first() else {
+            return Ok(None);
+        };
+        let metadata = self.table.metadata();
+        let (schema, spec) = (
+            metadata.current_schema().clone(),
+            metadata.default_partition_spec().clone(),
+        );
+        let builder = ManifestWriterBuilder::new(
+            self.table.file_io().new_output(format!(
+                "{}/metadata/{}-m{at}.avro",
+                metadata.location(),
+                self.commit_uuid
+            ))?,
+            Some(self.snapshot_id),
+            schema.clone(),
+            spec.as_ref().clone(),
+        );
+        let mut writer = match first.content_type() {
+            DataContentType::Data => builder.build_v2_data(),
+            _ => builder.build_v2_deletes(),
+        };
+        for file in files {
+            summary.add_file(file, schema.clone(), spec.clone());
+            writer.add_file(file.clone(), self.sequence_number)?;
+        }
+        Ok(Some(writer.write_manifest_file().await?))
+    }
+
+    /// Writes the manifest list of `manifests`; returns its path.
+    async fn manifest_list(
+        &self,
+        parent_id: Option<i64>,
+        manifests: Vec<ManifestFile>,
+    ) -> Result<String> {
+        let path = format!(
+            "{}/metadata/snap-{}-0-{}.avro",
+            self.table.metadata().location(),
+            self.snapshot_id,
+            self.commit_uuid
+        );
+        let mut list = ManifestListWriter::v2(
+            self.table.file_io().new_output(&path)?.writer().await?,
+            self.snapshot_id,
+            parent_id,
+            self.sequence_number,
+        );
+        list.add_manifests(manifests.into_iter())?;
+        list.close().await?;
+        Ok(path)
+    }
+}
+
+/// `added` (a snapshot's own summary) with the totals: the parent's plus what it adds,
+/// less what it removes.
+fn totals(
+    mut added: HashMap<String, String>,
+    parent: Option<&iceberg::spec::SnapshotRef>,
+) -> HashMap<String, String> {
+    let previous = parent.map(|p| &p.summary().additional_properties);
+    let count = |map: &HashMap<String, String>, key: &str| {
+        map.get(key)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    for (total, plus, minus) in TOTALS {
+        let before = previous.map_or(0, |p| count(p, total));
+        let after = (before + count(&added, plus)).saturating_sub(count(&added, minus));
+        added.insert(total.to_owned(), after.to_string());
+    }
+    added
+}
+
+/// The commit of `snapshot`: added, `main` set to it, `main` required at `parent_id`.
+fn commit_of(table: &Table, snapshot: Snapshot, parent_id: Option<i64>) -> StagedReplace {
+    let snapshot_id = snapshot.snapshot_id();
+    StagedReplace {
         snapshot_id,
         requirements: vec![
             TableRequirement::UuidMatch {
-                uuid: metadata.uuid(),
+                uuid: table.metadata().uuid(),
             },
             TableRequirement::RefSnapshotIdMatch {
                 r#ref: MAIN_BRANCH.to_owned(),
@@ -179,7 +226,7 @@ pub async fn stage_row_delta(
                 ),
             },
         ],
-    })
+    }
 }
 
 /// Refuses what a row delta cannot commit.

@@ -50,6 +50,25 @@ pub struct CompactionReport {
     pub skipped_for_deletes: bool,
 }
 
+impl CompactionReport {
+    /// Counts a group committed: its files replaced by `written`, merged as `merge` says.
+    fn count(
+        &mut self,
+        group: &kfs_plan::compaction::RewriteGroup,
+        merge: &kfs_parquet::MergeStats,
+        written: &[DataFile],
+    ) {
+        self.files_removed += group.files.len();
+        self.row_groups_copied += merge.row_groups_copied;
+        self.row_groups_reencoded += merge.row_groups_reencoded;
+        self.bytes_copied += merge.bytes_copied;
+        self.bytes_reencoded += merge.bytes_reencoded;
+        self.files_added += written.len();
+        self.bytes_read += group.bytes();
+        self.bytes_written += written.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+    }
+}
+
 /// Compacts a table: plans groups of small files, rewrites each into one file and
 /// commits it as a replace snapshot, one group at a time (bounded work, and an
 /// append landing meanwhile costs one re-staged snapshot, not the rewrite).
@@ -148,15 +167,7 @@ pub(crate) async fn compact_sized(
             match commit_replace(catalog, swap, ident, &mut table, &change, now_ms).await {
                 Ok(Some(snapshot_id)) => {
                     report.snapshots.push(snapshot_id);
-                    report.files_removed += group.files.len();
-                    report.row_groups_copied += merge.row_groups_copied;
-                    report.row_groups_reencoded += merge.row_groups_reencoded;
-                    report.bytes_copied += merge.bytes_copied;
-                    report.bytes_reencoded += merge.bytes_reencoded;
-                    report.files_added += written.len();
-                    report.bytes_read += group.bytes();
-                    report.bytes_written +=
-                        written.iter().map(|f| f.file_size_in_bytes()).sum::<u64>();
+                    report.count(group, &merge, &written);
                 }
                 Ok(None) => {
                     report.stale_groups += 1;
