@@ -338,28 +338,39 @@ impl Staging<'_> {
                 additional_properties: properties,
             })
             .build();
-        Ok(StagedReplace {
-            snapshot_id,
-            requirements: vec![
-                TableRequirement::UuidMatch {
-                    uuid: metadata.uuid(),
-                },
-                TableRequirement::RefSnapshotIdMatch {
-                    r#ref: MAIN_BRANCH.to_owned(),
-                    snapshot_id: Some(parent_id),
-                },
-            ],
-            updates: vec![
-                TableUpdate::AddSnapshot { snapshot },
-                TableUpdate::SetSnapshotRef {
-                    ref_name: MAIN_BRANCH.to_owned(),
-                    reference: SnapshotReference::new(
-                        snapshot_id,
-                        SnapshotRetention::branch(None, None, None),
-                    ),
-                },
-            ],
-        })
+        Ok(commit_on_main(self.table, snapshot, Some(parent_id)))
+    }
+}
+
+/// The commit of `snapshot`: added, `main` set to it, `main` required at `parent_id`
+/// (`None`: a table without a snapshot yet).
+pub(crate) fn commit_on_main(
+    table: &Table,
+    snapshot: Snapshot,
+    parent_id: Option<i64>,
+) -> StagedReplace {
+    let snapshot_id = snapshot.snapshot_id();
+    StagedReplace {
+        snapshot_id,
+        requirements: vec![
+            TableRequirement::UuidMatch {
+                uuid: table.metadata().uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: MAIN_BRANCH.to_owned(),
+                snapshot_id: parent_id,
+            },
+        ],
+        updates: vec![
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_owned(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ],
     }
 }
 

@@ -12,14 +12,13 @@
 //! requires `main` still at the parent. Format v2 only: v3 tables take deletion
 //! vectors, never position-delete files.
 
-use crate::commit::replace::{StagedReplace, new_snapshot_id};
+use crate::commit::replace::{StagedReplace, commit_on_main, new_snapshot_id};
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, MAIN_BRANCH, ManifestFile, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Summary,
+    DataContentType, DataFile, FormatVersion, ManifestFile, ManifestListWriter,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotSummaryCollector, Summary,
 };
 use iceberg::table::Table;
-use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
+use iceberg::{Error, ErrorKind, Result};
 use std::collections::HashMap;
 
 /// What a row-delta snapshot changes.
@@ -109,7 +108,7 @@ pub async fn stage_row_delta(
             additional_properties: properties,
         })
         .build();
-    Ok(commit_of(table, snapshot, parent_id))
+    Ok(commit_on_main(table, snapshot, parent_id))
 }
 
 /// A row-delta snapshot being written.
@@ -200,33 +199,6 @@ fn totals(
         added.insert(total.to_owned(), after.to_string());
     }
     added
-}
-
-/// The commit of `snapshot`: added, `main` set to it, `main` required at `parent_id`.
-fn commit_of(table: &Table, snapshot: Snapshot, parent_id: Option<i64>) -> StagedReplace {
-    let snapshot_id = snapshot.snapshot_id();
-    StagedReplace {
-        snapshot_id,
-        requirements: vec![
-            TableRequirement::UuidMatch {
-                uuid: table.metadata().uuid(),
-            },
-            TableRequirement::RefSnapshotIdMatch {
-                r#ref: MAIN_BRANCH.to_owned(),
-                snapshot_id: parent_id,
-            },
-        ],
-        updates: vec![
-            TableUpdate::AddSnapshot { snapshot },
-            TableUpdate::SetSnapshotRef {
-                ref_name: MAIN_BRANCH.to_owned(),
-                reference: SnapshotReference::new(
-                    snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
-            },
-        ],
-    }
 }
 
 /// Refuses what a row delta cannot commit.
