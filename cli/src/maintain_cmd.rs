@@ -340,6 +340,12 @@ async fn compact_on<L: Ledger>(args: &CompactArgs, embedded: &Embedded<L>) -> Re
         )
         .await
         .map_err(pipeline)?;
+        if report.skipped_for_deletes {
+            out!(
+                "{ident}: not compacted: the table has live delete files, which a merge of its data files would ignore (compact it with the engine that wrote them)"
+            );
+            continue;
+        }
         out!(
             "{ident}: {} groups, {} files -> {} files ({} -> {} bytes), {} replace snapshots, {} stale groups, {} row groups copied, {} re-encoded",
             report.groups,
