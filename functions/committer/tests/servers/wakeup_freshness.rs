@@ -12,11 +12,14 @@
 //! loop long-polls the FIFO queue (1 s) and hands each batch to the committer's
 //! handler, paced by `KFS_BENCH_MIN_INTERVAL` seconds (default 5, the template's), and
 //! deletes what the handler does not ask to see again (a held wake-up comes back when
-//! its interval has passed). Latency of a segment: from its upload to the commit time
-//! of the first snapshot whose `kfs.offsets` summary passes its last offset. Prints
-//! p50, p95, p99, max, commits per minute, the wake-ups held, and the snapshots;
-//! asserts that every segment became visible and every offset landed once, never a
-//! timing.
+//! its interval has passed). Beside them the schedule ticks every
+//! `KFS_BENCH_TICK_SECONDS` (default 60, the template's rate) through the same handler,
+//! with the committer's maintenance (compaction, expiry, manifest merging), as the
+//! stack's schedule does. Latency of a segment: from its upload to the commit time of
+//! the first snapshot whose `kfs.offsets` summary passes its last offset. Prints p50,
+//! p95, p99, max, commits per minute, the wake-ups held, and the snapshots, manifests
+//! and data files at the end; asserts that every segment became visible and every
+//! offset landed once, never a timing.
 //!
 //! `KFS_BENCH_MINUTES=5 cargo test -p kfs-committer --test integration -- servers::wakeup_freshness --nocapture`
 
@@ -142,6 +145,7 @@ async fn wakeup_freshness() {
     let minutes = env_number("KFS_BENCH_MINUTES", 0.1);
     let rate = env_number("KFS_BENCH_RATE", 2.0);
     let min_interval = Duration::from_secs_f64(env_number("KFS_BENCH_MIN_INTERVAL", 5.0));
+    let tick_every = Duration::from_secs_f64(env_number("KFS_BENCH_TICK_SECONDS", 60.0));
     let stack = Arc::new(LocalStack::start());
     let (sqs, segment_queue) = stack.segment_event_queue().await;
     let (_, wakeup_queue) = stack.wakeup_queue().await;
@@ -161,7 +165,13 @@ async fn wakeup_freshness() {
             ..PipelineConfig::default()
         },
         etcd: kfs_etcd::EtcdConnection::plain(Vec::new()),
-        maintenance: None,
+        maintenance: Some(kfs_core::TickMaintenance {
+            policy: kfs_core::MaintenancePolicy::default(),
+            storage: kfs_core::MaintenanceStorage {
+                s3: stack.s3.clone(),
+                warehouse: stack.warehouse.clone(),
+            },
+        }),
         tick_log: None,
         pacing: Some(Pacing {
             queue: wakeups,
@@ -172,6 +182,7 @@ async fn wakeup_freshness() {
     let produced_all = Arc::new(AtomicBool::new(false));
     let converted_all = Arc::new(AtomicBool::new(false));
     let held = Arc::new(AtomicU64::new(0));
+    let committed_all = Arc::new(AtomicBool::new(false));
 
     // The producer: (partition, last offset, uploaded at) of every segment.
     let producer = {
@@ -229,9 +240,30 @@ async fn wakeup_freshness() {
             converted_all.store(true, Ordering::SeqCst);
         }
     };
+    // The schedule: a tick with maintenance every `tick_every`, until the wake-ups are
+    // done.
+    let scheduling = {
+        let (committer, committed_all) = (committer.clone(), committed_all.clone());
+        async move {
+            let mut next = Instant::now() + tick_every;
+            while !committed_all.load(Ordering::SeqCst) {
+                if Instant::now() < next {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                let deadline = Instant::now() + Duration::from_secs(120);
+                let tick = handle(&committer, &json!({}), deadline)
+                    .await
+                    .unwrap_or_else(|e| panic!("schedule: {e}"));
+                assert_eq!(tick["failed_tables"], json!({}), "{tick}");
+                next += tick_every;
+            }
+        }
+    };
     // The committer: FIFO batches of wake-ups, as the event source mapping hands them.
     let committing = {
         let (committer, sqs, held) = (committer.clone(), sqs.clone(), held.clone());
+        let committed_all = committed_all.clone();
         async move {
             loop {
                 let messages = receive(&sqs, &wakeup_queue, 10, 1).await;
@@ -251,11 +283,12 @@ async fn wakeup_freshness() {
                 let again = settle(&sqs, &wakeup_queue, &messages, &answer).await;
                 held.fetch_add(again as u64, Ordering::SeqCst);
             }
+            committed_all.store(true, Ordering::SeqCst);
         }
     };
     // The converter's loop ends when the producer is done and its queue is empty; the
     // committer's when the wake-up queue is empty after the converter's last send.
-    let (uploaded, (), ()) = tokio::join!(producer, converting, committing);
+    let (uploaded, (), (), ()) = tokio::join!(producer, converting, committing, scheduling);
     let uploaded = uploaded.unwrap_or_else(|e| panic!("producer: {e}"));
 
     let table = load_table(catalog.catalog.as_ref(), "kafscale.orders").await;
@@ -283,19 +316,37 @@ async fn wakeup_freshness() {
             Some((seen.0 - at).max(0.0))
         })
         .collect();
-    let snapshots = moves.len();
+    let snapshots = table.metadata().snapshots().count();
+    let manifests = match table.metadata().current_snapshot() {
+        Some(current) => table
+            .manifest_list_reader(current)
+            .load()
+            .await
+            .map(|list| list.entries().len())
+            .unwrap_or_else(|e| panic!("manifest list: {e}")),
+        None => 0,
+    };
+    let data_files = kfs_core::live_entries(&table)
+        .await
+        .unwrap_or_else(|e| panic!("live files: {e}"))
+        .len();
+    let commits = table
+        .metadata()
+        .snapshots()
+        .filter(|s| s.summary().operation == iceberg::spec::Operation::Append)
+        .count();
     let (rows, _) = table_contents(catalog.catalog.as_ref(), "kafscale.orders").await;
     assert_eq!(latencies.len(), uploaded.len(), "segments never visible");
     assert_eq!(rows, uploaded.len() as u64 * RECORDS as u64, "rows");
     println!(
-        "wakeup_freshness: {} segments over {minutes} min at {rate}/s, a commit at most every {:.0} s: p50 {:.2} s, p95 {:.2} s, p99 {:.2} s, max {:.2} s; {snapshots} snapshots, {:.1} commits/min, {} wake-ups held",
+        "wakeup_freshness: {} segments over {minutes} min at {rate}/s, a commit at most every {:.0} s: p50 {:.2} s, p95 {:.2} s, p99 {:.2} s, max {:.2} s; {:.1} commits/min, {} wake-ups held; at the end {snapshots} snapshots, {manifests} manifests, {data_files} data files",
         uploaded.len(),
         min_interval.as_secs_f64(),
         percentile(&mut latencies, 50.0),
         percentile(&mut latencies, 95.0),
         percentile(&mut latencies, 99.0),
         percentile(&mut latencies, 100.0),
-        snapshots as f64 / minutes,
+        commits as f64 / minutes,
         held.load(Ordering::SeqCst),
     );
 }
