@@ -2,14 +2,16 @@
 //! (codec and level, row group bounds), the file writer of conversion (columns encoded
 //! in parallel, Iceberg metrics from the footer), conforming batches of older schemas
 //! to the table's columns, the row-group merge shared by coalescing (at commit) and
-//! compaction, and the position-delete files of merge-on-read deletes. Knows Iceberg
-//! and Parquet, nothing of segments, ledgers or catalogs.
+//! compaction, and the delete files of merge-on-read deletes (position deletes, and
+//! deletion vectors in Puffin files). Knows Iceberg, Parquet and Puffin, nothing of
+//! segments, ledgers or catalogs.
 //!
 //! Modules: `properties` (writer settings from table properties), `encode` (a row
 //! group's columns encoded in parallel), `metrics` (Iceberg metrics from a footer),
 //! `conform` (batches widened to the table's schema), `writer` (the file writer),
 //! `merge` (the row-group merge, a data file write through its failpoint), `deletes`
-//! (position-delete files of merge-on-read deletes).
+//! (position-delete files of merge-on-read deletes), `vectors` (deletion vectors in
+//! Puffin files, v3's merge-on-read deletes).
 
 #[cfg(test)]
 mod bounds_props;
@@ -19,6 +21,7 @@ mod encode;
 mod merge;
 mod metrics;
 mod properties;
+mod vectors;
 mod writer;
 
 pub use conform::conform_batch;
@@ -30,6 +33,7 @@ pub use merge::{MergeStats, merge_data_files};
 pub use properties::{
     COMPRESSION_CODEC_PROPERTY, COMPRESSION_LEVEL_PROPERTY, compression, writer_properties,
 };
+pub use vectors::{VectorBlob, VectorError, deletion_vector, puffin_of_vectors};
 #[cfg(any(test, feature = "test-support"))]
 pub use writer::testing;
 pub use writer::{ParquetFileWriter, ParquetFileWriterBuilder};
