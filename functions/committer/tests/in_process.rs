@@ -350,15 +350,7 @@ async fn a_wakeup_sooner_than_the_interval_is_held_and_commits_when_delivered_ag
     let answer = handle(&committer, &wakeups, deadline)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let asked: Vec<&str> = answer["batchItemFailures"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|i| i["itemIdentifier"].as_str())
-                .collect()
-        })
-        .unwrap_or_default();
+    let asked = kfs_testkit::batch_item_failures(&answer);
     let orders_ids: Vec<&str> = wakeups["Records"]
         .as_array()
         .map(|records| {

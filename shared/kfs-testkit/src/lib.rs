@@ -158,6 +158,20 @@ pub fn s3_events_in_sqs<K: AsRef<str>>(keys: &[K]) -> serde_json::Value {
     serde_json::json!({ "Records": records })
 }
 
+/// The message ids an SQS handler's answer asks to see again (its
+/// `batchItemFailures`), in order.
+pub fn batch_item_failures(answer: &serde_json::Value) -> Vec<&str> {
+    answer["batchItemFailures"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["itemIdentifier"].as_str())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Requests moto's recorder counted, per service (`s3`, `dynamodb`, `glue`, …) and
 /// operation (the S3 method, or the DynamoDB target).
 #[derive(Debug, Clone)]

@@ -117,15 +117,7 @@ async fn settle(
     messages: &[Message],
     answer: &Value,
 ) -> usize {
-    let again: Vec<&str> = answer["batchItemFailures"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|i| i["itemIdentifier"].as_str())
-                .collect()
-        })
-        .unwrap_or_default();
+    let again = kfs_testkit::batch_item_failures(&answer);
     for message in messages {
         if again.contains(&message.message_id().unwrap_or_default()) {
             continue;
