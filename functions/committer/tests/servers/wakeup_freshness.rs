@@ -117,7 +117,7 @@ async fn settle(
     messages: &[Message],
     answer: &Value,
 ) -> usize {
-    let again = kfs_testkit::batch_item_failures(&answer);
+    let again = kfs_testkit::batch_item_failures(answer);
     for message in messages {
         if again.contains(&message.message_id().unwrap_or_default()) {
             continue;
