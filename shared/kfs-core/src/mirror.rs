@@ -41,7 +41,9 @@ struct Row {
 /// The position deletes that make `table`, with the data files `added` (committed in
 /// its current snapshot, or about to be), a mirror of its keys: every row of a key
 /// that `added` holds, but the key's last change, and that one too when it is a
-/// tombstone. Refuses a table without the raw layout's columns.
+/// tombstone. Refuses a table without the raw layout's columns. The deletes name data
+/// files of any partition: the caller writes one position-delete file per partition
+/// (a delete file lies in the partition of the rows it deletes).
 pub async fn supersede(table: &Table, added: &[DataFile]) -> Result<PositionDeletes> {
     let mut rows: Vec<Row> = Vec::new();
     let mut keys: HashSet<Vec<u8>> = HashSet::new();

@@ -174,16 +174,12 @@ pub async fn hold_early(
 /// timestamp; `None` for a table without one (or that does not exist yet).
 async fn last_commit_ms(catalog: &dyn Catalog, table: &str) -> Result<Option<i64>, String> {
     let name = TableName::parse(table).ok_or_else(|| format!("{table:?} is no table name"))?;
-    let ident = table_ident(&name);
-    match catalog.table_exists(&ident).await {
-        Ok(false) => return Ok(None),
-        Ok(true) => {}
+    // One read: a table that does not exist yet has no last commit.
+    let loaded = match catalog.load_table(&table_ident(&name)).await {
+        Ok(loaded) => loaded,
+        Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
-    }
-    let loaded = catalog
-        .load_table(&ident)
-        .await
-        .map_err(|e| e.to_string())?;
+    };
     Ok(loaded
         .metadata()
         .current_snapshot()
