@@ -113,26 +113,60 @@ pub enum Operation {
     Message,
 }
 
-/// A Debezium change event, as its value envelope says.
+/// A Debezium change event, as its value envelope says; `R` is a row as the
+/// envelope's format has it (a JSON object, an Avro record).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Envelope {
+pub struct Envelope<R = Value> {
     /// The operation.
     pub op: Operation,
     /// The row before (null for creates and reads; complete only with full replica
     /// identity).
-    pub before: Option<Value>,
+    pub before: Option<R>,
     /// The row after (null for deletes).
-    pub after: Option<Value>,
+    pub after: Option<R>,
     /// The source position, when `source` has one.
     pub source: Option<SourcePosition>,
 }
 
-impl Envelope {
+impl Operation {
+    /// The operation Debezium's `op` code names.
+    pub fn of_code(code: &str) -> Result<Self, String> {
+        Ok(match code {
+            "c" => Operation::Create,
+            "u" => Operation::Update,
+            "d" => Operation::Delete,
+            "r" => Operation::Read,
+            "t" => Operation::Truncate,
+            "m" => Operation::Message,
+            other => return Err(format!("unknown Debezium op {other:?}")),
+        })
+    }
+}
+
+/// The source position of a Debezium `source` block's fields: PostgreSQL's `lsn`, or
+/// MySQL's binlog `file` and `pos` (and `row`, 0 when absent); `None` without either.
+pub fn source_position_of(
+    lsn: Option<u64>,
+    file: Option<&str>,
+    pos: Option<u64>,
+    row: Option<u64>,
+) -> Option<SourcePosition> {
+    if let Some(lsn) = lsn {
+        return Some(SourcePosition::Lsn(lsn));
+    }
+    Some(SourcePosition::Binlog {
+        file: file?.to_owned(),
+        pos: pos?,
+        row: row.unwrap_or(0),
+    })
+}
+
+impl<R: Clone> Envelope<R> {
     /// What the event does to its key's row: creates, updates and snapshot reads
     /// upsert the `after` image; deletes delete; `None` for messages (no row).
     /// Truncates and an upsert without an `after` image are refused (the reason): a
     /// mirror cannot apply them row by row.
-    pub fn action(&self) -> Result<Option<Action<Value>>, String> {
+    pub fn action(&self) -> Result<Option<Action<R>>, String> {
         match self.op {
             Operation::Create | Operation::Update | Operation::Read => match &self.after {
                 Some(after) => Ok(Some(Action::Upsert(after.clone()))),
@@ -158,13 +192,7 @@ pub fn envelope(value: &Value) -> Result<Envelope, String> {
         .as_object()
         .ok_or("a Debezium envelope is a JSON object")?;
     let op = match object.get("op").and_then(Value::as_str) {
-        Some("c") => Operation::Create,
-        Some("u") => Operation::Update,
-        Some("d") => Operation::Delete,
-        Some("r") => Operation::Read,
-        Some("t") => Operation::Truncate,
-        Some("m") => Operation::Message,
-        Some(other) => return Err(format!("unknown Debezium op {other:?}")),
+        Some(code) => Operation::of_code(code)?,
         None => return Err("no \"op\": not a Debezium envelope".into()),
     };
     let image = |name: &str| match object.get(name) {
@@ -180,20 +208,14 @@ pub fn envelope(value: &Value) -> Result<Envelope, String> {
     })
 }
 
-/// The source position a Debezium `source` block carries: PostgreSQL's `lsn`, or
-/// MySQL's `file` and `pos` (and `row`, 0 when absent).
+/// The source position a Debezium `source` block in JSON carries.
 fn source_position(source: &Value) -> Option<SourcePosition> {
-    if let Some(lsn) = source.get("lsn").and_then(Value::as_u64) {
-        return Some(SourcePosition::Lsn(lsn));
-    }
-    let file = source.get("file").and_then(Value::as_str)?;
-    let pos = source.get("pos").and_then(Value::as_u64)?;
-    let row = source.get("row").and_then(Value::as_u64).unwrap_or(0);
-    Some(SourcePosition::Binlog {
-        file: file.to_owned(),
-        pos,
-        row,
-    })
+    source_position_of(
+        source.get("lsn").and_then(Value::as_u64),
+        source.get("file").and_then(Value::as_str),
+        source.get("pos").and_then(Value::as_u64),
+        source.get("row").and_then(Value::as_u64),
+    )
 }
 
 #[cfg(test)]

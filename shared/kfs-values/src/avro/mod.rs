@@ -26,6 +26,7 @@
 //! decimals beyond 38 digits or without a scale, recursive records.
 
 mod bounds;
+pub mod debezium;
 
 use crate::bounds::ShapeBudget;
 use crate::cells::{Cell, SCALAR_FIELD, Shape, list_cell, map_cell, struct_cell};
