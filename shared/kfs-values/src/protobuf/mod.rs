@@ -28,6 +28,7 @@
 //! that are neither registry references nor Google's well-known types.
 
 mod bounds;
+pub mod debezium;
 
 use crate::bounds::ShapeBudget;
 use crate::cells::{Cell, Shape, list_cell, map_cell, struct_cell};
