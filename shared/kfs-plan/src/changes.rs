@@ -143,21 +143,46 @@ impl Operation {
     }
 }
 
-/// The source position of a Debezium `source` block's fields: PostgreSQL's `lsn`, or
-/// MySQL's binlog `file` and `pos` (and `row`, 0 when absent); `None` without either.
-pub fn source_position_of(
-    lsn: Option<u64>,
-    file: Option<&str>,
-    pos: Option<u64>,
-    row: Option<u64>,
-) -> Option<SourcePosition> {
-    if let Some(lsn) = lsn {
-        return Some(SourcePosition::Lsn(lsn));
-    }
-    Some(SourcePosition::Binlog {
-        file: file?.to_owned(),
-        pos: pos?,
-        row: row.unwrap_or(0),
+/// What a reader of Debezium envelopes in one format (JSON, Avro, Protobuf) tells of
+/// a decoded envelope; [`read_envelope`] makes the envelope of it, the same way for
+/// every format.
+pub trait EnvelopeFields {
+    /// A row as the format has it.
+    type Row;
+    /// The `op` code; `Ok(None)` when there is none, `Err` when it is no string.
+    fn op(&self) -> Result<Option<String>, String>;
+    /// The image `name` (`before`, `after`): `Ok(None)` when null or unset, `Err` when
+    /// it is no row.
+    fn image(&self, name: &str) -> Result<Option<Self::Row>, String>;
+    /// A non-negative integer field `name` of the `source` block.
+    fn source_number(&self, name: &str) -> Option<u64>;
+    /// A string field `name` of the `source` block.
+    fn source_text(&self, name: &str) -> Option<String>;
+}
+
+/// The envelope `fields` describe: its operation, images and source position
+/// (PostgreSQL's `lsn`, or MySQL's binlog `file` and `pos`, and `row`, 0 when absent).
+pub fn read_envelope<F: EnvelopeFields>(fields: &F) -> Result<Envelope<F::Row>, String> {
+    let op = match fields.op()? {
+        Some(code) => Operation::of_code(&code)?,
+        None => return Err("no \"op\": not a Debezium envelope".into()),
+    };
+    let source = match fields.source_number("lsn") {
+        Some(lsn) => Some(SourcePosition::Lsn(lsn)),
+        None => fields
+            .source_text("file")
+            .zip(fields.source_number("pos"))
+            .map(|(file, pos)| SourcePosition::Binlog {
+                file,
+                pos,
+                row: fields.source_number("row").unwrap_or(0),
+            }),
+    };
+    Ok(Envelope {
+        op,
+        before: fields.image("before")?,
+        after: fields.image("after")?,
+        source,
     })
 }
 
@@ -191,31 +216,44 @@ pub fn envelope(value: &Value) -> Result<Envelope, String> {
     let object = payload
         .as_object()
         .ok_or("a Debezium envelope is a JSON object")?;
-    let op = match object.get("op").and_then(Value::as_str) {
-        Some(code) => Operation::of_code(code)?,
-        None => return Err("no \"op\": not a Debezium envelope".into()),
-    };
-    let image = |name: &str| match object.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(row)) => Ok(Some(Value::Object(row.clone()))),
-        Some(other) => Err(format!("\"{name}\" is {other}, not a row")),
-    };
-    Ok(Envelope {
-        op,
-        before: image("before")?,
-        after: image("after")?,
-        source: object.get("source").and_then(source_position),
-    })
+    read_envelope(&JsonEnvelope(object))
 }
 
-/// The source position a Debezium `source` block in JSON carries.
-fn source_position(source: &Value) -> Option<SourcePosition> {
-    source_position_of(
-        source.get("lsn").and_then(Value::as_u64),
-        source.get("file").and_then(Value::as_str),
-        source.get("pos").and_then(Value::as_u64),
-        source.get("row").and_then(Value::as_u64),
-    )
+/// A Debezium envelope in JSON.
+struct JsonEnvelope<'a>(&'a serde_json::Map<String, Value>);
+
+impl JsonEnvelope<'_> {
+    fn source(&self, name: &str) -> Option<&Value> {
+        self.0.get("source").and_then(|source| source.get(name))
+    }
+}
+
+impl EnvelopeFields for JsonEnvelope<'_> {
+    type Row = Value;
+
+    fn op(&self) -> Result<Option<String>, String> {
+        match self.0.get("op") {
+            None => Ok(None),
+            Some(Value::String(code)) => Ok(Some(code.clone())),
+            Some(other) => Err(format!("\"op\" is {other}, not a string")),
+        }
+    }
+
+    fn image(&self, name: &str) -> Result<Option<Value>, String> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(row @ Value::Object(_)) => Ok(Some(row.clone())),
+            Some(other) => Err(format!("\"{name}\" is {other}, not a row")),
+        }
+    }
+
+    fn source_number(&self, name: &str) -> Option<u64> {
+        self.source(name).and_then(Value::as_u64)
+    }
+
+    fn source_text(&self, name: &str) -> Option<String> {
+        self.source(name).and_then(Value::as_str).map(str::to_owned)
+    }
 }
 
 #[cfg(test)]

@@ -4,56 +4,69 @@
 //! is.
 
 use apache_avro::types::Value;
-use kfs_plan::changes::{Envelope, Operation, source_position_of};
+use kfs_plan::changes::{Envelope, EnvelopeFields, read_envelope};
 
 /// Reads a decoded Avro Debezium value envelope; `Err` says why it is none.
 pub fn envelope(value: &Value) -> Result<Envelope<Value>, String> {
-    let Value::Record(fields) = unwrapped(value) else {
-        return Err("a Debezium envelope is an Avro record".into());
-    };
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(field, _)| field == name)
-            .map(|(_, value)| unwrapped(value))
-    };
-    let op = match field("op") {
-        Some(Value::String(code) | Value::Enum(_, code)) => Operation::of_code(code)?,
-        Some(other) => return Err(format!("\"op\" is {other:?}, not a string")),
-        None => return Err("no \"op\": not a Debezium envelope".into()),
-    };
-    let image = |name: &str| match field(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(row @ Value::Record(_)) => Ok(Some(row.clone())),
-        Some(other) => Err(format!("\"{name}\" is {other:?}, not a row")),
-    };
-    let source = match field("source") {
-        Some(Value::Record(source)) => {
-            let get = |name: &str| {
-                source
-                    .iter()
-                    .find(|(field, _)| field == name)
-                    .map(|(_, value)| unwrapped(value))
-            };
-            let number = |name: &str| match get(name) {
-                Some(Value::Long(n)) => u64::try_from(*n).ok(),
-                Some(Value::Int(n)) => u64::try_from(*n).ok(),
-                _ => None,
-            };
-            let file = match get("file") {
-                Some(Value::String(file)) => Some(file.as_str()),
-                _ => None,
-            };
-            source_position_of(number("lsn"), file, number("pos"), number("row"))
+    match unwrapped(value) {
+        Value::Record(fields) => read_envelope(&AvroEnvelope(fields)),
+        _ => Err("a Debezium envelope is an Avro record".into()),
+    }
+}
+
+/// A Debezium envelope in Avro: its record's fields.
+struct AvroEnvelope<'a>(&'a [(String, Value)]);
+
+/// The field `name` of `fields`, out of its union.
+fn field<'a>(fields: &'a [(String, Value)], name: &str) -> Option<&'a Value> {
+    fields
+        .iter()
+        .find(|(field, _)| field == name)
+        .map(|(_, value)| unwrapped(value))
+}
+
+impl AvroEnvelope<'_> {
+    fn source(&self, name: &str) -> Option<&Value> {
+        match field(self.0, "source") {
+            Some(Value::Record(source)) => field(source, name),
+            _ => None,
         }
-        _ => None,
-    };
-    Ok(Envelope {
-        op,
-        before: image("before")?,
-        after: image("after")?,
-        source,
-    })
+    }
+}
+
+impl EnvelopeFields for AvroEnvelope<'_> {
+    type Row = Value;
+
+    fn op(&self) -> Result<Option<String>, String> {
+        match field(self.0, "op") {
+            None => Ok(None),
+            Some(Value::String(code) | Value::Enum(_, code)) => Ok(Some(code.clone())),
+            Some(other) => Err(format!("\"op\" is {other:?}, not a string")),
+        }
+    }
+
+    fn image(&self, name: &str) -> Result<Option<Value>, String> {
+        match field(self.0, name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(row @ Value::Record(_)) => Ok(Some(row.clone())),
+            Some(other) => Err(format!("\"{name}\" is {other:?}, not a row")),
+        }
+    }
+
+    fn source_number(&self, name: &str) -> Option<u64> {
+        match self.source(name) {
+            Some(Value::Long(n)) => u64::try_from(*n).ok(),
+            Some(Value::Int(n)) => u64::try_from(*n).ok(),
+            _ => None,
+        }
+    }
+
+    fn source_text(&self, name: &str) -> Option<String> {
+        match self.source(name) {
+            Some(Value::String(text)) => Some(text.clone()),
+            _ => None,
+        }
+    }
 }
 
 /// The value inside a union (`["null", T]` decodes as a union), else the value.
@@ -68,7 +81,7 @@ fn unwrapped(value: &Value) -> &Value {
 mod tests {
     use super::*;
     use apache_avro::Schema;
-    use kfs_plan::changes::{Action, SourcePosition};
+    use kfs_plan::changes::{Action, Operation, SourcePosition};
 
     /// A Debezium-shaped envelope schema (PostgreSQL's source fields, MySQL's binlog
     /// ones, all optional as Debezium writes them).

@@ -3,65 +3,77 @@
 //! messages for the table's cells (an unset image is null), its `source` position
 //! read as the JSON envelope's is.
 
-use kfs_plan::changes::{Envelope, Operation, source_position_of};
+use kfs_plan::changes::{Envelope, EnvelopeFields, read_envelope};
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 /// Reads a decoded Protobuf Debezium value envelope; `Err` says why it is none.
 pub fn envelope(message: &DynamicMessage) -> Result<Envelope<DynamicMessage>, String> {
-    let descriptor = message.descriptor();
-    let set = |name: &str| {
-        descriptor
-            .get_field_by_name(name)
-            .filter(|field| message.has_field(field))
-            .map(|field| message.get_field(&field).into_owned())
-    };
-    let op = match set("op") {
-        Some(Value::String(code)) => Operation::of_code(&code)?,
-        Some(other) => return Err(format!("\"op\" is {other:?}, not a string")),
-        None => return Err("no \"op\": not a Debezium envelope".into()),
-    };
-    let image = |name: &str| match set(name) {
-        None => Ok(None),
-        Some(Value::Message(row)) => Ok(Some(row)),
-        Some(other) => Err(format!("\"{name}\" is {other:?}, not a row")),
-    };
-    let source = match set("source") {
-        Some(Value::Message(source)) => {
-            let get = |name: &str| {
-                source
-                    .descriptor()
-                    .get_field_by_name(name)
-                    .filter(|field| source.has_field(field))
-                    .map(|field| source.get_field(&field).into_owned())
-            };
-            let number = |name: &str| match get(name) {
-                Some(Value::I64(n)) => u64::try_from(n).ok(),
-                Some(Value::I32(n)) => u64::try_from(n).ok(),
-                Some(Value::U64(n)) => Some(n),
-                Some(Value::U32(n)) => Some(u64::from(n)),
-                _ => None,
-            };
-            let file = match get("file") {
-                Some(Value::String(file)) => Some(file),
-                _ => None,
-            };
-            source_position_of(number("lsn"), file.as_deref(), number("pos"), number("row"))
+    read_envelope(&ProtobufEnvelope(message))
+}
+
+/// A Debezium envelope in Protobuf.
+struct ProtobufEnvelope<'a>(&'a DynamicMessage);
+
+/// The field `name` of `message` when it is set.
+fn set(message: &DynamicMessage, name: &str) -> Option<Value> {
+    message
+        .descriptor()
+        .get_field_by_name(name)
+        .filter(|field| message.has_field(field))
+        .map(|field| message.get_field(&field).into_owned())
+}
+
+impl ProtobufEnvelope<'_> {
+    fn source(&self, name: &str) -> Option<Value> {
+        match set(self.0, "source") {
+            Some(Value::Message(source)) => set(&source, name),
+            _ => None,
         }
-        _ => None,
-    };
-    Ok(Envelope {
-        op,
-        before: image("before")?,
-        after: image("after")?,
-        source,
-    })
+    }
+}
+
+impl EnvelopeFields for ProtobufEnvelope<'_> {
+    type Row = DynamicMessage;
+
+    fn op(&self) -> Result<Option<String>, String> {
+        match set(self.0, "op") {
+            None => Ok(None),
+            Some(Value::String(code)) => Ok(Some(code)),
+            Some(other) => Err(format!("\"op\" is {other:?}, not a string")),
+        }
+    }
+
+    fn image(&self, name: &str) -> Result<Option<DynamicMessage>, String> {
+        match set(self.0, name) {
+            None => Ok(None),
+            Some(Value::Message(row)) => Ok(Some(row)),
+            Some(other) => Err(format!("\"{name}\" is {other:?}, not a row")),
+        }
+    }
+
+    fn source_number(&self, name: &str) -> Option<u64> {
+        match self.source(name)? {
+            Value::I64(n) => u64::try_from(n).ok(),
+            Value::I32(n) => u64::try_from(n).ok(),
+            Value::U64(n) => Some(n),
+            Value::U32(n) => Some(u64::from(n)),
+            _ => None,
+        }
+    }
+
+    fn source_text(&self, name: &str) -> Option<String> {
+        match self.source(name)? {
+            Value::String(text) => Some(text),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protobuf::{MessageSelector, ProtobufWriter};
-    use kfs_plan::changes::{Action, SourcePosition};
+    use kfs_plan::changes::{Action, Operation, SourcePosition};
     use prost_reflect::prost::Message;
 
     const PROTO: &str = r#"syntax = "proto3";
