@@ -33,7 +33,9 @@ pub use merge::{MergeStats, merge_data_files};
 pub use properties::{
     COMPRESSION_CODEC_PROPERTY, COMPRESSION_LEVEL_PROPERTY, compression, writer_properties,
 };
-pub use vectors::{VectorBlob, VectorError, deletion_vector, puffin_of_vectors};
+pub use vectors::{
+    VectorBlob, VectorError, deletion_vector, puffin_of_vectors, vector_delete_file,
+};
 #[cfg(any(test, feature = "test-support"))]
 pub use writer::testing;
 pub use writer::{ParquetFileWriter, ParquetFileWriterBuilder};

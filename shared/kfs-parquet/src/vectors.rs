@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, Struct};
+
 /// Magic of a Puffin file.
 const PUFFIN_MAGIC: &[u8; 4] = b"PFA1";
 /// Magic of a deletion vector (Java's 1681511377, little-endian).
@@ -178,6 +180,40 @@ pub fn puffin_of_vectors(
     file.extend_from_slice(&[0, 0, 0, 0]);
     file.extend_from_slice(PUFFIN_MAGIC);
     Ok((file, blobs))
+}
+
+/// The manifest entry's file of the deletion vector `blob`, in the Puffin file at
+/// `path` of `file_size` bytes: position deletes in the `puffin` format, its data
+/// file referenced, its blob's offset and length, its cardinality as the record count,
+/// in the partition `partition` of spec `spec_id` (its data file's).
+pub fn vector_delete_file(
+    path: &str,
+    file_size: u64,
+    blob: &VectorBlob,
+    spec_id: i32,
+    partition: Struct,
+) -> iceberg::Result<DataFile> {
+    let signed = |n: u64| {
+        i64::try_from(n).map_err(|_| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("{path}: offset or length {n} beyond 2^63"),
+            )
+        })
+    };
+    DataFileBuilder::default()
+        .content(DataContentType::PositionDeletes)
+        .file_path(path.to_owned())
+        .file_format(DataFileFormat::Puffin)
+        .partition(partition)
+        .partition_spec_id(spec_id)
+        .record_count(blob.cardinality)
+        .file_size_in_bytes(file_size)
+        .referenced_data_file(Some(blob.referenced_data_file.clone()))
+        .content_offset(Some(signed(blob.offset)?))
+        .content_size_in_bytes(Some(signed(blob.length)?))
+        .build()
+        .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, format!("{path}: {e}")))
 }
 
 #[cfg(test)]

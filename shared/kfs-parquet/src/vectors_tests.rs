@@ -137,6 +137,30 @@ fn a_puffin_file_frames_its_blobs_and_footer() {
     }
 }
 
+#[test]
+fn a_vectors_manifest_entry_points_at_its_blob() -> Result<(), Box<dyn std::error::Error>> {
+    let vectors = BTreeMap::from([("s3://b/t/data/a.parquet".to_owned(), BTreeSet::from([3, 9]))]);
+    let (file, blobs) = puffin_of_vectors(&vectors)?;
+    let entry = vector_delete_file(
+        "s3://b/t/data/dv.puffin",
+        file.len() as u64,
+        &blobs[0],
+        0,
+        Struct::empty(),
+    )?;
+    assert_eq!(entry.content_type(), DataContentType::PositionDeletes);
+    assert_eq!(entry.file_format(), DataFileFormat::Puffin);
+    assert_eq!(entry.record_count(), 2);
+    assert_eq!(entry.file_size_in_bytes(), file.len() as u64);
+    assert_eq!(
+        entry.referenced_data_file().as_deref(),
+        Some("s3://b/t/data/a.parquet")
+    );
+    assert_eq!(entry.content_offset(), Some(4));
+    assert_eq!(entry.content_size_in_bytes(), Some(blobs[0].length as i64));
+    Ok(())
+}
+
 /// pyiceberg (its Puffin reader and pyroaring) reads the vectors back.
 #[test]
 fn pyiceberg_reads_the_vectors_back() -> Result<(), Box<dyn std::error::Error>> {
