@@ -12,10 +12,10 @@
 //! at each commit, a cost that grows with the table. An index kept beside it (or
 //! files sorted by key, pruned by their key bounds) is the measured next step.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use arrow_array::{Array, BinaryArray, Int32Array, Int64Array, LargeBinaryArray, RecordBatch};
-use iceberg::spec::{DataContentType, DataFile, ManifestContentType};
+use iceberg::spec::{DataContentType, DataFile, ManifestContentType, Struct};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 use kfs_parquet::PositionDeletes;
@@ -42,8 +42,8 @@ struct Row {
 /// its current snapshot, or about to be), a mirror of its keys: every row of a key
 /// that `added` holds, but the key's last change, and that one too when it is a
 /// tombstone. Refuses a table without the raw layout's columns. The deletes name data
-/// files of any partition: the caller writes one position-delete file per partition
-/// (a delete file lies in the partition of the rows it deletes).
+/// files of any partition: [`write_deletes`] writes one position-delete file per
+/// partition.
 pub async fn supersede(table: &Table, added: &[DataFile]) -> Result<PositionDeletes> {
     let mut rows: Vec<Row> = Vec::new();
     let mut keys: HashSet<Vec<u8>> = HashSet::new();
@@ -86,6 +86,67 @@ pub async fn supersede(table: &Table, added: &[DataFile]) -> Result<PositionDele
         }
     }
     Ok(deletes)
+}
+
+/// Writes `deletes` (from [`supersede`]) as position-delete files of `table`, one per
+/// partition of the data files they delete from (a delete file lies in the partition
+/// of its rows), under the table's `data/` folder with its writer settings; `added` are
+/// the commit's new files, which the table does not list yet. Refuses a delete of a
+/// file that is neither live nor added.
+pub async fn write_deletes(
+    table: &Table,
+    added: &[DataFile],
+    deletes: &PositionDeletes,
+) -> Result<Vec<DataFile>> {
+    let mut live = Vec::new();
+    for spec in table.metadata().partition_specs_iter() {
+        let spec_id = spec.spec_id();
+        for entry in crate::table::live_entries_in(table, Some(spec_id)).await? {
+            live.push((spec_id, entry.data_file().clone()));
+        }
+    }
+    let default_spec = table.metadata().default_partition_spec_id();
+    let placed: HashMap<&str, (i32, &Struct)> = live
+        .iter()
+        .map(|(spec_id, f)| (*spec_id, f))
+        .chain(added.iter().map(|f| (default_spec, f)))
+        .map(|(spec_id, f)| (f.file_path(), (spec_id, f.partition())))
+        .collect();
+    let mut by_partition: BTreeMap<(i32, String), (Struct, PositionDeletes)> = BTreeMap::new();
+    for (file, positions) in deletes {
+        let (spec_id, partition) = placed.get(file.as_str()).ok_or_else(|| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("{file}: a delete of a file the table does not hold"),
+            )
+        })?;
+        by_partition
+            .entry((*spec_id, format!("{partition:?}")))
+            .or_insert_with(|| ((*partition).clone(), PositionDeletes::new()))
+            .1
+            .insert(file.clone(), positions.clone());
+    }
+    let properties = table.metadata().properties();
+    let mut written = Vec::new();
+    for ((spec_id, _), (partition, deletes)) in by_partition {
+        let path = format!(
+            "{}/data/deletes-{}.parquet",
+            table.metadata().location(),
+            uuid::Uuid::new_v4()
+        );
+        written.push(
+            kfs_parquet::write_position_deletes(
+                table.file_io(),
+                &path,
+                kfs_parquet::writer_properties(properties)?,
+                &deletes,
+                spec_id,
+                partition,
+            )
+            .await?,
+        );
+    }
+    Ok(written)
 }
 
 /// The keyed rows of the data file at `path` (those of `keys` only, when given).

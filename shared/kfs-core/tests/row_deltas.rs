@@ -236,10 +236,13 @@ fn keyed(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecor
 
 /// Appends `records` (one segment) as the pipeline does, then deletes what the mirror
 /// supersedes, in a second snapshot.
-async fn mirror_round(local: &Local, records: Vec<kfs_segment::OwnedRecord>) -> TestResult {
-    let naming = TableNaming::default();
+async fn mirror_round(
+    local: &Local,
+    naming: &TableNaming,
+    records: Vec<kfs_segment::OwnedRecord>,
+) -> TestResult {
     local.put_records("orders", records)?;
-    local.run(&naming).await?;
+    local.run(naming).await?;
     let table = local
         .catalog
         .load_table(&table_ident(&naming.table_for("orders")))
@@ -252,14 +255,41 @@ async fn mirror_round(local: &Local, records: Vec<kfs_segment::OwnedRecord>) -> 
         .map(|e| e.data_file().clone())
         .collect();
     let deletes = kfs_core::supersede(&table, &added).await?;
-    if !deletes.is_empty() {
-        commit_deletes(local, &table, &deletes).await?;
+    if deletes.is_empty() {
+        return Ok(());
     }
+    let files = kfs_core::write_deletes(&table, &added, &deletes).await?;
+    let change = RowDelta {
+        deletes: files,
+        ..RowDelta::default()
+    };
+    let staged = stage_row_delta(&table, &change, now_ms()).await?;
+    local
+        .swap
+        .commit(&table, staged.requirements, staged.updates)
+        .await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_topic_mirrored_over_commits_reads_as_the_fold_of_its_changes() -> TestResult {
+    mirror_rounds(&TableNaming::default()).await
+}
+
+/// Partitioned by the key, a key's rows share a partition and each partition's rows
+/// get their own delete file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_partitioned_by_key_deletes_partition_by_partition() -> TestResult {
+    let naming = TableNaming {
+        partition_by: kfs_plan::layout::parse_partition_spec("identity(key)")?,
+        partition_by_given: true,
+        ..TableNaming::default()
+    };
+    mirror_rounds(&naming).await
+}
+
+/// The mirror's three rounds under `naming`, each checked against the reference fold.
+async fn mirror_rounds(naming: &TableNaming) -> TestResult {
     let local = Local::open().await?;
     let rounds = vec![
         vec![
@@ -290,20 +320,20 @@ async fn a_keyed_topic_mirrored_over_commits_reads_as_the_fold_of_its_changes() 
                 .map(|v| String::from_utf8_lossy(v).into_owned());
             reference.insert(key, (r.offset, value));
         }
-        mirror_round(&local, round).await?;
+        mirror_round(&local, naming, round).await?;
         let expected: BTreeMap<(i32, i64), usize> = reference
             .values()
             .filter(|(_, value)| value.is_some())
             .map(|(offset, _)| ((0, *offset), 1))
             .collect();
-        let name = TableNaming::default().table_for("orders");
+        let name = naming.table_for("orders");
         assert_eq!(offsets(&local.catalog, &name).await?, expected);
         readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await?;
     }
     // Mirrored again with nothing new: nothing more to delete.
     let table = local
         .catalog
-        .load_table(&table_ident(&TableNaming::default().table_for("orders")))
+        .load_table(&table_ident(&naming.table_for("orders")))
         .await?;
     let all: Vec<iceberg::spec::DataFile> = live_entries(&table)
         .await?
