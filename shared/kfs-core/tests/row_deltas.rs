@@ -343,3 +343,36 @@ async fn mirror_rounds(naming: &TableNaming) -> TestResult {
     assert!(kfs_core::supersede(&table, &all).await?.is_empty());
     Ok(())
 }
+
+/// A table without the raw layout's `value` column (a JSON table) cannot be mirrored
+/// by its rows' nullness: refused with the reason, nothing deleted.
+#[tokio::test]
+async fn a_table_without_the_raw_layout_is_refused_by_the_mirror() -> TestResult {
+    let local = Local::open().await?;
+    let naming = TableNaming {
+        value_format: kfs_plan::naming::ValueFormat::Json,
+        ..TableNaming::default()
+    };
+    local.put_records(
+        "orders",
+        vec![
+            keyed(0, "k1", Some(r#"{"n": 1}"#)),
+            keyed(1, "k1", Some(r#"{"n": 2}"#)),
+        ],
+    )?;
+    local.run(&naming).await?;
+    let table = local
+        .catalog
+        .load_table(&table_ident(&naming.table_for("orders")))
+        .await?;
+    let all: Vec<iceberg::spec::DataFile> = live_entries(&table)
+        .await?
+        .iter()
+        .map(|e| e.data_file().clone())
+        .collect();
+    let refused = kfs_core::supersede(&table, &all).await;
+    let error = refused.err().ok_or("a JSON table was mirrored")?;
+    assert_eq!(error.kind(), iceberg::ErrorKind::DataInvalid);
+    assert!(error.to_string().contains("raw layout"), "{error}");
+    Ok(())
+}
