@@ -331,17 +331,26 @@ async fn mirror_rounds(naming: &TableNaming) -> TestResult {
         readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await?;
     }
     // Mirrored again with nothing new: nothing more to delete.
+    let (table, all) = orders_and_its_files(&local, naming).await?;
+    assert!(kfs_core::supersede(&table, &all).await?.is_empty());
+    Ok(())
+}
+
+/// The `orders` table of `naming` and its live data files.
+async fn orders_and_its_files(
+    local: &Local,
+    naming: &TableNaming,
+) -> Result<(iceberg::table::Table, Vec<iceberg::spec::DataFile>), BoxError> {
     let table = local
         .catalog
         .load_table(&table_ident(&naming.table_for("orders")))
         .await?;
-    let all: Vec<iceberg::spec::DataFile> = live_entries(&table)
+    let files = live_entries(&table)
         .await?
         .iter()
         .map(|e| e.data_file().clone())
         .collect();
-    assert!(kfs_core::supersede(&table, &all).await?.is_empty());
-    Ok(())
+    Ok((table, files))
 }
 
 /// A table without the raw layout's `value` column (a JSON table) cannot be mirrored
@@ -361,15 +370,7 @@ async fn a_table_without_the_raw_layout_is_refused_by_the_mirror() -> TestResult
         ],
     )?;
     local.run(&naming).await?;
-    let table = local
-        .catalog
-        .load_table(&table_ident(&naming.table_for("orders")))
-        .await?;
-    let all: Vec<iceberg::spec::DataFile> = live_entries(&table)
-        .await?
-        .iter()
-        .map(|e| e.data_file().clone())
-        .collect();
+    let (table, all) = orders_and_its_files(&local, &naming).await?;
     let refused = kfs_core::supersede(&table, &all).await;
     let error = refused.err().ok_or("a JSON table was mirrored")?;
     assert_eq!(error.kind(), iceberg::ErrorKind::DataInvalid);
