@@ -4,6 +4,7 @@
 //! configuration file takes, case-insensitively.
 
 use kfs_plan::lfs::LfsMode;
+use kfs_plan::mode::TableMode;
 use kfs_plan::naming::{KeyFormat, ValueFormat};
 use kfs_segment::Compression;
 use kfs_workload::CodecChoice;
@@ -25,6 +26,27 @@ impl From<ValueFormatArg> for ValueFormat {
             ValueFormatArg::Raw => Self::Raw,
             ValueFormatArg::Json => Self::Json,
             ValueFormatArg::Registry => Self::Registry,
+        }
+    }
+}
+
+/// `--table-mode`: how tables created by a run treat their records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TableModeArg {
+    /// Every record is a row.
+    Append,
+    /// One row per key, its last change; a tombstone deletes the key.
+    Upsert,
+    /// One row per key of Debezium change events.
+    Cdc,
+}
+
+impl From<TableModeArg> for TableMode {
+    fn from(arg: TableModeArg) -> Self {
+        match arg {
+            TableModeArg::Append => Self::Append,
+            TableModeArg::Upsert => Self::Upsert,
+            TableModeArg::Cdc => Self::Cdc,
         }
     }
 }

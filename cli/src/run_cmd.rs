@@ -9,11 +9,12 @@ use kfs_core::S3Settings;
 use kfs_core::Settings;
 use kfs_core::{PassReport, PipelineConfig, Progress, run_pass};
 use kfs_plan::lfs::BlobOrigin;
+use kfs_plan::mode::TableMode;
 use kfs_plan::naming::{KeyFormat, ValueFormat};
 
 use crate::CliError;
 use crate::embedded::{Access, WarehouseArgs};
-use crate::options::{KeyFormatArg, LfsModeArg, ValueFormatArg};
+use crate::options::{KeyFormatArg, LfsModeArg, TableModeArg, ValueFormatArg};
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -42,6 +43,17 @@ pub struct RunArgs {
     /// `value_format`; existing tables keep theirs.
     #[arg(long, value_name = "FORMAT", value_enum, ignore_case = true)]
     value_format: Option<ValueFormatArg>,
+    /// How tables created by this run treat their records: `append` (every record a
+    /// row, the default) or `upsert` (one row per key, its last change; a record
+    /// with a null value deletes its key; merge on read with position deletes, read
+    /// by pyiceberg, DuckDB, Spark, Trino). Overrides the configuration file's
+    /// `table_mode`; existing tables keep theirs.
+    #[arg(long, value_name = "MODE", value_enum, ignore_case = true)]
+    table_mode: Option<TableModeArg>,
+    /// The key of `--table-mode upsert`: `key`, the record key (the default).
+    /// Overrides the configuration file's `upsert_key`.
+    #[arg(long, value_name = "FIELD[,FIELD...]")]
+    upsert_key: Option<String>,
     /// How registry tables read record keys: `raw` (bytes only, the default) or
     /// `registry` (keys framed for the schema registry, as the values are, decoded
     /// into the struct column `key_fields` as well; a record whose key is not goes to
@@ -122,6 +134,12 @@ async fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
     // The flags that name what the file names too win.
     if let Some(format) = args.value_format {
         settings.value_format = Some(ValueFormat::from(format).name().to_owned());
+    }
+    if let Some(mode) = args.table_mode {
+        settings.table_mode = Some(TableMode::from(mode).name().to_owned());
+    }
+    if let Some(key) = &args.upsert_key {
+        settings.upsert_key = Some(key.clone());
     }
     if let Some(format) = args.key_format {
         settings.key_format = Some(KeyFormat::from(format).name().to_owned());

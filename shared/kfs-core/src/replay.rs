@@ -139,7 +139,8 @@ pub async fn replay_dead_letters(
         );
         properties.insert(REPLAYED_KEY.to_owned(), records.to_string());
         properties.insert(REPLAYED_FROM_KEY.to_owned(), dlq_name.to_string());
-        match crate::commit::append_and_verify(catalog, &table, files, properties, &commit_id)
+        let mode = crate::table::mode_of(&table).map_err(|e| catalog_error(name, e))?;
+        match crate::commit::append_and_verify(access, &table, &mode, files, properties, &commit_id)
             .await
             .map_err(|e| catalog_error(name, e))?
         {

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use kfs_plan::crosscheck::{CrossCheckPolicy, UnreachablePolicy};
 use kfs_plan::duration::parse_duration;
 use kfs_plan::layout::{PartitionField, parse_partition_spec};
+use kfs_plan::mode::ModeSetting;
 use kfs_plan::naming::{
     KeyFormat, TableName, TableNaming, TablePattern, TopicSelection, ValueFormat,
 };
@@ -64,6 +65,11 @@ pub struct Settings {
     /// How new tables store record values: `"raw"` (default) or `"json"`
     /// (`VALUE_FORMAT`).
     pub value_format: Option<String>,
+    /// How new tables treat their records: `"append"` (default), or `"upsert"` (one
+    /// row per key, its last change) (`TABLE_MODE`).
+    pub table_mode: Option<String>,
+    /// The key of upsert tables: `"key"` (the record key, the default) (`UPSERT_KEY`).
+    pub upsert_key: Option<String>,
     /// How registry tables read record keys: `"raw"` (default) or `"registry"` (keys
     /// framed for the schema registry, decoded into the struct column `key_fields`)
     /// (`KEY_FORMAT`).
@@ -220,6 +226,10 @@ pub struct TablePatternEntry {
     pub topic: String,
     /// `namespace.name`, with `$1` or `${group}`.
     pub table: String,
+    /// The mode of the tables it names (the default `table_mode` when absent).
+    pub table_mode: Option<String>,
+    /// Their upsert key (with `table_mode`).
+    pub upsert_key: Option<String>,
 }
 
 /// Where the tables are registered.
@@ -271,6 +281,15 @@ pub struct ValidSettings {
     /// Where the writer schemas of registry-encoded values are (`None`: no
     /// registry); opened by the host, which may reach AWS Glue's.
     pub schema_registry: Option<kfs_values::registry::RegistryLocation>,
+}
+
+/// The mode `mode` keyed by `key`, when either is given (a key alone keys an upsert).
+fn mode_setting(mode: Option<&str>, key: Option<&str>) -> Result<Option<ModeSetting>, String> {
+    match (mode, key) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err("upsert_key is given without table_mode upsert".into()),
+        (Some(mode), key) => ModeSetting::parse(mode, key).map(Some),
+    }
 }
 
 fn invalid(origin: &str, message: impl std::fmt::Display) -> SettingsError {
@@ -339,11 +358,18 @@ impl Settings {
             lfs: self.lfs.validate(&fail)?,
             ..TableNaming::default()
         };
+        naming.mode = mode_setting(self.table_mode.as_deref(), self.upsert_key.as_deref())
+            .map_err(|e| fail("table_mode", &e))?
+            .unwrap_or_default();
         for rule in &self.table_patterns {
-            naming.patterns.push(
-                TablePattern::new(&rule.topic, &rule.table)
-                    .map_err(|e| fail("table_patterns", &e))?,
-            );
+            let mut pattern = TablePattern::new(&rule.topic, &rule.table)
+                .map_err(|e| fail("table_patterns", &e))?;
+            if let Some(mode) = mode_setting(rule.table_mode.as_deref(), rule.upsert_key.as_deref())
+                .map_err(|e| fail("table_patterns", &e))?
+            {
+                pattern = pattern.with_mode(mode);
+            }
+            naming.patterns.push(pattern);
         }
         // Checked now, not at the first table creation.
         crate::compression(&self.table_properties.clone().into_iter().collect())

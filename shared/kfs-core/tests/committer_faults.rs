@@ -70,6 +70,16 @@ async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
     })
 }
 
+impl Setup {
+    /// The catalog with its swap.
+    fn access(&self) -> kfs_core::CatalogAccess<'_> {
+        kfs_core::CatalogAccess {
+            catalog: &self.catalog,
+            swap: &self.swap,
+        }
+    }
+}
+
 /// Converts the segments at `bases` (each 10 records) into pending ledger entries.
 async fn convert(setup: &Setup, ledger: &impl Ledger, bases: &[i64]) -> TestResult {
     let target = TopicTable::open(
@@ -158,7 +168,7 @@ async fn two_committers_racing_commit_every_segment_once() -> TestResult {
     for _ in 0..4 {
         let (a, b) = tokio::join!(
             commit_table(
-                &setup.catalog,
+                setup.access(),
                 &ledger_a,
                 &name,
                 "orders",
@@ -167,7 +177,7 @@ async fn two_committers_racing_commit_every_segment_once() -> TestResult {
                 1
             ),
             commit_table(
-                &setup.catalog,
+                setup.access(),
                 &ledger_b,
                 &name,
                 "orders",
@@ -199,7 +209,7 @@ async fn a_commit_whose_marking_was_lost_is_recovered_not_repeated() -> TestResu
     let name = TableNaming::default().table_for("orders");
     let settings = CommitSettings::default();
     let first = commit_table(
-        &setup.catalog,
+        setup.access(),
         &ledger,
         &name,
         "orders",
@@ -215,7 +225,7 @@ async fn a_commit_whose_marking_was_lost_is_recovered_not_repeated() -> TestResu
         "the commit landed but nothing was marked"
     );
     let second = commit_table(
-        &setup.catalog,
+        setup.access(),
         &ledger,
         &name,
         "orders",
@@ -240,7 +250,7 @@ async fn gaps_wait_for_listed_segments_and_are_recorded_once_none_is_listed() ->
     // Segment 10 is listed but not converted yet: segment 20 must wait behind it.
     convert(&setup, &ledger, &[0, 20]).await?;
     let outcome = commit_table(
-        &setup.catalog,
+        setup.access(),
         &ledger,
         &name,
         "orders",
@@ -257,7 +267,7 @@ async fn gaps_wait_for_listed_segments_and_are_recorded_once_none_is_listed() ->
     assert!(outcome.gaps.is_empty());
     // The listing no longer shows segment 10 (its upload failed): the gap is recorded.
     let outcome = commit_table(
-        &setup.catalog,
+        setup.access(),
         &ledger,
         &name,
         "orders",
@@ -281,7 +291,7 @@ async fn gaps_wait_for_listed_segments_and_are_recorded_once_none_is_listed() ->
     // behind the watermark: it is quarantined unconverted, visible to the operator.
     convert(&setup, &ledger, &[10]).await?;
     let outcome = commit_table(
-        &setup.catalog,
+        setup.access(),
         &ledger,
         &name,
         "orders",
@@ -324,7 +334,7 @@ impl kfs_core::TableSwap for AppendFirst<'_> {
         if self.fired.fetch_add(1, Ordering::SeqCst) == 0 {
             let name = TableNaming::default().table_for("orders");
             commit_table(
-                &self.setup.catalog,
+                self.setup.access(),
                 self.ledger,
                 &name,
                 "orders",
@@ -349,7 +359,7 @@ async fn a_compaction_racing_an_append_restages_and_loses_nothing() -> TestResul
     let first: Vec<i64> = (0..6).map(|i| i * 10).collect();
     convert(&setup, &ledger, &first).await?;
     commit_table(
-        &setup.catalog,
+        setup.access(),
         &ledger,
         &name,
         "orders",
@@ -423,7 +433,7 @@ async fn a_retried_insert_that_finds_its_own_entry_keeps_its_files() -> TestResu
     }
     let name = TableNaming::default().table_for("orders");
     commit_table(
-        &setup.catalog,
+        setup.access(),
         &ledger,
         &name,
         "orders",

@@ -234,46 +234,51 @@ fn keyed(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecor
     }
 }
 
-/// Appends `records` (one segment) as the pipeline does, then deletes what the mirror
-/// supersedes, in a second snapshot.
+/// Commits `records` (one segment) through a pass of the pipeline on a table in
+/// upsert mode: one row-delta snapshot adding the rows and deleting what they
+/// supersede.
 async fn mirror_round(
     local: &Local,
     naming: &TableNaming,
     records: Vec<kfs_segment::OwnedRecord>,
 ) -> TestResult {
     local.put_records("orders", records)?;
+    let before = snapshots(local, naming).await?;
     local.run(naming).await?;
-    let table = local
-        .catalog
-        .load_table(&table_ident(&naming.table_for("orders")))
-        .await?;
-    let current = table.metadata().current_snapshot_id();
-    let added: Vec<iceberg::spec::DataFile> = live_entries(&table)
-        .await?
-        .into_iter()
-        .filter(|e| e.snapshot_id() == current)
-        .map(|e| e.data_file().clone())
-        .collect();
-    let deletes = kfs_core::supersede(&table, &added).await?;
-    if deletes.is_empty() {
-        return Ok(());
-    }
-    let files = kfs_core::write_deletes(&table, &added, &deletes).await?;
-    let change = RowDelta {
-        deletes: files,
-        ..RowDelta::default()
-    };
-    let staged = stage_row_delta(&table, &change, now_ms()).await?;
-    local
-        .swap
-        .commit(&table, staged.requirements, staged.updates)
-        .await?;
+    assert_eq!(
+        snapshots(local, naming).await?,
+        before + 1,
+        "one snapshot a round"
+    );
     Ok(())
+}
+
+/// How many snapshots the `orders` table of `naming` has (0 before it exists).
+async fn snapshots(local: &Local, naming: &TableNaming) -> Result<usize, BoxError> {
+    let ident = table_ident(&naming.table_for("orders"));
+    if !local.catalog.table_exists(&ident).await? {
+        return Ok(0);
+    }
+    Ok(local
+        .catalog
+        .load_table(&ident)
+        .await?
+        .metadata()
+        .snapshots()
+        .count())
+}
+
+/// `naming` with its tables in upsert mode, keyed by the record key.
+fn upsert(naming: TableNaming) -> Result<TableNaming, BoxError> {
+    Ok(TableNaming {
+        mode: kfs_plan::mode::ModeSetting::parse("upsert", None)?,
+        ..naming
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_topic_mirrored_over_commits_reads_as_the_fold_of_its_changes() -> TestResult {
-    mirror_rounds(&TableNaming::default()).await
+    mirror_rounds(&upsert(TableNaming::default())?).await
 }
 
 /// Partitioned by the key, a key's rows share a partition and each partition's rows
@@ -285,7 +290,7 @@ async fn a_mirror_partitioned_by_key_deletes_partition_by_partition() -> TestRes
         partition_by_given: true,
         ..TableNaming::default()
     };
-    mirror_rounds(&naming).await
+    mirror_rounds(&upsert(naming)?).await
 }
 
 /// The mirror's three rounds under `naming`, each checked against the reference fold.

@@ -310,7 +310,7 @@ async fn commit_listed(
 ) -> Result<kfs_core::CommitOutcome, BoxError> {
     let listing = BTreeMap::from([(0, bases.iter().copied().collect::<BTreeSet<_>>())]);
     Ok(kfs_core::testing::commit_table(
-        &local.catalog,
+        local.access(),
         ledger,
         table,
         topic,

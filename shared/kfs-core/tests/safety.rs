@@ -281,6 +281,7 @@ fn listing(bases: &[i64]) -> BTreeMap<i32, BTreeSet<i64>> {
 /// into one or not.
 async fn commit_both(
     catalog: &dyn Catalog,
+    swap: &dyn kfs_core::TableSwap,
     ledger: &impl Ledger,
     table: &TableName,
     coalesce: bool,
@@ -290,7 +291,7 @@ async fn commit_both(
         ..CommitSettings::default()
     };
     commit_table(
-        catalog,
+        kfs_core::CatalogAccess { catalog, swap },
         ledger,
         table,
         "orders",
@@ -348,7 +349,7 @@ async fn another_feeds_pending_files_are_never_committed_or_marked() -> TestResu
     .await?;
     let table = name("kafscale.orders");
     let outcome = commit_table(
-        &local.catalog,
+        local.access(),
         &local.ledger,
         &table,
         "orders",
@@ -405,7 +406,8 @@ async fn orphan_cleanup_never_deletes_files_a_commit_lands_meanwhile() -> TestRe
         inner: &local.ledger,
         probe: CommitWhileListing {
             commit: Mutex::new(Some(Box::pin(async {
-                let outcome = commit_both(&local.catalog, &committer, &table, false).await;
+                let outcome =
+                    commit_both(&local.catalog, &local.swap, &committer, &table, false).await;
                 assert!(outcome.is_ok_and(|o| o.segments == 2));
             }))),
         },
@@ -523,11 +525,12 @@ async fn an_attempt_that_lost_to_another_layout_deletes_nothing_the_winner_refer
     let racing = Overridden(CommitFirst {
         inner: &local.catalog,
         other: Mutex::new(Some(Box::pin(async {
-            let outcome = commit_both(&winner_catalog, &winner_ledger, &table, false).await;
+            let outcome =
+                commit_both(&winner_catalog, &local.swap, &winner_ledger, &table, false).await;
             assert!(outcome.is_ok_and(|o| o.segments == 2 && o.coalesced == 0));
         }))),
     });
-    let loser = commit_both(&racing, &local.ledger, &table, true).await?;
+    let loser = commit_both(&racing, &local.swap, &local.ledger, &table, true).await?;
     assert!(loser.snapshot_id.is_some());
     let loaded = local.catalog.load_table(&table_ident(&table)).await?;
     assert_eq!(loaded.metadata().snapshots().count(), 1);

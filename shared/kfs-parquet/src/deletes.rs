@@ -75,15 +75,16 @@ pub async fn write_position_deletes(
     let builder = ParquetFileWriterBuilder::new(properties, Arc::new(position_delete_schema()?))?;
     let mut writer = builder.build(io.new_output(path)?).await?;
     let arrow = crate::arrow_schema(&position_delete_schema()?)?;
-    let rows = deletes
-        .iter()
-        .flat_map(|(file, positions)| positions.iter().map(move |pos| (file.as_str(), *pos)));
     let mut pending: Vec<(&str, i64)> = Vec::with_capacity(BATCH_ROWS);
     let mut total = 0u64;
-    for row in rows {
-        pending.push(row);
-        if pending.len() == BATCH_ROWS {
-            total += write_batch(&mut writer, &arrow, &mut pending).await?;
+    // Plain loops, no iterator adaptor held across the writes: the future stays
+    // provably `Send` wherever it is awaited.
+    for (file, positions) in deletes {
+        for &pos in positions {
+            pending.push((file.as_str(), pos));
+            if pending.len() == BATCH_ROWS {
+                total += write_batch(&mut writer, &arrow, &mut pending).await?;
+            }
         }
     }
     total += write_batch(&mut writer, &arrow, &mut pending).await?;

@@ -21,6 +21,7 @@
 //!   the table's watermarks become.
 //! - [`wakeup`]: what the converter announces to the committer, which tables a
 //!   batch of announcements asks to commit, and how long an early one is held.
+//! - [`mode`]: whether a table appends its records or mirrors their keys.
 //! - [`changes`]: what a keyed record or a Debezium envelope asks of a mirrored
 //!   table, and the last change per key a batch folds into.
 //!
@@ -39,6 +40,7 @@ pub mod hash;
 pub mod keys;
 pub mod layout;
 pub mod lfs;
+pub mod mode;
 pub mod naming;
 pub mod offsets;
 pub mod progress;

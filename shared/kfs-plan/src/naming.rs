@@ -98,6 +98,8 @@ pub struct TableNaming {
     pub table_prefix: String,
     /// What is done with large-file (LFS) claim-check records, per topic.
     pub lfs: crate::lfs::LfsSettings,
+    /// The mode of new tables whose rule sets none ([`crate::mode`]).
+    pub mode: crate::mode::ModeSetting,
 }
 
 /// Which topics are ingested: those matching an `include` pattern (every topic when
@@ -229,11 +231,15 @@ pub const DEAD_LETTER_SUFFIX: &str = "__dlq";
 pub struct TablePattern {
     topic: regex::Regex,
     table: String,
+    /// The mode of the tables the rule names, when it sets one.
+    mode: Option<crate::mode::ModeSetting>,
 }
 
 impl PartialEq for TablePattern {
     fn eq(&self, other: &Self) -> bool {
-        self.topic.as_str() == other.topic.as_str() && self.table == other.table
+        self.topic.as_str() == other.topic.as_str()
+            && self.table == other.table
+            && self.mode == other.mode
     }
 }
 
@@ -251,7 +257,14 @@ impl TablePattern {
         Ok(Self {
             topic: regex,
             table: table.to_owned(),
+            mode: None,
         })
+    }
+
+    /// The rule, its tables created in `mode` rather than the naming's default.
+    pub fn with_mode(mut self, mode: crate::mode::ModeSetting) -> Self {
+        self.mode = Some(mode);
+        self
     }
 
     /// The table of `topic`, if the rule matches it and names a table.
@@ -297,7 +310,22 @@ impl TableNaming {
                 self.value_format.name()
             ));
         }
+        for mode in
+            std::iter::once(&self.mode).chain(self.patterns.iter().filter_map(|p| p.mode.as_ref()))
+        {
+            mode.check(self.value_format)?;
+        }
         Ok(())
+    }
+
+    /// The mode of `topic`'s new table: that of the first rule matching the topic
+    /// that sets one, else the default.
+    pub fn mode_for(&self, topic: &str) -> &crate::mode::ModeSetting {
+        self.patterns
+            .iter()
+            .filter(|pattern| pattern.topic.is_match(topic))
+            .find_map(|pattern| pattern.mode.as_ref())
+            .unwrap_or(&self.mode)
     }
 
     /// The partition spec of `topic`'s table (empty: unpartitioned).

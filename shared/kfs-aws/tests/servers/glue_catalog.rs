@@ -64,7 +64,7 @@ async fn glue_tables_take_commits_with_the_offset_map() {
         .unwrap_or_else(|e| panic!("ingest: {e}"));
         listing.entry(0).or_default().insert(base);
         let outcome = commit_table(
-            catalog.as_ref(),
+            handle.access(),
             &ledger,
             &name,
             "orders",

@@ -163,7 +163,10 @@ impl<L: Ledger> BenchTable<L> {
     /// Commits the pending segments with `settings`.
     pub async fn commit_with(&self, settings: &CommitSettings) -> BenchResult<CommitOutcome> {
         Ok(commit_table(
-            &self.catalog,
+            kfs_core::CatalogAccess {
+                catalog: &self.catalog,
+                swap: &self.swap,
+            },
             &self.ledger,
             &self.name,
             "bench",

@@ -1,13 +1,19 @@
-//! Appending a commit's files: pinned to the snapshot the plan was made on, the
+//! Landing a commit's files: pinned to the snapshot the plan was made on, the
 //! table's stored progress set in the same metadata update, and the outcome checked
-//! against the table re-read after it, whatever the catalog answered.
+//! against the table re-read after it, whatever the catalog answered. An append
+//! table's files are appended; a mirror's (`kfs_plan::mode`) come in a row delta
+//! with the position deletes of the rows they supersede ([`crate::mirror`]), planned
+//! on the same pinned snapshot, so a commit that lands applies each change once.
 
 use std::collections::HashMap;
 
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, ErrorKind};
+use iceberg::{ErrorKind, TableUpdate};
+use kfs_catalog::catalog::CatalogAccess;
+use kfs_plan::mode::ModeSetting;
 
+use crate::commit::row_delta::{RowDelta, stage_row_delta};
 use crate::table::{ATTEMPT_ID_KEY, attempt_of, find_commit};
 
 /// Appends `files` with the summary `properties` on the snapshot `table` is at, or
@@ -17,7 +23,7 @@ use crate::table::{ATTEMPT_ID_KEY, attempt_of, find_commit};
 /// which the caller checks against the table (an error may hide a commit that landed,
 /// and a success a swap that did not).
 async fn pinned_append(
-    catalog: &dyn Catalog,
+    catalog: &dyn iceberg::Catalog,
     table: &Table,
     files: Vec<iceberg::spec::DataFile>,
     properties: HashMap<String, String>,
@@ -53,6 +59,38 @@ async fn pinned_append(
         .err())
 }
 
+/// [`pinned_append`] for a mirror: the files in a row delta beside the position
+/// deletes of every row they supersede, as the table the commit is pinned to holds
+/// them, committed through the pointer swap (which requires `main` unmoved).
+async fn pinned_row_delta(
+    access: CatalogAccess<'_>,
+    table: &Table,
+    files: Vec<iceberg::spec::DataFile>,
+    properties: HashMap<String, String>,
+    attempt_id: &str,
+) -> Result<Option<iceberg::Error>, iceberg::Error> {
+    let sequence_number = table.metadata().next_sequence_number();
+    let progress =
+        kfs_plan::progress::progress_properties(&properties, attempt_id, sequence_number);
+    let superseded = crate::mirror::supersede(table, &files).await?;
+    let deletes = crate::mirror::write_deletes(table, &files, &superseded).await?;
+    let change = RowDelta {
+        data: files,
+        deletes,
+        properties,
+    };
+    let staged = stage_row_delta(table, &change, crate::now_ms()).await?;
+    let mut updates = staged.updates;
+    updates.push(TableUpdate::SetProperties {
+        updates: progress.into_iter().collect(),
+    });
+    Ok(access
+        .swap
+        .commit(table, staged.requirements, updates)
+        .await
+        .err())
+}
+
 /// What a pinned append came to, by the table re-read after it.
 pub(crate) enum Appended {
     /// The commit is in the table: the table as re-read, the commit's snapshot, and
@@ -64,13 +102,15 @@ pub(crate) enum Appended {
     Replan(Table),
 }
 
-/// Appends `files` pinned to the snapshot `table` is at, then re-reads the table and
-/// looks for `commit_id` in its history, whatever the catalog answered (the SQL
-/// catalog can report success for a swap that did not happen, and an error may hide a
-/// commit that did). An error a re-plan cannot answer is returned.
+/// Lands `files` pinned to the snapshot `table` is at (appended, or in a row delta
+/// for a table whose `mode` mirrors its keys), then re-reads the table and looks for
+/// `commit_id` in its history, whatever the catalog answered (the SQL catalog can
+/// report success for a swap that did not happen, and an error may hide a commit that
+/// did). An error a re-plan cannot answer is returned.
 pub(crate) async fn append_and_verify(
-    catalog: &dyn Catalog,
+    access: CatalogAccess<'_>,
     table: &Table,
+    mode: &ModeSetting,
     files: Vec<iceberg::spec::DataFile>,
     properties: HashMap<String, String>,
     commit_id: &str,
@@ -78,8 +118,11 @@ pub(crate) async fn append_and_verify(
     let mut properties = properties;
     let attempt_id = uuid::Uuid::new_v4().simple().to_string();
     properties.insert(ATTEMPT_ID_KEY.to_owned(), attempt_id.clone());
-    let answer = pinned_append(catalog, table, files, properties, &attempt_id).await?;
-    let table = catalog.load_table(table.identifier()).await?;
+    let answer = match mode.mirrors() {
+        false => pinned_append(access.catalog, table, files, properties, &attempt_id).await?,
+        true => pinned_row_delta(access, table, files, properties, &attempt_id).await?,
+    };
+    let table = access.catalog.load_table(table.identifier()).await?;
     if let Some(found) = find_commit(&table, commit_id) {
         let ours = attempt_of(&table, found).as_deref() == Some(attempt_id.as_str());
         return Ok(Appended::Landed(table, found.snapshot_id(), ours));

@@ -6,8 +6,8 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use iceberg::Catalog;
 use iceberg::table::Table;
+use kfs_catalog::catalog::CatalogAccess;
 use kfs_plan::commit::{CommitPlan, PendingSegment, PlanInput, plan_commit};
 use kfs_plan::crosscheck::{AgedSegment, cross_check};
 use kfs_plan::naming::TableName;
@@ -29,7 +29,7 @@ type Listing = BTreeMap<i32, BTreeSet<i64>>;
 
 /// Runs one commit cycle for one table.
 pub async fn commit_table(
-    catalog: &dyn Catalog,
+    access: CatalogAccess<'_>,
     ledger: &impl Ledger,
     name: &TableName,
     topic: &str,
@@ -37,8 +37,9 @@ pub async fn commit_table(
     settings: &CommitSettings,
     now_ms: i64,
 ) -> Result<CommitOutcome, CommitError> {
+    let catalog = access.catalog;
     let cycle = Cycle {
-        catalog,
+        access,
         ledger,
         name,
         table_name: name.to_string(),
@@ -123,7 +124,7 @@ pub async fn commit_table(
 
 /// What one cycle works with.
 struct Cycle<'a, L> {
-    catalog: &'a dyn Catalog,
+    access: CatalogAccess<'a>,
     ledger: &'a L,
     name: &'a TableName,
     table_name: String,
@@ -350,7 +351,7 @@ impl<L: Ledger> Cycle<'_, L> {
         let (table, topic) = (on.table, self.topic);
         let commit_id = plan.commit_id(topic);
         let dead_letters = commit_dead_letters(
-            self.catalog,
+            self.access,
             self.name,
             topic,
             plan,
@@ -383,9 +384,17 @@ impl<L: Ledger> Cycle<'_, L> {
         if let Some(newest) = newest {
             properties.insert(MAX_TIMESTAMP_KEY.to_owned(), newest.to_string());
         }
-        let answer = append_and_verify(self.catalog, table, data_files, properties, &commit_id)
-            .await
-            .map_err(|e| self.catalog_error(e))?;
+        let mode = crate::table::mode_of(table).map_err(|e| self.catalog_error(e))?;
+        let answer = append_and_verify(
+            self.access,
+            table,
+            &mode,
+            data_files,
+            properties,
+            &commit_id,
+        )
+        .await
+        .map_err(|e| self.catalog_error(e))?;
         Ok(match answer {
             Appended::Landed(landed, snapshot_id, ours) => {
                 if !ours {

@@ -7,7 +7,7 @@ use super::recover::pending_segment;
 use crate::ledger::LedgerEntry;
 use crate::table::table_ident;
 use crate::table::table_watermarks;
-use iceberg::Catalog;
+use kfs_catalog::catalog::CatalogAccess;
 use kfs_plan::commit::{CommitPlan, PendingSegment, plan_dead_letters};
 use kfs_plan::naming::TableName;
 use std::collections::HashMap;
@@ -17,7 +17,7 @@ use std::collections::HashMap;
 /// has any. The snapshot carries the offset map and `commit_id` like the table's.
 /// Returns the dead letters committed.
 pub(crate) async fn commit_dead_letters(
-    catalog: &dyn Catalog,
+    access: CatalogAccess<'_>,
     name: &TableName,
     topic: &str,
     plan: &CommitPlan,
@@ -46,7 +46,11 @@ pub(crate) async fn commit_dead_letters(
         source: Box::new(source),
     };
     let ident = table_ident(&dead_letter_name);
-    let mut table = catalog.load_table(&ident).await.map_err(catalog_error)?;
+    let mut table = access
+        .catalog
+        .load_table(&ident)
+        .await
+        .map_err(catalog_error)?;
     for _ in 0..settings.max_attempts {
         let watermarks = table_watermarks(&table).map_err(|source| CommitError::Progress {
             table: table_name.clone(),
@@ -76,7 +80,9 @@ pub(crate) async fn commit_dead_letters(
         }
         let mut summary = dead_letters.summary(topic, &[]);
         summary.commit_id = commit_id.to_owned();
-        match append_and_verify(catalog, &table, files, summary.properties(), commit_id)
+        // A dead-letter table is a log, whatever its table's mode.
+        let log = kfs_plan::mode::ModeSetting::default();
+        match append_and_verify(access, &table, &log, files, summary.properties(), commit_id)
             .await
             .map_err(catalog_error)?
         {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use futures::StreamExt;
-use iceberg::Catalog;
+use kfs_catalog::catalog::CatalogAccess;
 
 use super::config::PipelineConfig;
 use super::report::{PassReport, Progress};
@@ -19,7 +19,7 @@ use crate::ledger::Ledger;
 /// recorded allows, commit together); `config.table_concurrency` at a time, none
 /// begun after the deadline. Outcomes and failures go to `report`.
 pub(super) async fn commit_swept(
-    catalog: &dyn Catalog,
+    access: CatalogAccess<'_>,
     ledger: &impl Ledger,
     config: &PipelineConfig,
     swept: BTreeMap<String, SweptTable>,
@@ -49,7 +49,7 @@ pub(super) async fn commit_swept(
                 return (name, None);
             }
             let outcome = commit_table(
-                catalog,
+                access,
                 ledger,
                 &name,
                 &topic,

@@ -62,7 +62,7 @@ pub async fn run_pass(
         new: work.len(),
     });
     convert::convert_new(&pass, &mut tables, &work, &mut swept, &mut report).await?;
-    commit::commit_swept(catalog, ledger, config, swept, &mut report, progress).await;
+    commit::commit_swept(access, ledger, config, swept, &mut report, progress).await;
     tables.report_into(&mut report);
     report.unreadable.sort();
     report.unreadable.dedup();

@@ -19,6 +19,8 @@ pub(super) const VARIABLES: &[(&str, &str)] = &[
     ("table_properties", "TABLE_PROPERTIES"),
     ("value_format", "VALUE_FORMAT"),
     ("key_format", "KEY_FORMAT"),
+    ("table_mode", "TABLE_MODE"),
+    ("upsert_key", "UPSERT_KEY"),
     ("value_columns", "VALUE_COLUMNS"),
     ("snapshot_retention", "SNAPSHOT_RETENTION"),
     ("orphan_age", "ORPHAN_AGE"),
@@ -59,6 +61,8 @@ impl Settings {
             table_properties: env.json("TABLE_PROPERTIES", "a JSON object of strings")?,
             value_format: var("VALUE_FORMAT"),
             key_format: var("KEY_FORMAT"),
+            table_mode: var("TABLE_MODE"),
+            upsert_key: var("UPSERT_KEY"),
             value_columns: env.json("VALUE_COLUMNS", "a JSON object of strings")?,
             start_offsets: BTreeMap::new(),
             catalog: CatalogSettings {

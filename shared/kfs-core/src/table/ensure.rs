@@ -59,6 +59,7 @@ pub async fn ensure_owned_table(
             VALUE_FORMAT_PROPERTY.to_owned(),
             layout.value_format.name().to_owned(),
         );
+        properties.extend(layout.mode_for(topic).properties());
         if !declared.is_empty() {
             properties.insert(
                 crate::table::VALUE_COLUMNS_PROPERTY.to_owned(),
@@ -88,6 +89,9 @@ pub async fn ensure_dead_letter_table(
     let dead_letters = ensure_table(catalog, &name, || {
         let mut properties = table.metadata().properties().clone();
         properties.remove(VALUE_FORMAT_PROPERTY);
+        // A log of the records the table refused, whatever the table's mode.
+        properties.remove(kfs_plan::mode::TABLE_MODE_PROPERTY);
+        properties.remove(kfs_plan::mode::UPSERT_KEY_PROPERTY);
         Ok(TableCreation::builder()
             .name(name.name.clone())
             .schema(crate::table::dead_letter_schema()?)

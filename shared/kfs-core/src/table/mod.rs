@@ -26,3 +26,19 @@ pub use ownership::{
     Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, claim_table, table_owner,
 };
 pub use progress::{ProgressDecision, decide_progress};
+
+/// The mode `table` records ([`kfs_plan::mode`]; `append` when none): a mode this
+/// version does not know, or cannot commit, is a configuration error naming it.
+pub fn mode_of(table: &iceberg::table::Table) -> iceberg::Result<kfs_plan::mode::ModeSetting> {
+    let config = |reason: String| {
+        kfs_catalog::fault::iceberg_error(
+            kfs_catalog::fault::ErrorKind::Config,
+            format!("table {}: {reason}", table.identifier()),
+        )
+    };
+    let mode = kfs_plan::mode::ModeSetting::of_properties(table.metadata().properties())
+        .map_err(config)?;
+    let format = value_format_of(table).map_err(config)?;
+    mode.check(format).map_err(config)?;
+    Ok(mode)
+}

@@ -1,0 +1,197 @@
+//! Table modes: whether a table appends every record (`append`, the default) or
+//! mirrors its topic's keys (`upsert`: one row per key, its last change; a tombstone
+//! deletes the key), and by which key. A table's mode is chosen when it is created
+//! and recorded in its properties ([`TABLE_MODE_PROPERTY`], [`UPSERT_KEY_PROPERTY`]),
+//! so every process commits it alike whatever its own settings say.
+//!
+//! Built: `upsert` of raw tables by the record key. Refused with the reason, until
+//! they are built: `cdc` (Debezium envelopes), an upsert key of value fields, and
+//! upsert tables whose values are JSON or registry-encoded (their rows do not say
+//! which record was a tombstone).
+
+use std::collections::HashMap;
+
+use crate::naming::ValueFormat;
+
+/// Table property recording a table's mode (`append` when absent).
+pub const TABLE_MODE_PROPERTY: &str = "kfs.table-mode";
+/// Table property recording an upsert table's key: `key` (the record key).
+pub const UPSERT_KEY_PROPERTY: &str = "kfs.upsert-key";
+/// How [`UPSERT_KEY_PROPERTY`] names the record key.
+pub const RECORD_KEY: &str = "key";
+
+/// How a table treats its topic's records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TableMode {
+    /// Every record is a row (the change log).
+    #[default]
+    Append,
+    /// One row per key, its last change; a tombstone (a null value) deletes the key.
+    Upsert,
+    /// One row per key of Debezium change events (`before`, `after`, `op`).
+    Cdc,
+}
+
+impl TableMode {
+    /// The mode's name, as configured and as recorded in a table's properties.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Append => "append",
+            Self::Upsert => "upsert",
+            Self::Cdc => "cdc",
+        }
+    }
+
+    /// Parses `append`, `upsert` or `cdc`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "append" => Ok(Self::Append),
+            "upsert" => Ok(Self::Upsert),
+            "cdc" => Ok(Self::Cdc),
+            other => Err(format!(
+                "table mode {other:?}: expected append, upsert or cdc"
+            )),
+        }
+    }
+}
+
+/// A table's mode and, for a mirror, its key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModeSetting {
+    /// The mode.
+    pub mode: TableMode,
+    /// The value fields the mirror is keyed by; empty for the record key.
+    pub key_fields: Vec<String>,
+}
+
+impl ModeSetting {
+    /// The setting `mode` (`append`, `upsert`, `cdc`) keyed by `key`
+    /// (`FIELD[,FIELD...]`; absent, empty or `key` for the record key).
+    pub fn parse(mode: &str, key: Option<&str>) -> Result<Self, String> {
+        let mode = TableMode::parse(mode)?;
+        let key_fields: Vec<String> = key
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|field| !field.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let key_fields = match key_fields.as_slice() {
+            [only] if only == RECORD_KEY => Vec::new(),
+            _ => key_fields,
+        };
+        if mode == TableMode::Append && !key_fields.is_empty() {
+            return Err("upsert_key is given for a table in append mode: only upsert and cdc tables have a key".into());
+        }
+        Ok(Self { mode, key_fields })
+    }
+
+    /// Whether the table mirrors its keys (`upsert` or `cdc`).
+    pub fn mirrors(&self) -> bool {
+        self.mode != TableMode::Append
+    }
+
+    /// Refuses what is not built for a table whose values are `format`.
+    pub fn check(&self, format: ValueFormat) -> Result<(), String> {
+        match self.mode {
+            TableMode::Append => Ok(()),
+            TableMode::Cdc => Err(
+                "table mode cdc (Debezium envelopes) is not built yet: use upsert, keyed by the record key"
+                    .into(),
+            ),
+            TableMode::Upsert if !self.key_fields.is_empty() => Err(format!(
+                "upsert_key {:?}: a key of value fields is not built yet; upsert tables are keyed by the record key",
+                self.key_fields.join(",")
+            )),
+            TableMode::Upsert if format != ValueFormat::Raw => Err(format!(
+                "table mode upsert needs value_format raw (a null value is the tombstone); value_format {} is not built yet",
+                format.name()
+            )),
+            TableMode::Upsert => Ok(()),
+        }
+    }
+
+    /// The properties a new table of this mode records.
+    pub fn properties(&self) -> Vec<(String, String)> {
+        if !self.mirrors() {
+            return Vec::new();
+        }
+        let key = match self.key_fields.is_empty() {
+            true => RECORD_KEY.to_owned(),
+            false => self.key_fields.join(","),
+        };
+        vec![
+            (TABLE_MODE_PROPERTY.to_owned(), self.mode.name().to_owned()),
+            (UPSERT_KEY_PROPERTY.to_owned(), key),
+        ]
+    }
+
+    /// The mode a table's properties record (`append` when they record none).
+    pub fn of_properties(properties: &HashMap<String, String>) -> Result<Self, String> {
+        match properties.get(TABLE_MODE_PROPERTY) {
+            None => Ok(Self::default()),
+            Some(mode) => Self::parse(
+                mode,
+                properties.get(UPSERT_KEY_PROPERTY).map(String::as_str),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_name_themselves() {
+        for mode in [TableMode::Append, TableMode::Upsert, TableMode::Cdc] {
+            assert_eq!(TableMode::parse(mode.name()), Ok(mode));
+        }
+        assert_eq!(TableMode::parse(" UPSERT "), Ok(TableMode::Upsert));
+        let refused = TableMode::parse("merge").unwrap_err();
+        assert!(refused.contains("\"merge\"") && refused.contains("append, upsert or cdc"));
+    }
+
+    #[test]
+    fn the_record_key_is_the_default_key() -> Result<(), String> {
+        let by_record = ModeSetting::parse("upsert", None)?;
+        assert!(by_record.key_fields.is_empty() && by_record.mirrors());
+        assert_eq!(ModeSetting::parse("upsert", Some("key"))?, by_record);
+        assert_eq!(ModeSetting::parse("upsert", Some(" "))?, by_record);
+        let fields = ModeSetting::parse("upsert", Some("id, region"))?;
+        assert_eq!(fields.key_fields, ["id", "region"]);
+        assert!(ModeSetting::parse("append", Some("id")).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn what_is_not_built_is_refused_with_the_reason() -> Result<(), String> {
+        let upsert = ModeSetting::parse("upsert", None)?;
+        assert_eq!(upsert.check(ValueFormat::Raw), Ok(()));
+        let json = upsert.check(ValueFormat::Json).unwrap_err();
+        assert!(json.contains("value_format json"), "{json}");
+        let fields = ModeSetting::parse("upsert", Some("id"))?.check(ValueFormat::Raw);
+        assert!(fields.unwrap_err().contains("\"id\""));
+        let cdc = ModeSetting::parse("cdc", None)?.check(ValueFormat::Json);
+        assert!(cdc.unwrap_err().contains("cdc"));
+        assert_eq!(ModeSetting::default().check(ValueFormat::Json), Ok(()));
+        Ok(())
+    }
+
+    #[test]
+    fn a_table_records_its_mode_in_its_properties() -> Result<(), String> {
+        assert!(ModeSetting::default().properties().is_empty());
+        let upsert = ModeSetting::parse("upsert", None)?;
+        let properties: HashMap<String, String> = upsert.properties().into_iter().collect();
+        assert_eq!(properties[TABLE_MODE_PROPERTY], "upsert");
+        assert_eq!(properties[UPSERT_KEY_PROPERTY], "key");
+        assert_eq!(ModeSetting::of_properties(&properties)?, upsert);
+        assert_eq!(
+            ModeSetting::of_properties(&HashMap::new())?,
+            ModeSetting::default()
+        );
+        let broken = HashMap::from([(TABLE_MODE_PROPERTY.to_owned(), "weird".to_owned())]);
+        assert!(ModeSetting::of_properties(&broken).is_err());
+        Ok(())
+    }
+}
