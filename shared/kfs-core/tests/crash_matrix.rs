@@ -26,6 +26,12 @@
 //! the woken table, without maintenance), then delivers the same wake-up again (the
 //! queue redelivers what was not acknowledged) before the plain ticks.
 //!
+//! A fourth matrix runs the tick on a table in upsert mode fed keyed records (keys
+//! updated within a segment and across segments, tombstones, keys inserted again),
+//! its first segments committed before the faulty tick: every commit is a row delta
+//! deleting what it supersedes, and after recovery the table also reads (with its
+//! deletes applied) as the fold of every record, each key's last row once.
+//!
 //! Invariants after recovery: every record of every segment is in the table exactly
 //! once (record count, no data file registered twice, the watermarks at the end of
 //! every partition); every file the table references exists; every ledger entry is
@@ -56,18 +62,17 @@ enum Trigger {
     /// A wake-up for the table: its pass alone, no maintenance; recovery starts with
     /// the same wake-up delivered again.
     Wakeup,
+    /// A scheduled tick, with maintenance, of a table in upsert mode fed keyed
+    /// records (updates within a segment and across segments, tombstones, keys
+    /// inserted again): after recovery the table also reads as their fold.
+    Mirror,
 }
 
 /// The table the wake-ups name.
 const WOKEN: &str = "kafscale.orders";
 
-/// One case: a faulty tick, then recovery; returns whether the fault fired, or the
-/// violated invariant.
-async fn case(step: Step, mode: faults::Mode, occurrence: usize) -> Result<bool, String> {
-    case_of(Trigger::Tick, step, mode, occurrence).await
-}
-
-/// [`case`], the faulty process run by `trigger`.
+/// One case: the faulty process run by `trigger`, then recovery; returns whether the
+/// fault fired, or the violated invariant.
 async fn case_of(
     trigger: Trigger,
     step: Step,
@@ -80,13 +85,34 @@ async fn case_of(
     let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
         .await
         .map_err(|e| text(&e))?;
-    let source = source().map_err(|e| text(&e))?;
+    let mirror = trigger == Trigger::Mirror;
+    // A mirror's first segments are committed before the faulty tick, so that its
+    // commit deletes rows of an earlier one.
+    let source = match mirror {
+        true => faults::keyed_source(1),
+        false => source(),
+    }
+    .map_err(|e| text(&e))?;
+    let naming = match mirror {
+        true => faults::upsert_naming()?,
+        false => Default::default(),
+    };
     let faults = Faults::new(step, mode, occurrence);
     let faults = match outside {
         true => faults.with_outside_commit(dir.path()),
         false => faults,
     };
     let mut process = Process::open(dir.path(), &source, &ledger, faults.clone()).await?;
+    process.naming = naming.clone();
+    if mirror {
+        let mut first = Process::open(dir.path(), &source, &ledger, Faults::none()).await?;
+        first.naming = naming.clone();
+        first
+            .tick(&etcd_caught_up(), CrossCheckPolicy::default(), None)
+            .await
+            .map_err(|e| format!("the first commit: {}", e.message))?;
+        faults::put_keyed_segments(&source, 1..faults::SEGMENTS).map_err(|e| text(&e))?;
+    }
     let maintenance = MaintenancePolicy {
         max_snapshots: Some(1),
         orphan_age: None,
@@ -108,14 +134,19 @@ async fn case_of(
         .map_err(|e| text(&e))?;
     if trigger == Trigger::Wakeup {
         let mut again = Process::open(dir.path(), &source, &ledger, Faults::none()).await?;
+        again.naming = naming.clone();
         again.woken_for = woken();
         again
             .tick(&etcd_caught_up(), CrossCheckPolicy::default(), None)
             .await
             .map_err(|e| format!("the wake-up delivered again: {}", e.message))?;
     }
-    quiesce(dir.path(), &source, &ledger, &Default::default()).await?;
-    let late = check(&open_catalog(dir.path()).await?, &ledger).await?;
+    quiesce(dir.path(), &source, &ledger, &naming).await?;
+    let catalog = open_catalog(dir.path()).await?;
+    let late = check(&catalog, &ledger).await?;
+    if mirror {
+        faults::check_mirror(&catalog).await?;
+    }
     if late != 0 {
         return Err(format!("{late} segments quarantined as late"));
     }
@@ -131,26 +162,37 @@ async fn case_of(
     Ok(faults.fired.load(Ordering::SeqCst) || outside)
 }
 
-#[tokio::test]
-async fn every_fault_at_every_step_recovers_to_exactly_once() -> TestResult {
+/// How often each step is faulted in a scheduled tick: at its first and at a later
+/// occurrence for the steps taken once per segment, run or file.
+fn tick_occurrences(step: Step) -> &'static [usize] {
+    match step {
+        Step::SegmentRead | Step::FileDelete => &[1, 4],
+        // Once per run: the three segments of each partition are one run.
+        Step::DataFileWrite | Step::LedgerInsert => &[1, 2],
+        Step::TableCreate
+        | Step::EtcdRead
+        | Step::CatalogCommit
+        | Step::MarkCommitted
+        | Step::CompactionCommit => &[1],
+        // Registry tables only: their matrix is the dead-letter matrix's.
+        Step::RegistryRead => &[],
+    }
+}
+
+/// Runs every mode at each of `steps`, at the occurrences `occurrences` gives, with
+/// the faulty process run by `trigger`; prints the tally and fails with every case
+/// that did not recover (or whose fault never fired).
+async fn run_matrix(
+    trigger: Trigger,
+    steps: impl Iterator<Item = Step>,
+    occurrences: fn(Step) -> &'static [usize],
+) -> TestResult {
     let (mut cases, mut fired, mut failures) = (0, 0, Vec::new());
-    for step in STEPS {
-        let occurrences: &[usize] = match step {
-            Step::SegmentRead | Step::FileDelete => &[1, 4],
-            // Once per run: the three segments of each partition are one run.
-            Step::DataFileWrite | Step::LedgerInsert => &[1, 2],
-            Step::TableCreate
-            | Step::EtcdRead
-            | Step::CatalogCommit
-            | Step::MarkCommitted
-            | Step::CompactionCommit => &[1],
-            // Registry tables only: their matrix is the dead-letter matrix's.
-            Step::RegistryRead => &[],
-        };
+    for step in steps {
         for mode in MODES {
-            for &occurrence in occurrences {
+            for &occurrence in occurrences(step) {
                 cases += 1;
-                match case(step, mode, occurrence).await {
+                match case_of(trigger, step, mode, occurrence).await {
                     Ok(true) => fired += 1,
                     Ok(false) => failures.push(format!(
                         "{step:?} {mode:?} #{occurrence}: the fault never fired"
@@ -162,9 +204,31 @@ async fn every_fault_at_every_step_recovers_to_exactly_once() -> TestResult {
             }
         }
     }
-    println!("crash matrix: {cases} cases, {fired} with the fault fired, all recovered");
+    println!(
+        "{trigger:?} crash matrix: {cases} cases, {fired} with the fault fired, all recovered"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     Ok(())
+}
+
+#[tokio::test]
+async fn every_fault_at_every_step_recovers_to_exactly_once() -> TestResult {
+    run_matrix(Trigger::Tick, STEPS.into_iter(), tick_occurrences).await
+}
+
+/// The mirror's commit is a row delta through the pointer swap (the compaction
+/// commit's step), its deletes planned on the snapshot it is pinned to; the table
+/// exists before the faulty tick (its first segments committed), and the expiry
+/// after it deletes what only the first snapshot reached.
+#[tokio::test]
+async fn every_fault_at_every_step_of_a_mirror_recovers_to_its_fold_exactly_once() -> TestResult {
+    let occurrences = |step| match step {
+        Step::TableCreate => &[][..],
+        // One file only the first snapshot reached: its manifest list.
+        Step::FileDelete => &[1],
+        step => tick_occurrences(step),
+    };
+    run_matrix(Trigger::Mirror, STEPS.into_iter(), occurrences).await
 }
 
 #[tokio::test]
@@ -196,36 +260,17 @@ async fn an_outside_commit_before_ours_at_every_commit_fault_recovers_to_exactly
 
 #[tokio::test]
 async fn every_fault_at_every_step_of_a_wakeup_recovers_to_exactly_once() -> TestResult {
-    let (mut cases, mut fired, mut failures) = (0, 0, Vec::new());
     // A wake-up converts what its pass finds and commits; it never maintains.
-    let steps = STEPS.iter().filter(|step| {
+    let steps = STEPS.into_iter().filter(|step| {
         !matches!(
             step,
             Step::CompactionCommit | Step::FileDelete | Step::RegistryRead
         )
     });
-    for &step in steps {
-        let occurrences: &[usize] = match step {
-            Step::SegmentRead => &[1, 4],
-            Step::DataFileWrite | Step::LedgerInsert => &[1, 2],
-            _ => &[1],
-        };
-        for mode in MODES {
-            for &occurrence in occurrences {
-                cases += 1;
-                match case_of(Trigger::Wakeup, step, mode, occurrence).await {
-                    Ok(true) => fired += 1,
-                    Ok(false) => failures.push(format!(
-                        "{step:?} {mode:?} #{occurrence}: the fault never fired"
-                    )),
-                    Err(violation) => {
-                        failures.push(format!("{step:?} {mode:?} #{occurrence}: {violation}"))
-                    }
-                }
-            }
-        }
-    }
-    println!("wake-up crash matrix: {cases} cases, {fired} with the fault fired, all recovered");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    Ok(())
+    let occurrences = |step| match step {
+        Step::SegmentRead => &[1, 4][..],
+        Step::DataFileWrite | Step::LedgerInsert => &[1, 2],
+        _ => &[1],
+    };
+    run_matrix(Trigger::Wakeup, steps, occurrences).await
 }
