@@ -32,11 +32,18 @@
 //!   same rows, as a rewrite leaves them), then every other snapshot expired, ours
 //!   included (`faults/outside.rs`).
 //!
+//! - in a third of the seeds the table is in upsert mode and the segments carry keyed
+//!   records (four keys per partition: updates within a segment and across segments,
+//!   tombstones, keys inserted again), so every commit is a row delta deleting what it
+//!   supersedes, raced by the other processes' commits and compactions.
+//!
 //! After every round no partition watermark has moved backwards; after quiescence
 //! (plain ticks with etcd caught up, then orphan cleanup) every record of the table's
 //! owner is in the table exactly once or its segment is quarantined as late (never for
 //! a transient fault) or skipped, no file is registered twice, every referenced file exists, the
-//! ledger agrees with the table, and no entry of the refused feed is committed.
+//! ledger agrees with the table, and no entry of the refused feed is committed; a
+//! mirror reads, its deletes applied, as the fold of the records it holds: each key's
+//! last row once, none for a key whose last record is a tombstone.
 //!
 //! `KFS_SIM_SEEDS` seeds from `KFS_SIM_FIRST_SEED` (default 0): by default 100 in a
 //! debug build (every `cargo test`) and 1,000 in a release build; `scripts/simulation.sh`
@@ -54,8 +61,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use faults::{
-    Faults, MODES, PARTITIONS, Process, RECORDS, SEGMENTS, STEPS, TOPICS, check, open_catalog,
-    put_feed_segment, put_segment, quiesce, watermarks,
+    Faults, MODES, PARTITIONS, Process, RECORDS, Records, SEGMENTS, STEPS, TOPICS, check,
+    open_catalog, put_feed_segment, quiesce, watermarks,
 };
 use futures::StreamExt;
 use kfs_core::Ledger;
@@ -149,8 +156,9 @@ async fn paced(
         .collect()
 }
 
-/// What one seed saw: injected faults that fired, segments quarantined as late.
-type SeedOutcome = Result<(usize, i64), String>;
+/// What one seed saw: injected faults that fired, segments quarantined as late,
+/// whether its table was a mirror.
+type SeedOutcome = Result<(usize, i64, bool), String>;
 
 /// One seed; returns how many injected faults fired and how many segments ended
 /// quarantined as late.
@@ -168,6 +176,15 @@ async fn simulate(seed: u64) -> SeedOutcome {
     // A second feed of the same table, if any: (namespace, topic), and the naming
     // that maps it there.
     let mut naming = TableNaming::default();
+    // In a third of the seeds the table mirrors keyed records (upsert mode): every
+    // commit a row delta deleting what it supersedes.
+    let kind = match rng.below(3) {
+        0 => {
+            naming = faults::upsert_naming()?;
+            Records::Keyed
+        }
+        _ => Records::Plain,
+    };
     let collider: Option<(&str, &str)> = match rng.below(4) {
         0 => None,
         1 => Some(("ns", "Orders")),
@@ -235,25 +252,29 @@ async fn simulate(seed: u64) -> SeedOutcome {
         };
         let mut events = Vec::new();
         for (partition, index) in rewrite_due.drain(..) {
-            put_segment(&source, partition, index).map_err(|e| text(&e))?;
+            put_feed_segment(&source, "ns", "orders", partition, index, kind)
+                .map_err(|e| text(&e))?;
             events.push(orders_key(partition, index).object_key(SegmentFile::Data));
         }
         for (partition, index) in arrivals.drain(..take) {
-            put_segment(&source, partition, index).map_err(|e| text(&e))?;
+            put_feed_segment(&source, "ns", "orders", partition, index, kind)
+                .map_err(|e| text(&e))?;
             if broken == Some((partition, index)) {
-                break_segment(&source, ("ns", "orders"), partition, index).map_err(|e| text(&e))?;
+                break_segment(&source, ("ns", "orders"), partition, index, kind)
+                    .map_err(|e| text(&e))?;
             }
             if rewritten == Some((partition, index)) {
-                put_first_version(&source, partition, index).map_err(|e| text(&e))?;
+                put_first_version(&source, partition, index, kind).map_err(|e| text(&e))?;
                 rewrite_due.push((partition, index));
             }
             let next = &mut uploaded_next[partition as usize];
             *next = (*next).max((index + 1) * RECORDS);
             let times = if rng.below(5) == 0 {
                 // Uploaded again with the same bytes (an S3 event delivered twice).
-                put_segment(&source, partition, index).map_err(|e| text(&e))?;
+                put_feed_segment(&source, "ns", "orders", partition, index, kind)
+                    .map_err(|e| text(&e))?;
                 if broken == Some((partition, index)) {
-                    break_segment(&source, ("ns", "orders"), partition, index)
+                    break_segment(&source, ("ns", "orders"), partition, index, kind)
                         .map_err(|e| text(&e))?;
                 }
                 2
@@ -269,10 +290,10 @@ async fn simulate(seed: u64) -> SeedOutcome {
             // The other feed uploads the same layout (whichever feed owns the table,
             // all of its records are due there).
             if let Some((namespace, topic)) = collider {
-                put_feed_segment(&source, namespace, topic, partition, index)
+                put_feed_segment(&source, namespace, topic, partition, index, kind)
                     .map_err(|e| text(&e))?;
                 if broken == Some((partition, index)) {
-                    break_segment(&source, (namespace, topic), partition, index)
+                    break_segment(&source, (namespace, topic), partition, index, kind)
                         .map_err(|e| text(&e))?;
                 }
                 keys.push(SegmentKey {
@@ -439,7 +460,7 @@ async fn simulate(seed: u64) -> SeedOutcome {
         last_marks = marks;
     }
     for (partition, index) in rewrite_due.drain(..) {
-        put_segment(&source, partition, index).map_err(|e| text(&e))?;
+        put_feed_segment(&source, "ns", "orders", partition, index, kind).map_err(|e| text(&e))?;
     }
     quiesce(dir.path(), &source, &ledger, &naming).await?;
     if let Some((partition, index)) = broken {
@@ -469,8 +490,12 @@ async fn simulate(seed: u64) -> SeedOutcome {
         }
         quiesce(dir.path(), &source, &ledger, &naming).await?;
     }
-    let late = check(&open_catalog(dir.path()).await?, &ledger).await?;
-    Ok((fired, late))
+    let catalog = open_catalog(dir.path()).await?;
+    let late = check(&catalog, &ledger).await?;
+    if kind == Records::Keyed {
+        faults::check_mirror(&catalog).await?;
+    }
+    Ok((fired, late, kind == Records::Keyed))
 }
 
 /// The key of segment `index` of `partition` of the table's own feed.
@@ -489,11 +514,15 @@ fn put_first_version(
     source: &MemorySource,
     partition: i32,
     index: i64,
+    kind: Records,
 ) -> Result<(), kfs_segment::EncodeError> {
     let base = index * RECORDS;
-    let records = kfs_workload::simple_records(base, RECORDS - 1, |offset| {
-        Some(format!("first upload {}", faults::value(offset)).into_bytes())
-    });
+    let mut records = faults::records_of(partition, base, RECORDS - 1, kind);
+    for record in &mut records {
+        if let Some(value) = &mut record.value {
+            value.splice(0..0, b"first upload ".iter().copied());
+        }
+    }
     let bytes = kfs_workload::encode_records(records, kfs_segment::Compression::None)?.kfs;
     source.put(
         &orders_key(partition, index).object_key(SegmentFile::Data),
@@ -509,8 +538,9 @@ fn break_segment(
     (namespace, topic): (&str, &str),
     partition: i32,
     index: i64,
+    kind: Records,
 ) -> Result<(), kfs_segment::EncodeError> {
-    let mut bytes = faults::segment(index * RECORDS)?;
+    let mut bytes = faults::segment_of(partition, index * RECORDS, kind)?;
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     let key = SegmentKey {
@@ -567,18 +597,22 @@ fn seeded_simulation_keeps_exactly_once() {
     });
     let fired: usize = outcomes
         .iter()
-        .filter_map(|(_, r)| r.as_ref().ok().map(|(fired, _)| fired))
+        .filter_map(|(_, r)| r.as_ref().ok().map(|(fired, _, _)| fired))
         .sum();
     let late: i64 = outcomes
         .iter()
-        .filter_map(|(_, r)| r.as_ref().ok().map(|(_, late)| late))
+        .filter_map(|(_, r)| r.as_ref().ok().map(|(_, late, _)| late))
         .sum();
+    let mirrors = outcomes
+        .iter()
+        .filter(|(_, r)| r.as_ref().is_ok_and(|(_, _, mirror)| *mirror))
+        .count();
     let failures: Vec<String> = outcomes
         .iter()
         .filter_map(|(seed, r)| r.as_ref().err().map(|e| format!("seed {seed}: {e}")))
         .collect();
     println!(
-        "simulation: {seeds} seeds from {first}, {fired} injected faults fired, {late} late segments quarantined, {} failed",
+        "simulation: {seeds} seeds from {first} ({mirrors} mirrors read as their fold), {fired} injected faults fired, {late} late segments quarantined, {} failed",
         failures.len()
     );
     assert!(

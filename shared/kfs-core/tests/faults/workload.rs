@@ -63,7 +63,45 @@ pub async fn quiesce(
 }
 
 pub fn segment(base: i64) -> Result<Vec<u8>, kfs_segment::EncodeError> {
-    let records = simple_records(base, RECORDS, |offset| Some(value(offset).into_bytes()));
+    segment_of(0, base, Records::Plain)
+}
+
+/// Which records the workload's segments hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Records {
+    /// A key of its own per record ([`value`]s).
+    Plain,
+    /// Four keys per partition ([`mirror_key`]) with [`mirror_value`]s: updates within
+    /// a segment and across segments, tombstones, keys inserted again.
+    Keyed,
+}
+
+/// `count` records from `base` of `partition`, of `kind`.
+pub fn records_of(
+    partition: i32,
+    base: i64,
+    count: i64,
+    kind: Records,
+) -> Vec<kfs_segment::OwnedRecord> {
+    match kind {
+        Records::Plain => simple_records(base, count, |offset| Some(value(offset).into_bytes())),
+        Records::Keyed => {
+            let mut records = simple_records(base, count, mirror_value);
+            for record in &mut records {
+                record.key = Some(mirror_key(partition, record.offset).into_bytes());
+            }
+            records
+        }
+    }
+}
+
+/// The `.kfs` of the segment of `partition` at `base`, of `kind`.
+pub fn segment_of(
+    partition: i32,
+    base: i64,
+    kind: Records,
+) -> Result<Vec<u8>, kfs_segment::EncodeError> {
+    let records = records_of(partition, base, RECORDS, kind);
     Ok(encode_records(records, Compression::Snappy)?.kfs)
 }
 
@@ -83,16 +121,18 @@ pub fn put_segment(
     partition: i32,
     index: i64,
 ) -> Result<(), kfs_segment::EncodeError> {
-    put_feed_segment(source, "ns", "orders", partition, index)
+    put_feed_segment(source, "ns", "orders", partition, index, Records::Plain)
 }
 
-/// [`put_segment`] for the topic `topic` of the KafScale namespace `namespace`.
+/// [`put_segment`] for the topic `topic` of the KafScale namespace `namespace`, its
+/// records of `kind`.
 pub fn put_feed_segment(
     source: &MemorySource,
     namespace: &str,
     topic: &str,
     partition: i32,
     index: i64,
+    kind: Records,
 ) -> Result<(), kfs_segment::EncodeError> {
     let key = SegmentKey {
         namespace: namespace.into(),
@@ -102,7 +142,7 @@ pub fn put_feed_segment(
     };
     source.put(
         &key.object_key(SegmentFile::Data),
-        segment(index * RECORDS)?,
+        segment_of(partition, index * RECORDS, kind)?,
     );
     source.put(&key.object_key(SegmentFile::Index), Vec::new());
     Ok(())
@@ -213,19 +253,7 @@ pub fn put_keyed_segments(
 ) -> Result<(), kfs_segment::EncodeError> {
     for partition in 0..PARTITIONS {
         for index in indices.clone() {
-            let key = SegmentKey {
-                namespace: "ns".into(),
-                topic: "orders".into(),
-                partition,
-                base_offset: index * RECORDS,
-            };
-            let mut records = simple_records(index * RECORDS, RECORDS, mirror_value);
-            for record in &mut records {
-                record.key = Some(mirror_key(partition, record.offset).into_bytes());
-            }
-            let segment = encode_records(records, Compression::Snappy)?;
-            source.put(&key.object_key(SegmentFile::Data), segment.kfs);
-            source.put(&key.object_key(SegmentFile::Index), Vec::new());
+            put_feed_segment(source, "ns", "orders", partition, index, Records::Keyed)?;
         }
     }
     Ok(())
@@ -239,27 +267,119 @@ pub fn upsert_naming() -> Result<TableNaming, String> {
     })
 }
 
-/// Checks that the table reads as the mirror of the keyed workload: exactly the last
-/// record of each key whose last record is no tombstone, once.
+/// Checks that the table reads as the mirror of the records it holds: its live
+/// data files' rows (every record committed, whatever was quarantined, skipped or
+/// short) folded per key (`kfs_plan::changes::fold`) give the rows a scan with the
+/// deletes applied must return, each once.
 pub async fn check_mirror(catalog: &dyn Catalog) -> Result<(), String> {
-    let mut last: std::collections::BTreeMap<String, (i32, i64)> = Default::default();
-    for partition in 0..PARTITIONS {
-        for offset in 0..SEGMENTS * RECORDS {
-            last.insert(mirror_key(partition, offset), (partition, offset));
+    use kfs_plan::changes::{Action, Change, fold};
+    let name = TableNaming::default().table_for("orders");
+    let table = catalog
+        .load_table(&table_ident(&name))
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut changes, mut keyless) = (Vec::new(), Vec::new());
+    for entry in kfs_core::live_entries(&table)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        for row in keyed_rows(&table, entry.file_path()).await? {
+            let (partition, offset) = (row.partition, row.offset);
+            // A record without a key is no change of any key: kept.
+            let Some(key) = row.key else {
+                keyless.push(((partition, offset), 1));
+                continue;
+            };
+            changes.push(Change {
+                key,
+                action: match row.tombstone {
+                    true => Action::Delete,
+                    false => Action::Upsert(()),
+                },
+                partition,
+                offset,
+                timestamp_ms: row.timestamp_ms,
+                source: None,
+            });
         }
     }
-    let expected: std::collections::BTreeMap<(i32, i64), usize> = last
+    let expected: std::collections::BTreeMap<(i32, i64), usize> = fold(changes)
         .into_values()
-        .filter(|(_, offset)| mirror_value(*offset).is_some())
-        .map(|at| (at, 1))
+        .filter(|change| change.action != Action::Delete)
+        .map(|change| ((change.partition, change.offset), 1))
+        .chain(keyless)
         .collect();
-    let seen = crate::local::offsets(catalog, &TableNaming::default().table_for("orders")).await?;
+    let seen = crate::local::offsets(catalog, &name).await?;
     if seen != expected {
         return Err(format!(
-            "the mirror reads {seen:?}, the fold says {expected:?}"
+            "the mirror reads {seen:?}, the fold of its rows says {expected:?}"
         ));
     }
     Ok(())
+}
+
+/// A row of a data file, as the mirror knows it.
+struct KeyedRow {
+    key: Option<Vec<u8>>,
+    tombstone: bool,
+    partition: i32,
+    offset: i64,
+    timestamp_ms: i64,
+}
+
+/// Every row of the data file `path`, as the mirror knows it.
+async fn keyed_rows(table: &Table, path: &str) -> Result<Vec<KeyedRow>, String> {
+    use arrow_array::{Array, Int32Array, Int64Array, LargeBinaryArray};
+    let fail = |e: &dyn std::fmt::Display| format!("{path}: {e}");
+    let bytes = table
+        .file_io()
+        .new_input(path)
+        .map_err(|e| fail(&e))?
+        .read()
+        .await
+        .map_err(|e| fail(&e))?;
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .map_err(|e| fail(&e))?
+        .build()
+        .map_err(|e| fail(&e))?;
+    let mut rows = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| fail(&e))?;
+        let column = |name: &str| {
+            batch
+                .column_by_name(name)
+                .ok_or(format!("{path}: no {name}"))
+        };
+        let keys = column("key")?;
+        let keys = keys
+            .as_any()
+            .downcast_ref::<LargeBinaryArray>()
+            .ok_or("key is no large binary")?;
+        let values = column("value")?;
+        let partitions = column("partition")?;
+        let partitions = partitions
+            .as_any()
+            .downcast_ref::<Int32Array>()
+            .ok_or("partition is no int")?;
+        let long = |name: &str| -> Result<Int64Array, String> {
+            column(name)?
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned()
+                .ok_or(format!("{name} is no long"))
+        };
+        let (offsets, timestamps) = (long("offset")?, long("timestamp_ms")?);
+        for row in 0..batch.num_rows() {
+            rows.push(KeyedRow {
+                key: (!keys.is_null(row)).then(|| keys.value(row).to_vec()),
+                tombstone: values.is_null(row),
+                partition: partitions.value(row),
+                offset: offsets.value(row),
+                timestamp_ms: timestamps.value(row),
+            });
+        }
+    }
+    Ok(rows)
 }
 
 /// The table's watermarks, if the table exists yet.
