@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-use support::{files_under, kfs, repo, succeed, tempdir, write_expected};
+use support::{copy_first_segments, kfs, repo, succeed, tempdir, write_expected};
 
 /// Checks the JSON table in `warehouse` against the records encoded under `source`;
 /// returns the facts of topic `orders`'s table.
@@ -53,35 +53,6 @@ fn run(source: &Path, warehouse: &Path) {
             .arg(warehouse),
         "run --value-format json",
     );
-}
-
-/// Copies the first `count` segments of every partition under `from` (with their
-/// index and expected records) into `to`.
-fn copy_first_segments(from: &Path, to: &Path, count: usize) {
-    let mut segments: Vec<_> = files_under(from)
-        .into_iter()
-        .filter(|f| f.extension().is_some_and(|e| e == "kfs"))
-        .collect();
-    segments.sort();
-    let mut per_partition = std::collections::BTreeMap::<_, usize>::new();
-    for segment in segments {
-        let partition = segment.parent().map(Path::to_path_buf);
-        let taken = per_partition.entry(partition).or_default();
-        if *taken >= count {
-            continue;
-        }
-        *taken += 1;
-        let stem = segment.to_string_lossy().replace(".kfs", "");
-        for suffix in [".kfs", ".index", ".expected.jsonl"] {
-            let file = Path::new(&format!("{stem}{suffix}")).to_path_buf();
-            let relative = file.strip_prefix(from).unwrap_or_else(|e| panic!("{e}"));
-            let target = to.join(relative);
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
-            }
-            std::fs::copy(&file, &target).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        }
-    }
 }
 
 #[test]

@@ -20,6 +20,7 @@ mod registry_cli;
 mod replay_cli;
 mod run_local;
 mod secrets_cli;
+mod upsert_cli;
 
 /// Tests that need servers started per test (moto, etcd, PostgreSQL, `cargo lambda`);
 /// `cargo test -- --skip servers::` leaves them out.

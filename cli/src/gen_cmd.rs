@@ -48,6 +48,12 @@ pub struct GenArgs {
     /// fields (`channel`, `shipping`): a schema that grows, for `--value-format json`.
     #[arg(long)]
     later_fields: bool,
+    /// A keyed topic of this many keys (`customer-0` …), each in one partition, as a
+    /// producer's partitioner places them: records update keys earlier records wrote,
+    /// and a null value (3 in 100) deletes its key; for `run --table-mode upsert`.
+    /// Default: keys drawn from 50,000 in every partition.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    keys: Option<u64>,
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
@@ -87,6 +93,7 @@ pub fn run(args: &GenArgs) -> Result<(), CliError> {
         seed: args.seed,
         record_spacing_ms: args.record_spacing_ms,
         later_fields: args.later_fields,
+        keys: args.keys,
         start_ms: args.start_ms.unwrap_or_else(|| recent_start_ms(args)),
     };
     let (mut segments, mut records, mut bytes) = (0u64, 0u64, 0u64);

@@ -120,3 +120,35 @@ pub fn verify_tables(warehouse: &Path, expected: &Path, args: &[&str]) -> Value 
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("verify_tables.py: {e}"))
 }
+
+/// Copies the first `count` segments of every partition under `from` (with their
+/// index and expected records, when written) into `to`.
+pub fn copy_first_segments(from: &Path, to: &Path, count: usize) {
+    let mut segments: Vec<_> = files_under(from)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "kfs"))
+        .collect();
+    segments.sort();
+    let mut per_partition = std::collections::BTreeMap::<_, usize>::new();
+    for segment in segments {
+        let partition = segment.parent().map(Path::to_path_buf);
+        let taken = per_partition.entry(partition).or_default();
+        if *taken >= count {
+            continue;
+        }
+        *taken += 1;
+        let stem = segment.to_string_lossy().replace(".kfs", "");
+        for suffix in [".kfs", ".index", ".expected.jsonl"] {
+            let file = Path::new(&format!("{stem}{suffix}")).to_path_buf();
+            if !file.exists() {
+                continue;
+            }
+            let relative = file.strip_prefix(from).unwrap_or_else(|e| panic!("{e}"));
+            let target = to.join(relative);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+            }
+            std::fs::copy(&file, &target).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        }
+    }
+}

@@ -64,6 +64,12 @@ pub struct WorkloadConfig {
     /// more fields (`channel`, a string, and `shipping`, an object): a schema that
     /// grows over time. Takes nothing from the PRNG, so it changes no other byte.
     pub later_fields: bool,
+    /// The keys of a keyed topic, when set: each record's key is one of `customer-0`
+    /// … `customer-{keys - 1}`, each key in one partition only (key `k` in partition
+    /// `k % partitions`, as a producer's partitioner places keys), so a partition's
+    /// records update and delete (a null value) keys its earlier records wrote. When
+    /// unset, keys are drawn from 50,000 across every partition.
+    pub keys: Option<u64>,
     /// The earliest a partition's clock starts, in ms since the epoch: each partition
     /// starts at a random time within the day after it (default
     /// [`DEFAULT_START_MS`], so the bytes depend on the seed alone).
@@ -85,6 +91,7 @@ impl Default for WorkloadConfig {
             seed: 42,
             record_spacing_ms: 20,
             later_fields: false,
+            keys: None,
             start_ms: DEFAULT_START_MS,
         }
     }
@@ -186,6 +193,7 @@ pub fn generate(
             let later = config.later_fields && index >= config.segments / 2;
             let batches = generate_batches(
                 config,
+                partition,
                 &mut partition_rng,
                 &mut next_offset,
                 &mut clock_ms,
@@ -219,6 +227,7 @@ pub fn generate(
 
 fn generate_batches(
     config: &WorkloadConfig,
+    partition: i32,
     rng: &mut Rng,
     next_offset: &mut i64,
     clock_ms: &mut i64,
@@ -236,7 +245,8 @@ fn generate_batches(
                 *next_offset += 1;
                 // Producers' clocks disagree a little: some timestamps go backwards.
                 let jitter = rng.below(30) as i64 - 10;
-                generate_record(rng, offset, *clock_ms + jitter, later_fields)
+                let key = draw_key(rng, config, partition);
+                generate_record(rng, key, offset, *clock_ms + jitter, later_fields)
             })
             .collect();
         let (compression, snappy_framing) = match config.codec {
@@ -275,17 +285,36 @@ const WORDS: [&str; 12] = [
     "apac",
 ];
 
+/// A record's key in `partition`: none one time in ten, empty one in fifty, else a
+/// customer's (see [`WorkloadConfig::keys`]).
+fn draw_key(rng: &mut Rng, config: &WorkloadConfig, partition: i32) -> Option<Vec<u8>> {
+    let customer = match rng.below(100) {
+        0..10 => return None,
+        10..12 => return Some(Vec::new()),
+        _ => match config.keys {
+            None => rng.below(50_000),
+            Some(keys) => {
+                // The keys `k < keys` with `k % partitions == partition`.
+                let (partitions, partition) = (config.partitions.max(1) as u64, partition as u64);
+                let slots = match keys > partition {
+                    true => (keys - partition - 1) / partitions + 1,
+                    // A partition past the keys has none: its records are keyless.
+                    false => return None,
+                };
+                rng.below(slots) * partitions + partition
+            }
+        },
+    };
+    Some(format!("customer-{customer}").into_bytes())
+}
+
 fn generate_record(
     rng: &mut Rng,
+    key: Option<Vec<u8>>,
     offset: i64,
     timestamp_ms: i64,
     later_fields: bool,
 ) -> OwnedRecord {
-    let key = match rng.below(100) {
-        0..10 => None,
-        10..12 => Some(Vec::new()),
-        _ => Some(format!("customer-{}", rng.below(50_000)).into_bytes()),
-    };
     let value = match rng.below(100) {
         0..3 => None,
         3..4 => Some(Vec::new()),

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Checks that an upsert table (the mirror) reads as the fold of its topic's change log,
+with two independent readers: the log is a table of the same topic in append mode,
+read with pyiceberg; its records are folded here, per key, by the documented order
+(a partition's records in offset order; one key's records from two partitions by
+timestamp, then partition and offset); a record with a null value deletes its key, a
+record without a key is kept as it is. The mirror is read with pyiceberg
+(`scan().to_arrow()`, which applies position deletes) and DuckDB's iceberg extension.
+
+    python3 tests/python/check_mirror.py --log-warehouse WH1 --mirror-warehouse WH2 \
+        --table default.topic_0
+
+Prints the rows, keys and tombstones seen and each reader's time; exits non-zero,
+naming the reader and the difference, when either reads other rows than the fold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verify_tables import open_duckdb  # noqa: E402
+
+
+def open_table(warehouse: Path, name: str):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    warehouse = warehouse.resolve()
+    catalog = SqlCatalog(
+        "local", uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=f"file://{warehouse}"
+    )
+    return catalog.load_table(name)
+
+
+def supersedes(new: tuple, old: tuple) -> bool:
+    """Whether change `new` (partition, offset, timestamp) applies after `old`."""
+    if new[0] == old[0]:
+        return new[1] > old[1]
+    return (new[2], new[0], new[1]) > (old[2], old[0], old[1])
+
+
+def fold(log) -> tuple[Counter, dict]:
+    """The (partition, offset) rows the mirror of `log` (an Arrow table) holds."""
+    keys = log["key"].to_pylist()
+    tombstones = log["value"].is_null().to_pylist()
+    partitions = log["partition"].to_pylist()
+    offsets = log["offset"].to_pylist()
+    stamps = log["timestamp_ms"].to_pylist()
+    order = sorted(range(len(keys)), key=lambda i: (partitions[i], offsets[i]))
+    last: dict[bytes, int] = {}
+    kept = Counter()
+    for i in order:
+        key = keys[i]
+        if key is None:
+            kept[(partitions[i], offsets[i])] += 1
+            continue
+        current = last.get(key)
+        change = (partitions[i], offsets[i], stamps[i])
+        if current is None or supersedes(change, (partitions[current], offsets[current], stamps[current])):
+            last[key] = i
+    for i in last.values():
+        if not tombstones[i]:
+            kept[(partitions[i], offsets[i])] += 1
+    stats = {
+        "records": len(keys),
+        "keys": len(last),
+        "tombstones": sum(tombstones),
+        "keyless": sum(1 for k in keys if k is None),
+    }
+    return kept, stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--log-warehouse", required=True, type=Path)
+    parser.add_argument("--mirror-warehouse", required=True, type=Path)
+    parser.add_argument("--table", required=True, help="namespace.name, in both warehouses")
+    args = parser.parse_args()
+
+    log = open_table(args.log_warehouse, args.table).scan(
+        selected_fields=("key", "value", "partition", "offset", "timestamp_ms")
+    ).to_arrow()
+    expected, stats = fold(log)
+    mirror = open_table(args.mirror_warehouse, args.table)
+
+    seen = {}
+    started = time.perf_counter()
+    rows = mirror.scan(selected_fields=("partition", "offset")).to_arrow()
+    seen["pyiceberg"] = (
+        Counter(zip(rows["partition"].to_pylist(), rows["offset"].to_pylist())),
+        time.perf_counter() - started,
+    )
+    con = open_duckdb()
+    started = time.perf_counter()
+    found = con.execute(
+        'SELECT "partition", "offset" FROM iceberg_scan(?)', [mirror.metadata_location]
+    ).fetchall()
+    seen["DuckDB"] = (Counter(found), time.perf_counter() - started)
+
+    print(
+        f"log: {stats['records']} records, {stats['keys']} keys, "
+        f"{stats['tombstones']} tombstones, {stats['keyless']} without a key; "
+        f"the fold keeps {sum(expected.values())} rows"
+    )
+    failed = False
+    for reader, (rows, seconds) in seen.items():
+        if rows != expected:
+            failed = True
+            extra = sorted((rows - expected).elements())[:10]
+            missing = sorted((expected - rows).elements())[:10]
+            print(f"{reader}: {sum(rows.values())} rows; extra {extra}, missing {missing}")
+        else:
+            print(f"{reader}: reads the fold exactly ({sum(rows.values())} rows, {seconds:.2f} s)")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
