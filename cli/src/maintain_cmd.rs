@@ -342,12 +342,12 @@ async fn compact_on<L: Ledger>(args: &CompactArgs, embedded: &Embedded<L>) -> Re
         .map_err(pipeline)?;
         if report.skipped_for_deletes {
             out!(
-                "{ident}: not compacted: the table has live delete files, which a merge of its data files would ignore (compact it with the engine that wrote them)"
+                "{ident}: not compacted: the table has equality deletes or deletion vectors, which this build does not apply (compact it with the engine that wrote them)"
             );
             continue;
         }
         out!(
-            "{ident}: {} groups, {} files -> {} files ({} -> {} bytes), {} replace snapshots, {} stale groups, {} row groups copied, {} re-encoded",
+            "{ident}: {} groups, {} files -> {} files ({} -> {} bytes), {} replace snapshots, {} stale groups, {} row groups copied, {} re-encoded, {} delete files folded",
             report.groups,
             report.files_removed,
             report.files_added,
@@ -356,7 +356,8 @@ async fn compact_on<L: Ledger>(args: &CompactArgs, embedded: &Embedded<L>) -> Re
             report.snapshots.len(),
             report.stale_groups,
             report.row_groups_copied,
-            report.row_groups_reencoded
+            report.row_groups_reencoded,
+            report.delete_files_folded
         );
     }
     Ok(())

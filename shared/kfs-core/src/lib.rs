@@ -95,9 +95,10 @@ pub use source::{
     SourceObject,
 };
 pub use table::{
-    Feed, LEDGER_PROPERTY, MAX_COLUMN_NAME_BYTES, OwnershipError, ProgressDecision,
-    SOURCE_NAMESPACE_PROPERTY, column_for, compression, decide_progress, live_entries,
-    newest_record_ms, table_ident, table_progress, table_watermarks, target_file_size,
+    Feed, LEDGER_PROPERTY, LiveDeletes, MAX_COLUMN_NAME_BYTES, OwnershipError, ProgressDecision,
+    SOURCE_NAMESPACE_PROPERTY, column_for, compression, decide_progress, live_deletes,
+    live_entries, newest_record_ms, table_ident, table_progress, table_watermarks,
+    target_file_size,
 };
 pub use tick::{Backlog, TickLog, TickMaintenance, TickReport, backlog, run_tick};
 pub use wakeups::{

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use arrow_array::{Array, BinaryArray, Int32Array, Int64Array, LargeBinaryArray, RecordBatch};
-use iceberg::spec::{DataContentType, DataFile, ManifestContentType, Struct};
+use iceberg::spec::{DataFile, Struct};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 use kfs_parquet::PositionDeletes;
@@ -59,8 +59,16 @@ pub async fn supersede(table: &Table, added: &[DataFile]) -> Result<PositionDele
         }
         rows.extend(read_rows(table, entry.file_path(), Some(&keys)).await?);
     }
-    let deleted = live_position_deletes(table).await?;
-    rows.retain(|r| !deleted.contains(&(r.file.clone(), r.position)));
+    let deleted = crate::table::live_deletes(table).await?;
+    if let Some(unread) = deleted.unread.first() {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!(
+                "{unread}: a delete file this build does not read (equality deletes, deletion vectors): the mirror cannot tell which rows it deletes"
+            ),
+        ));
+    }
+    rows.retain(|r| !deleted.deletes(&r.file, r.position));
     let changes = rows.iter().enumerate().map(|(at, row)| Change {
         key: row.key.clone(),
         action: Action::Upsert(at),
@@ -233,63 +241,6 @@ fn collect_rows(
             file: path.to_owned(),
             position: at,
         });
-    }
-    Ok(())
-}
-
-/// Every `(data file, position)` the live position-delete files of the current
-/// snapshot delete.
-async fn live_position_deletes(table: &Table) -> Result<HashSet<(String, i64)>> {
-    let mut deleted = HashSet::new();
-    let Some(snapshot) = table.metadata().current_snapshot() else {
-        return Ok(deleted);
-    };
-    let list = table.manifest_list_reader(snapshot).load().await?;
-    for manifest in list.entries() {
-        if manifest.content != ManifestContentType::Deletes {
-            continue;
-        }
-        let loaded = manifest.load_manifest(table.file_io()).await?;
-        for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
-            if entry.data_file().content_type() != DataContentType::PositionDeletes {
-                continue;
-            }
-            let path = entry.file_path();
-            let bytes = table.file_io().new_input(path)?.read().await?;
-            let failed = |e: parquet::errors::ParquetError| {
-                Error::new(ErrorKind::DataInvalid, format!("{path}: {e}"))
-            };
-            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-                .map_err(failed)?
-                .build()
-                .map_err(failed)?;
-            for batch in reader {
-                let batch = batch
-                    .map_err(|e| Error::new(ErrorKind::DataInvalid, format!("{path}: {e}")))?;
-                read_delete_pairs(&batch, &mut deleted).map_err(|reason| {
-                    Error::new(ErrorKind::DataInvalid, format!("{path}: {reason}"))
-                })?;
-            }
-        }
-    }
-    Ok(deleted)
-}
-
-/// The `(file_path, pos)` pairs of a position-delete file's batch.
-fn read_delete_pairs(
-    batch: &RecordBatch,
-    into: &mut HashSet<(String, i64)>,
-) -> std::result::Result<(), String> {
-    let paths = batch
-        .column_by_name("file_path")
-        .and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>())
-        .ok_or("no string file_path column")?;
-    let positions = batch
-        .column_by_name("pos")
-        .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-        .ok_or("no long pos column")?;
-    for row in 0..batch.num_rows() {
-        into.insert((paths.value(row).to_owned(), positions.value(row)));
     }
     Ok(())
 }

@@ -161,10 +161,62 @@ async fn position_deletes_in_a_row_delta_hide_their_rows_from_every_reader() -> 
         now_ms(),
     )
     .await?;
-    assert!(compacted.skipped_for_deletes, "{compacted:?}");
+    // The fold: both files rewritten without their deleted rows, into one, and both
+    // delete files gone with them.
+    assert!(!compacted.skipped_for_deletes, "{compacted:?}");
+    assert_eq!(compacted.delete_files_folded, 2, "{compacted:?}");
     assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    let table = local.catalog.load_table(&table_ident(&name)).await?;
+    let summary = &table
+        .metadata()
+        .current_snapshot()
+        .ok_or("no snapshot")?
+        .summary()
+        .additional_properties;
+    assert_eq!(
+        summary.get("total-delete-files").map(String::as_str),
+        Some("0")
+    );
+    assert_eq!(summary.get("total-records").map(String::as_str), Some("15"));
+    assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
+    metrics_match_rows(&table).await?;
 
     readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await
+}
+
+/// Checks every live data file's record count, and its `offset` column's value count
+/// and bounds, against the rows the file holds.
+async fn metrics_match_rows(table: &iceberg::table::Table) -> TestResult {
+    use arrow_array::Array;
+    for entry in live_entries(table).await? {
+        let file = entry.data_file();
+        let bytes = table.file_io().new_input(file.file_path())?.read().await?;
+        let mut offsets: Vec<i64> = Vec::new();
+        for batch in ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()? {
+            let batch = batch?;
+            let column = batch.column_by_name("offset").ok_or("no offset")?;
+            let column = column
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .ok_or("offset is no long")?;
+            offsets.extend(column.iter().flatten());
+        }
+        let path = file.file_path();
+        assert_eq!(file.record_count(), offsets.len() as u64, "{path}");
+        assert_eq!(
+            file.value_counts().get(&4),
+            Some(&(offsets.len() as u64)),
+            "{path}"
+        );
+        let (low, high) = (offsets.iter().min(), offsets.iter().max());
+        let bound = |d: Option<&iceberg::spec::Datum>| match d.map(|d| d.literal()) {
+            Some(iceberg::spec::PrimitiveLiteral::Long(v)) => Some(*v),
+            _ => None,
+        };
+        assert_eq!(bound(file.lower_bounds().get(&4)), low.copied(), "{path}");
+        assert_eq!(bound(file.upper_bounds().get(&4)), high.copied(), "{path}");
+    }
+    Ok(())
 }
 
 /// Checks that pyiceberg and DuckDB read exactly the rows of `offsets` in `table`.
@@ -338,7 +390,29 @@ async fn mirror_rounds(naming: &TableNaming) -> TestResult {
     // Mirrored again with nothing new: nothing more to delete.
     let (table, all) = orders_and_its_files(&local, naming).await?;
     assert!(kfs_core::supersede(&table, &all).await?.is_empty());
-    Ok(())
+    // Compacted: the deleted rows are left out of the rewritten files, the delete
+    // files go, and the readers see the same rows.
+    let name = naming.table_for("orders");
+    let compacted = kfs_core::compact_table(
+        &local.catalog,
+        &local.swap,
+        &table_ident(&name),
+        None,
+        None,
+        now_ms(),
+    )
+    .await?;
+    assert!(compacted.delete_files_folded > 0, "{compacted:?}");
+    let table = local.catalog.load_table(&table_ident(&name)).await?;
+    assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
+    metrics_match_rows(&table).await?;
+    let expected: BTreeMap<(i32, i64), usize> = reference
+        .values()
+        .filter(|(_, value)| value.is_some())
+        .map(|(offset, _)| ((0, *offset), 1))
+        .collect();
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await
 }
 
 /// The `orders` table of `naming` and its live data files.

@@ -492,9 +492,6 @@ async fn simulate(seed: u64) -> SeedOutcome {
     }
     let catalog = open_catalog(dir.path()).await?;
     let late = check(&catalog, &ledger).await?;
-    if kind == Records::Keyed {
-        faults::check_mirror(&catalog).await?;
-    }
     Ok((fired, late, kind == Records::Keyed))
 }
 

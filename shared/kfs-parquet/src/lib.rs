@@ -9,7 +9,8 @@
 //! Modules: `properties` (writer settings from table properties), `encode` (a row
 //! group's columns encoded in parallel), `metrics` (Iceberg metrics from a footer),
 //! `conform` (batches widened to the table's schema), `writer` (the file writer),
-//! `merge` (the row-group merge, a data file write through its failpoint), `deletes`
+//! `merge` (the row-group merge, a data file write through its failpoint), `fold`
+//! (data files rewritten without the rows position deletes delete), `deletes`
 //! (position-delete files of merge-on-read deletes), `vectors` (deletion vectors in
 //! Puffin files, v3's merge-on-read deletes).
 
@@ -18,6 +19,7 @@ mod bounds_props;
 mod conform;
 mod deletes;
 mod encode;
+mod fold;
 mod merge;
 mod metrics;
 mod properties;
@@ -29,6 +31,7 @@ pub use deletes::{
     DELETE_FILE_PATH_FIELD_ID, DELETE_POS_FIELD_ID, PositionDeletes, position_delete_schema,
     write_position_deletes,
 };
+pub use fold::rewrite_without;
 pub use merge::{MergeStats, merge_data_files};
 pub use properties::{
     COMPRESSION_CODEC_PROPERTY, COMPRESSION_LEVEL_PROPERTY, compression, writer_properties,

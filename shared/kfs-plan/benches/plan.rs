@@ -70,6 +70,7 @@ fn benches(c: &mut Criterion) {
                 bytes: 200_000,
                 partition: s.partition.to_string(),
                 order: format!("{:020}", s.base_offset),
+                deleted_rows: 0,
             })
             .collect();
         let policy = CompactionPolicy::for_target(512 << 20);

@@ -10,6 +10,11 @@
 //! largest of a group at most `tier_ratio` times the smallest), and only once
 //! `min_files` of them have gathered, so each byte is rewritten about once per tier it
 //! climbs: a logarithmic number of times.
+//!
+//! A file with rows deleted by live position deletes (a mirror's superseded rows,
+//! another engine's `DELETE`) is always rewritten, whatever its size, alone if need
+//! be: the rewrite leaves the deleted rows out, and the delete files that named only
+//! rewritten files go (the fold of merge-on-read deletes).
 
 use std::collections::BTreeMap;
 
@@ -25,6 +30,8 @@ pub struct FileStat {
     /// Sort key inside the partition value (the file name encodes partition and base
     /// offset, so the path keeps rewritten files in offset order).
     pub order: String,
+    /// Rows of the file that live position deletes delete (0: none).
+    pub deleted_rows: u64,
 }
 
 /// Settings of a compaction plan.
@@ -97,11 +104,13 @@ impl RewriteGroup {
 /// Groups the small files of each partition value, in offset order, into runs of about
 /// `max_group_bytes` of consecutive files of one tier; a run of fewer than
 /// `min_files` is left as it is unless it is full (a run of one never: rewriting it
-/// gains nothing). Every input file appears in at most one group, and a partition's
-/// groups follow one another in offset order.
+/// gains nothing) or holds a file with deleted rows, which is rewritten whatever its
+/// size (to leave those rows out). Every input file appears in at most one group, and
+/// a partition's groups follow one another in offset order.
 pub fn plan_compaction(files: &[FileStat], policy: &CompactionPolicy) -> Vec<RewriteGroup> {
     let mut by_partition: BTreeMap<&str, Vec<&FileStat>> = BTreeMap::new();
-    for file in files.iter().filter(|f| f.bytes < policy.small_below_bytes) {
+    let candidate = |f: &&FileStat| f.bytes < policy.small_below_bytes || f.deleted_rows > 0;
+    for file in files.iter().filter(candidate) {
         by_partition.entry(&file.partition).or_default().push(file);
     }
     let min_files = policy.min_files.max(2);
@@ -113,7 +122,8 @@ pub fn plan_compaction(files: &[FileStat], policy: &CompactionPolicy) -> Vec<Rew
         // The smallest and largest file of `current`.
         let (mut smallest, mut largest) = (u64::MAX, 0u64);
         let mut flush = |current: &mut Vec<FileStat>, full: bool| {
-            if current.len() >= min_files || (full && current.len() >= 2) {
+            let folds = current.iter().any(|f| f.deleted_rows > 0);
+            if folds || current.len() >= min_files || (full && current.len() >= 2) {
                 groups.push(RewriteGroup {
                     partition: partition.to_owned(),
                     files: std::mem::take(current),
@@ -245,7 +255,23 @@ mod tests {
             bytes,
             partition: partition.into(),
             order: format!("{order:08}"),
+            deleted_rows: 0,
         }
+    }
+
+    #[test]
+    fn a_file_with_deleted_rows_is_rewritten_whatever_its_size_alone_if_need_be() {
+        let policy = CompactionPolicy::tiered(1 << 20);
+        let mut big = file("p", 1, 900 << 10);
+        big.deleted_rows = 3;
+        let mut lone = file("q", 1, 10);
+        lone.deleted_rows = 1;
+        let groups = plan_compaction(
+            &[big.clone(), file("r", 1, 900 << 10), lone.clone()],
+            &policy,
+        );
+        let planned: Vec<&[FileStat]> = groups.iter().map(|g| g.files.as_slice()).collect();
+        assert_eq!(planned, [&[big][..], &[lone][..]]);
     }
 
     #[test]

@@ -37,6 +37,7 @@ proptest! {
                 bytes: *bytes,
                 partition: format!("p{partition}"),
                 order: format!("{order:08}"),
+                deleted_rows: 0,
             })
             .collect();
         let sized = if tiered { CompactionPolicy::tiered } else { CompactionPolicy::for_target };

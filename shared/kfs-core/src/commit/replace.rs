@@ -12,9 +12,9 @@
 
 use crate::table::{MAINTENANCE_ID_KEY, ancestry};
 use iceberg::spec::{
-    DataFile, MAIN_BRANCH, ManifestContentType, ManifestEntry, ManifestFile, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Summary,
+    DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestEntry, ManifestFile,
+    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
+    SnapshotRetention, SnapshotSummaryCollector, Summary,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
@@ -58,6 +58,24 @@ pub struct Replacement {
     pub merge_manifests: bool,
     /// What made it, and its id, for the summary (see [`MAINTENANCE_ID_KEY`]).
     pub maintenance_id: String,
+    /// How it treats the table's live delete files.
+    pub deletes: DeletePolicy,
+}
+
+/// How a replace treats the table's live delete files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DeletePolicy {
+    /// None may be live: files rewritten without reading them would bring deleted
+    /// rows back (a conflict, re-planned).
+    #[default]
+    Refuse,
+    /// The replace was planned with these delete files (paths) applied: they may be
+    /// live, those in `remove` are removed; any other live one landed since, and may
+    /// delete rows of the rewritten files (a conflict, re-planned).
+    Folded(BTreeSet<String>),
+    /// Any: the replace moves no row (a manifest rewrite); delete manifests are merged
+    /// like the data manifests.
+    Any,
 }
 
 /// A snapshot staged for commit (a replace, a row delta): its id, and the commit's
@@ -104,25 +122,50 @@ pub async fn stage_replace(
     staged.finish(change, now_ms).await
 }
 
-/// The live files a replace snapshot holds: records, files, bytes.
+/// The live files a replace snapshot holds: data records and files, delete files and
+/// the rows they delete, bytes of both.
 #[derive(Default)]
 struct Totals {
     records: u64,
     files: u64,
     bytes: u64,
+    delete_files: u64,
+    position_deletes: u64,
+    equality_deletes: u64,
 }
 
 impl Totals {
     fn count(&mut self, file: &DataFile) {
-        self.records += file.record_count();
-        self.files += 1;
         self.bytes += file.file_size_in_bytes();
+        match file.content_type() {
+            DataContentType::Data => {
+                self.records += file.record_count();
+                self.files += 1;
+            }
+            DataContentType::PositionDeletes => {
+                self.delete_files += 1;
+                self.position_deletes += file.record_count();
+            }
+            DataContentType::EqualityDeletes => {
+                self.delete_files += 1;
+                self.equality_deletes += file.record_count();
+            }
+        }
     }
 }
 
-/// The live entries of manifests a replace touches, by partition spec, each with
-/// whether it is replaced.
-type Touched = BTreeMap<i32, Vec<(ManifestEntry, bool)>>;
+/// Live delete files the replace was not planned with: a conflict, re-planned.
+fn unplanned_deletes() -> Error {
+    Error::new(
+        ErrorKind::CatalogCommitConflicts,
+        "delete files landed since the rewrite was planned: it must not ignore them",
+    )
+    .with_retryable(true)
+}
+
+/// The live entries of manifests a replace touches, by partition spec and content
+/// (`true` for deletes), each with whether it is replaced.
+type Touched = BTreeMap<(i32, bool), Vec<(ManifestEntry, bool)>>;
 
 /// A replace snapshot being built on `parent`.
 struct Staging<'a> {
@@ -148,15 +191,13 @@ impl Staging<'_> {
         let mut touched: Touched = BTreeMap::new();
         let list = self.table.manifest_list_reader(self.parent).load().await?;
         for manifest in list.entries() {
-            if manifest.content != ManifestContentType::Data {
-                if manifest.has_added_files() || manifest.has_existing_files() {
+            let deletes = manifest.content != ManifestContentType::Data;
+            let live = manifest.has_added_files() || manifest.has_existing_files();
+            if deletes && (!live || change.deletes == DeletePolicy::Refuse) {
+                if live {
                     // Deletes landed since the rewrite was planned: its merged files
                     // would bring their rows back.
-                    return Err(Error::new(
-                        ErrorKind::CatalogCommitConflicts,
-                        "the table has delete files now: a rewrite must not ignore them",
-                    )
-                    .with_retryable(true));
+                    return Err(unplanned_deletes());
                 }
                 self.manifests.push(manifest.clone());
                 continue;
@@ -168,6 +209,12 @@ impl Staging<'_> {
                     .iter()
                     .any(|e| e.is_alive() && change.remove.contains(e.file_path()));
             for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+                if let DeletePolicy::Folded(known) = &change.deletes
+                    && deletes
+                    && !known.contains(entry.file_path())
+                {
+                    return Err(unplanned_deletes());
+                }
                 let remove = change.remove.contains(entry.file_path());
                 if remove {
                     removed.insert(entry.file_path().to_owned());
@@ -176,7 +223,7 @@ impl Staging<'_> {
                 }
                 if touches {
                     touched
-                        .entry(manifest.partition_spec_id)
+                        .entry((manifest.partition_spec_id, deletes))
                         .or_default()
                         .push((entry.as_ref().clone(), remove));
                 }
@@ -198,14 +245,16 @@ impl Staging<'_> {
         Ok(touched)
     }
 
-    /// A data manifest of the new snapshot, for files of `spec`.
+    /// A manifest of the new snapshot, for data (or delete, with `deletes`) files of
+    /// `spec`.
     fn new_manifest(
         &mut self,
         spec: &iceberg::spec::PartitionSpecRef,
+        deletes: bool,
     ) -> Result<iceberg::spec::ManifestWriter> {
         self.written += 1;
         let metadata = self.table.metadata();
-        Ok(ManifestWriterBuilder::new(
+        let builder = ManifestWriterBuilder::new(
             self.table.file_io().new_output(format!(
                 "{}/metadata/{}-m{}.avro",
                 metadata.location(),
@@ -215,15 +264,18 @@ impl Staging<'_> {
             Some(self.snapshot_id),
             metadata.current_schema().clone(),
             spec.as_ref().clone(),
-        )
-        .build_v2_data())
+        );
+        Ok(match deletes {
+            true => builder.build_v2_deletes(),
+            false => builder.build_v2_data(),
+        })
     }
 
     /// Writes the touched manifests again: a replaced file DELETED (keeping its
     /// sequence numbers), every other live file EXISTING.
     async fn rewrite(&mut self, touched: Touched) -> Result<()> {
         let schema = self.table.metadata().current_schema().clone();
-        for (spec_id, entries) in touched {
+        for ((spec_id, deletes), entries) in touched {
             let spec = self
                 .table
                 .metadata()
@@ -235,7 +287,7 @@ impl Staging<'_> {
                     )
                 })?
                 .clone();
-            let mut writer = self.new_manifest(&spec)?;
+            let mut writer = self.new_manifest(&spec, deletes)?;
             for (entry, remove) in entries {
                 let data_sequence = entry.sequence_number().ok_or_else(|| {
                     Error::new(
@@ -278,7 +330,7 @@ impl Staging<'_> {
             metadata.current_schema().clone(),
             metadata.default_partition_spec().clone(),
         );
-        let mut writer = self.new_manifest(&spec)?;
+        let mut writer = self.new_manifest(&spec, false)?;
         for file in files {
             self.summary.add_file(file, schema.clone(), spec.clone());
             self.totals.count(file);
@@ -317,9 +369,9 @@ impl Staging<'_> {
             ("total-records", self.totals.records),
             ("total-data-files", self.totals.files),
             ("total-files-size", self.totals.bytes),
-            ("total-delete-files", 0),
-            ("total-position-deletes", 0),
-            ("total-equality-deletes", 0),
+            ("total-delete-files", self.totals.delete_files),
+            ("total-position-deletes", self.totals.position_deletes),
+            ("total-equality-deletes", self.totals.equality_deletes),
         ] {
             properties.insert(key.to_owned(), value.to_string());
         }

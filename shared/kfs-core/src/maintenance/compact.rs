@@ -1,7 +1,10 @@
-//! Compaction: small files bin-packed into target-size files with replace snapshots.
+//! Compaction: small files bin-packed into target-size files with replace snapshots;
+//! files with rows deleted by position deletes rewritten without them, and the delete
+//! files that named only rewritten files removed in the same snapshot (the fold of
+//! merge-on-read deletes: a mirror reads as plain data files again).
 
 use super::MaintenanceError;
-use crate::commit::replace::{Replacement, stage_replace};
+use crate::commit::replace::{DeletePolicy, Replacement, stage_replace};
 use crate::table::find_maintenance;
 use crate::table::{file_stat, target_file_size};
 use iceberg::spec::DataFile;
@@ -44,10 +47,13 @@ pub struct CompactionReport {
     pub bytes_copied: u64,
     /// Compressed bytes re-encoded.
     pub bytes_reencoded: u64,
-    /// Nothing compacted: the table has live delete files, which a merge of its data
-    /// files would ignore, bringing deleted rows back (merge-on-read deletes are
-    /// folded by a delete-aware compaction, not built yet).
+    /// Nothing compacted: the table has live delete files this build does not read
+    /// (another engine's equality deletes or deletion vectors), which a rewrite would
+    /// ignore, bringing their rows back. Position deletes are folded.
     pub skipped_for_deletes: bool,
+    /// Position-delete files removed because every data file they name was rewritten
+    /// without the rows they delete.
+    pub delete_files_folded: usize,
 }
 
 impl CompactionReport {
@@ -102,16 +108,16 @@ pub(crate) async fn compact_sized(
     super::ensure_ours(&table)?;
     let policy = sized(target_file_size(&table));
     let mut report = CompactionReport::default();
-    if crate::table::has_live_deletes(&table)
-        .await
-        .map_err(iceberg)?
-    {
-        report.skipped_for_deletes = true;
-        return Ok(report);
-    }
     // Merged files compress far better than their tiny inputs, so one round can leave
     // files well below the target: plan again on the result, a few rounds at most.
     for _round in 0..COMPACTION_ROUNDS {
+        let deletes = crate::table::live_deletes(&table).await.map_err(iceberg)?;
+        if !deletes.unread.is_empty() {
+            // Equality deletes or deletion vectors (another engine's): a rewrite that
+            // does not apply them would bring their rows back.
+            report.skipped_for_deletes = true;
+            return Ok(report);
+        }
         // Files of the default partition spec only: a merged file is written in it, and
         // files of an older spec keep the layout they were committed in.
         let default_spec = table.metadata().default_partition_spec_id();
@@ -123,51 +129,40 @@ pub(crate) async fn compact_sized(
         let stats: Vec<FileStat> = live
             .iter()
             .filter(|e| written_by_pipeline(e.file_path()))
-            .map(|e| file_stat(e.data_file()))
+            .map(|e| FileStat {
+                deleted_rows: deletes
+                    .positions
+                    .get(e.file_path())
+                    .map_or(0, |rows| rows.len() as u64),
+                ..file_stat(e.data_file())
+            })
             .collect();
         let groups = plan_compaction(&stats, &policy);
         if groups.is_empty() {
             break;
         }
         report.groups += groups.len();
-        let by_path: std::collections::HashMap<&str, &DataFile> = live
-            .iter()
-            .map(|e| (e.file_path(), e.data_file()))
-            .collect();
+        let round = Round {
+            live: live
+                .iter()
+                .map(|e| (e.file_path().to_owned(), e.data_file().clone()))
+                .collect(),
+            deletes,
+        };
         for (done, group) in groups.iter().enumerate() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 report.deferred_groups = groups.len() - done;
                 return Ok(report);
             }
-            let mut id = Fnv1a::default();
-            for file in &group.files {
-                id.write_field(file.path.as_bytes());
-            }
-            let group_id = format!("{:016x}", id.finish());
-            let inputs: Vec<&DataFile> = group
-                .files
-                .iter()
-                .filter_map(|f| by_path.get(f.path.as_str()).copied())
-                .collect();
-            let (written, merge) = merge_data_files(
-                &table,
-                &inputs,
-                &format!("compacted-{group_id}-{}", crate::convert::write_token()),
-                policy.copy_row_group_min_bytes,
-            )
-            .await
-            .map_err(iceberg)?;
-            let written = vec![written];
-            let change = Replacement {
-                remove: group.files.iter().map(|f| f.path.clone()).collect(),
-                add: written.clone(),
-                merge_manifests: false,
-                maintenance_id: format!("compaction-{group_id}"),
-            };
+            let (written, merge, change) = round
+                .rewrite(&table, group, &policy)
+                .await
+                .map_err(iceberg)?;
             match commit_replace(catalog, swap, ident, &mut table, &change, now_ms).await {
                 Ok(Some(snapshot_id)) => {
                     report.snapshots.push(snapshot_id);
                     report.count(group, &merge, &written);
+                    report.delete_files_folded += change.remove.len() - group.files.len();
                 }
                 Ok(None) => {
                     report.stale_groups += 1;
@@ -180,6 +175,79 @@ pub(crate) async fn compact_sized(
         }
     }
     Ok(report)
+}
+
+/// What one planning round of a compaction works from: the live data files of the
+/// default spec, and the live deletes.
+struct Round {
+    live: std::collections::HashMap<String, DataFile>,
+    deletes: crate::table::LiveDeletes,
+}
+
+impl Round {
+    /// Rewrites `group` into one file (merged, or without its deleted rows when any
+    /// file of it has some) and returns it with the replace that commits it: the
+    /// group's files removed, and with them every delete file that names no data file
+    /// still live beside them.
+    async fn rewrite(
+        &self,
+        table: &Table,
+        group: &kfs_plan::compaction::RewriteGroup,
+        policy: &CompactionPolicy,
+    ) -> iceberg::Result<(Vec<DataFile>, kfs_parquet::MergeStats, Replacement)> {
+        let mut id = Fnv1a::default();
+        for file in &group.files {
+            id.write_field(file.path.as_bytes());
+        }
+        let group_id = format!("{:016x}", id.finish());
+        let inputs: Vec<&DataFile> = group
+            .files
+            .iter()
+            .filter_map(|f| self.live.get(f.path.as_str()))
+            .collect();
+        let stem = format!("compacted-{group_id}-{}", crate::convert::write_token());
+        let (written, merge) = match group.files.iter().any(|f| f.deleted_rows > 0) {
+            true => {
+                let kept =
+                    kfs_parquet::rewrite_without(table, &inputs, &self.deletes.positions, &stem)
+                        .await?;
+                (
+                    kept.into_iter().collect(),
+                    kfs_parquet::MergeStats::default(),
+                )
+            }
+            false => {
+                let (merged, stats) =
+                    merge_data_files(table, &inputs, &stem, policy.copy_row_group_min_bytes)
+                        .await?;
+                (vec![merged], stats)
+            }
+        };
+        let mut remove: std::collections::BTreeSet<String> =
+            group.files.iter().map(|f| f.path.clone()).collect();
+        // A delete file goes once every data file it names is gone: rewritten here, or
+        // no longer live (rewritten by an earlier group, expired).
+        let folded: Vec<String> = self
+            .deletes
+            .files
+            .iter()
+            .filter(|(_, named)| {
+                named
+                    .iter()
+                    .all(|data| remove.contains(data) || !self.live.contains_key(data))
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
+        remove.extend(folded);
+        let change = Replacement {
+            remove,
+            add: written.clone(),
+            merge_manifests: false,
+            maintenance_id: format!("compaction-{group_id}"),
+            deletes: DeletePolicy::Folded(self.deletes.files.keys().cloned().collect()),
+        };
+        Ok((written, merge, change))
+    }
 }
 
 /// Commits a replace snapshot, re-staging it on the new head after a conflict. Returns

@@ -36,6 +36,8 @@ pub async fn rewrite_manifests(
     let change = Replacement {
         merge_manifests: true,
         maintenance_id: format!("manifest-rewrite-{}", current.snapshot_id()),
+        // A manifest rewrite moves no row: delete manifests are merged as they are.
+        deletes: crate::commit::replace::DeletePolicy::Any,
         ..Replacement::default()
     };
     commit_replace(catalog, swap, ident, &mut table, &change, now_ms)

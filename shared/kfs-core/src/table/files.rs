@@ -30,6 +30,7 @@ pub fn file_stat(file: &DataFile) -> FileStat {
         bytes: data_bytes(file),
         partition: format!("{:?}", file.partition()),
         order: offset_order(file),
+        deleted_rows: 0,
     }
 }
 
@@ -61,20 +62,6 @@ fn offset_order(file: &DataFile) -> String {
             .unwrap_or_default()
             .to_owned(),
     }
-}
-
-/// Whether the current snapshot has live delete files (merge-on-read deletes, ours
-/// or another engine's): a rewrite of its data files that ignored them would bring
-/// deleted rows back. Read from the manifest list alone.
-pub async fn has_live_deletes(table: &Table) -> Result<bool> {
-    let Some(snapshot) = table.metadata().current_snapshot() else {
-        return Ok(false);
-    };
-    let list = table.manifest_list_reader(snapshot).load().await?;
-    Ok(list.entries().iter().any(|manifest| {
-        manifest.content == ManifestContentType::Deletes
-            && (manifest.has_added_files() || manifest.has_existing_files())
-    }))
 }
 
 /// The live data files of the current snapshot, with their manifest entries.

@@ -3,19 +3,21 @@
 //! and evolved through the catalog, the feed that owns it, its history and progress (stored in its
 //! properties, carried in its snapshot summaries), and its data files as the planners see them.
 
+mod deletes;
 mod ensure;
 pub(crate) mod files;
 pub(crate) mod history;
 mod ownership;
 mod progress;
 
+pub use deletes::{LiveDeletes, live_deletes};
 #[cfg(any(test, feature = "test-support"))]
 pub use ensure::ensure_topic_table;
 pub use ensure::{
     add_lfs_columns, ensure_dead_letter_table, ensure_owned_table, evolve_partition_spec,
     evolve_schema, table_ident, upgrade_record_layout,
 };
-pub use files::{file_stat, has_live_deletes, live_entries, live_entries_in, target_file_size};
+pub use files::{file_stat, live_entries, live_entries_in, target_file_size};
 pub use history::{
     ATTEMPT_ID_KEY, MAINTENANCE_ID_KEY, ancestry, attempt_of, find_commit, find_maintenance,
     newest_record_ms, table_progress, table_watermarks,
