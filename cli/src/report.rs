@@ -65,6 +65,12 @@ fn print_table(table: &str, outcome: &CommitOutcome) {
         ),
         None => out!("table {table}: no new snapshot"),
     }
+    if outcome.superseded_rows > 0 {
+        out!(
+            "  {} earlier rows superseded (upsert: deleted by position)",
+            outcome.superseded_rows
+        );
+    }
     let marks: Vec<String> = outcome
         .watermarks
         .iter()

@@ -35,7 +35,8 @@
 //! - in a third of the seeds the table is in upsert mode and the segments carry keyed
 //!   records (four keys per partition: updates within a segment and across segments,
 //!   tombstones, keys inserted again), so every commit is a row delta deleting what it
-//!   supersedes, raced by the other processes' commits and compactions.
+//!   supersedes, raced by the other processes' commits and compactions
+//!   (`KFS_SIM_KEYED=1`: in every seed).
 //!
 //! After every round no partition watermark has moved backwards; after quiescence
 //! (plain ticks with etcd caught up, then orphan cleanup) every record of the table's
@@ -178,12 +179,14 @@ async fn simulate(seed: u64) -> SeedOutcome {
     let mut naming = TableNaming::default();
     // In a third of the seeds the table mirrors keyed records (upsert mode): every
     // commit a row delta deleting what it supersedes.
-    let kind = match rng.below(3) {
-        0 => {
+    // (`KFS_SIM_KEYED=1`: every seed, for a soak of the mirror alone.)
+    let keyed = rng.below(3) == 0 || std::env::var_os("KFS_SIM_KEYED").is_some();
+    let kind = match keyed {
+        true => {
             naming = faults::upsert_naming()?;
             Records::Keyed
         }
-        _ => Records::Plain,
+        false => Records::Plain,
     };
     let collider: Option<(&str, &str)> = match rng.below(4) {
         0 => None,

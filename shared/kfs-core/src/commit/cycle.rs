@@ -230,6 +230,17 @@ impl<L: Ledger> Cycle<'_, L> {
         outcome.dead_letters = landed.dead_letters;
         outcome.gaps = plan.gaps.clone();
         outcome.newest_record_ms = newest_record_ms(&landed.table);
+        outcome.superseded_rows = landed
+            .table
+            .metadata()
+            .snapshot_by_id(landed.snapshot_id)
+            .and_then(|s| {
+                s.summary()
+                    .additional_properties
+                    .get("added-position-deletes")
+            })
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
         Ok(outcome)
     }
 

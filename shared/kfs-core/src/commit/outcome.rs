@@ -88,6 +88,9 @@ pub struct CommitOutcome {
     /// Pending items that could not be read, with the reason: each holds its
     /// partition at its segment.
     pub unreadable: Vec<(String, String)>,
+    /// Rows the commit deleted by position (an upsert table's superseded rows and
+    /// tombstones), as its snapshot's summary counts them.
+    pub superseded_rows: u64,
 }
 
 /// A commit cycle failed; nothing was lost, the pending files stay pending.
