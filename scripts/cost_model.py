@@ -34,6 +34,9 @@ less convert in runs (one Parquet file and one ledger entry for up to 1,000 segm
 or 64 MiB); larger ones one at a time, each its own file, which the committer then
 coalesces (one more GET and a share of a PUT per segment, from the code, not counted).
 
+A mirror (`TableMode=upsert`) is priced on top, per million changes, from the CPU
+ratio `scripts/upsert_bench.py` measures and the live files each commit reads.
+
     python3 scripts/cost_model.py --measure-cpu target/cli/kfs-iceberg
 """
 
@@ -258,6 +261,16 @@ def main() -> None:
     parser.add_argument("--commit-seconds", type=float, default=1.0,
                         help="assumed committer time of one commit tick of one table "
                              "(default 1.0 s)")
+    parser.add_argument("--upsert-changes-per-cpu-second", type=float, default=87_646,
+                        help="a mirror's changes per CPU-second (scripts/upsert_bench.py, "
+                             "December 2026: 87,646)")
+    parser.add_argument("--append-changes-per-cpu-second", type=float, default=161_742,
+                        help="the same run's change log (161,742)")
+    parser.add_argument("--changes-per-commit", type=float, default=10_000,
+                        help="changes a mirror's commit takes (default 10,000)")
+    parser.add_argument("--live-files", type=int, default=20,
+                        help="live data files a mirror's commit reads (default 20: compaction "
+                             "keeps a table near its target size)")
     args = parser.parse_args()
 
     tick = load("committer-commit")
@@ -304,6 +317,25 @@ def main() -> None:
                   f"${c['SQS']:.5f} | ${c['Glue']:.5f} | **${c['total']:.5f}** |")
     print(f"| Amazon Data Firehose to Iceberg (list price) | | | | | | | | | "
           f"**${PRICES['firehose_iceberg_gib']:.4f}** |")
+    print_upsert(args)
+
+
+def print_upsert(args) -> None:
+    """What a mirror (`TableMode=upsert`) adds per million changes: the committer's CPU
+    beyond the log's (measured by `scripts/upsert_bench.py`: changes per CPU-second of
+    the whole run, both modes), its reads of the table's live files at each commit
+    (each file's key columns: a GET per file), and a delete file written per commit."""
+    extra_cpu = 1e6 / args.upsert_changes_per_cpu_second - 1e6 / args.append_changes_per_cpu_second
+    vcpu = min(args.committer_memory_mb / 1769, 1.0)
+    compute = extra_cpu / vcpu * args.committer_memory_mb / 1024 * PRICES["lambda_gb_second_arm64"]
+    commits = 1e6 / args.changes_per_commit
+    requests = commits * (args.live_files * PRICES["s3_get"] + PRICES["s3_put"])
+    print(f"\nA mirror (TableMode=upsert), per million changes at {args.changes_per_commit:,.0f} "
+          f"changes a commit and {args.live_files} live files a commit reads "
+          f"({args.upsert_changes_per_cpu_second:,.0f} against {args.append_changes_per_cpu_second:,.0f} "
+          f"changes per CPU-second, scripts/upsert_bench.py): {extra_cpu:.1f} CPU-seconds more, "
+          f"${compute:.5f} of committer compute and ${requests:.5f} of S3 requests: "
+          f"**${compute + requests:.5f}** beyond the change log's cost.")
 
 
 if __name__ == "__main__":
