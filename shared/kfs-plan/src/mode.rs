@@ -4,10 +4,10 @@
 //! and recorded in its properties ([`TABLE_MODE_PROPERTY`], [`UPSERT_KEY_PROPERTY`]),
 //! so every process commits it alike whatever its own settings say.
 //!
-//! Built: `upsert` of raw tables by the record key. Refused with the reason, until
+//! Built: `upsert` of raw and JSON tables by the record key (a JSON mirror keeps the
+//! `value` column, whose null marks the tombstone). Refused with the reason, until
 //! they are built: `cdc` (Debezium envelopes), an upsert key of value fields, and
-//! upsert tables whose values are JSON or registry-encoded (their rows do not say
-//! which record was a tombstone).
+//! upsert tables of registry-encoded values.
 
 use std::collections::HashMap;
 
@@ -103,10 +103,10 @@ impl ModeSetting {
                 "upsert_key {:?}: a key of value fields is not built yet; upsert tables are keyed by the record key",
                 self.key_fields.join(",")
             )),
-            TableMode::Upsert if format != ValueFormat::Raw => Err(format!(
-                "table mode upsert needs value_format raw (a null value is the tombstone); value_format {} is not built yet",
-                format.name()
-            )),
+            TableMode::Upsert if format == ValueFormat::Registry => Err(
+                "table mode upsert needs value_format raw or json; value_format registry is not built yet"
+                    .into(),
+            ),
             TableMode::Upsert => Ok(()),
         }
     }
@@ -168,8 +168,12 @@ mod tests {
     fn what_is_not_built_is_refused_with_the_reason() -> Result<(), String> {
         let upsert = ModeSetting::parse("upsert", None)?;
         assert_eq!(upsert.check(ValueFormat::Raw), Ok(()));
-        let json = upsert.check(ValueFormat::Json).err().unwrap_or_default();
-        assert!(json.contains("value_format json"), "{json}");
+        assert_eq!(upsert.check(ValueFormat::Json), Ok(()));
+        let registry = upsert
+            .check(ValueFormat::Registry)
+            .err()
+            .unwrap_or_default();
+        assert!(registry.contains("value_format registry"), "{registry}");
         let fields = ModeSetting::parse("upsert", Some("id"))?.check(ValueFormat::Raw);
         assert!(fields.err().unwrap_or_default().contains("\"id\""));
         let cdc = ModeSetting::parse("cdc", None)?.check(ValueFormat::Json);

@@ -48,7 +48,8 @@ pub async fn ensure_owned_table(
 ) -> iceberg::Result<Table> {
     ensure_table(catalog, name, || {
         let declared = layout.value_columns_for(topic);
-        let schema = crate::table::schema_for(layout.value_format, declared)?;
+        let mode = layout.mode_for(topic);
+        let schema = crate::table::schema_of(layout.value_format, declared, mode.mirrors())?;
         let spec = crate::table::topic_partition_spec(&schema, layout.partition_for(topic))?;
         let mut properties = topic_table_properties(topic);
         properties.extend(layout.properties.clone());
@@ -59,7 +60,7 @@ pub async fn ensure_owned_table(
             VALUE_FORMAT_PROPERTY.to_owned(),
             layout.value_format.name().to_owned(),
         );
-        properties.extend(layout.mode_for(topic).properties());
+        properties.extend(mode.properties());
         if !declared.is_empty() {
             properties.insert(
                 crate::table::VALUE_COLUMNS_PROPERTY.to_owned(),

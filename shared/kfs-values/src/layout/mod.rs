@@ -26,7 +26,8 @@
 //!
 //! A JSON table (`kfs.value-format` = `json`) has the same columns without `value`
 //! (`headers` 7, `timestamp` 8, the header fields 9-12), plus one column per field of
-//! its values, added as they appear (`crate::json`). Its dead-letter table
+//! its values, added as they appear (`crate::json`); a JSON table in upsert mode keeps
+//! `value` (the record's value as it came: null for the tombstone that deletes a key). Its dead-letter table
 //! `<table>__dlq` has the raw table's columns plus `error` and `segment`.
 //!
 //! A raw table whose topic resolves or references large-file (LFS) claim checks
@@ -96,6 +97,17 @@ pub fn declared_columns(table: &iceberg::table::Table) -> bool {
 /// any), then the headers' element and fields; the values' other fields are added as
 /// they appear (`crate::json`) unless columns were declared.
 pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Result<Schema> {
+    schema_of(format, declared, false)
+}
+
+/// [`schema_for`], a JSON table's keeping the raw table's `value` column too when
+/// `keep_value` (an upsert table's: a null `value` is the tombstone that deletes its
+/// key, which the JSON columns alone cannot tell from `{}`).
+pub fn schema_of(
+    format: ValueFormat,
+    declared: &[ValueColumn],
+    keep_value: bool,
+) -> iceberg::Result<Schema> {
     match format {
         ValueFormat::Raw if declared.is_empty() => topic_schema(),
         ValueFormat::Raw => Err(iceberg::Error::new(
@@ -125,7 +137,7 @@ pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Res
                     (name.into_owned(), false, Type::Primitive(primitive), doc)
                 })
                 .collect();
-            record_schema(false, &columns)
+            record_schema(keep_value, &columns)
         }
     }
 }
