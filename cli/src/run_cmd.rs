@@ -44,10 +44,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "FORMAT", value_enum, ignore_case = true)]
     value_format: Option<ValueFormatArg>,
     /// How tables created by this run treat their records: `append` (every record a
-    /// row, the default) or `upsert` (one row per key, its last change; a record
-    /// with a null value deletes its key; merge on read with position deletes, read
-    /// by pyiceberg, DuckDB, Spark, Trino). Overrides the configuration file's
-    /// `table_mode`; existing tables keep theirs.
+    /// row, the default), `upsert` (one row per key, its last change; a record with a
+    /// null value deletes its key; merge on read with position deletes, read by
+    /// pyiceberg, DuckDB, Daft, ClickHouse, Spark, Trino) or `cdc` (Debezium change
+    /// events in JSON, with `--value-format json`: one row per key, the `after`
+    /// image's fields as the columns; a delete deletes the key). Overrides the
+    /// configuration file's `table_mode`; existing tables keep theirs.
     #[arg(long, value_name = "MODE", value_enum, ignore_case = true)]
     table_mode: Option<TableModeArg>,
     /// The key of `--table-mode upsert`: `key`, the record key (the default).

@@ -5,6 +5,7 @@
 mod faults;
 mod local;
 
+mod cdc_mirrors;
 mod committer_faults;
 mod crash_matrix;
 mod dead_letter_matrix;

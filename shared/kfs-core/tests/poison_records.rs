@@ -477,3 +477,33 @@ async fn a_segment_in_many_partition_values_keeps_its_ledger_item_small() -> Tes
     );
     Ok(())
 }
+
+/// A table's first dead letter can come long after its first commit: its dead-letter
+/// table, created then, starts with no progress of its own (not the table's stored
+/// progress, which would make it look rolled back past commits it never had).
+#[tokio::test]
+async fn a_dead_letter_table_created_after_the_tables_commits_starts_its_own_progress() -> TestResult
+{
+    let local = Local::open().await?;
+    let naming = TableNaming {
+        value_format: ValueFormat::Json,
+        ..TableNaming::default()
+    };
+    local.put_records("orders", vec![record(0, Some(br#"{"n": 0}"#))])?;
+    local.run(&naming).await?;
+    local.put_records(
+        "orders",
+        vec![
+            record(1, Some(b"not json")),
+            record(2, Some(br#"{"n": 2}"#)),
+        ],
+    )?;
+    let report = local.run(&naming).await?;
+    assert!(!report.left_work(), "{report:?}");
+    let name = table("kafscale.orders");
+    let expected: BTreeMap<(i32, i64), usize> = [((0, 0), 1), ((0, 2), 1)].into();
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    let letters = crate::local::dead_letter_reasons(&local.catalog, &name).await?;
+    assert_eq!(letters.keys().copied().collect::<Vec<_>>(), [1]);
+    Ok(())
+}

@@ -220,7 +220,11 @@ async fn metrics_match_rows(table: &iceberg::table::Table) -> TestResult {
 }
 
 /// Checks that pyiceberg and DuckDB read exactly the rows of `offsets` in `table`.
-async fn readers_see(local: &Local, table: &str, offsets: impl Iterator<Item = i64>) -> TestResult {
+pub async fn readers_see(
+    local: &Local,
+    table: &str,
+    offsets: impl Iterator<Item = i64>,
+) -> TestResult {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/python/check_deletes.py");
     let offsets: Vec<String> = offsets.map(|o| o.to_string()).collect();

@@ -5,9 +5,10 @@
 //! so every process commits it alike whatever its own settings say.
 //!
 //! Built: `upsert` of raw and JSON tables by the record key (a JSON mirror keeps the
-//! `value` column, whose null marks the tombstone). Refused with the reason, until
-//! they are built: `cdc` (Debezium envelopes), an upsert key of value fields, and
-//! upsert tables of registry-encoded values.
+//! `value` column, whose null marks the tombstone), and `cdc` of Debezium envelopes
+//! in JSON (the `after` image's fields as the columns; `value` holds the image, null
+//! for a delete). Refused with the reason, until they are built: an upsert key of
+//! value fields, registry-encoded mirrors (Avro, Protobuf envelopes).
 
 use std::collections::HashMap;
 
@@ -95,10 +96,15 @@ impl ModeSetting {
     pub fn check(&self, format: ValueFormat) -> Result<(), String> {
         match self.mode {
             TableMode::Append => Ok(()),
-            TableMode::Cdc => Err(
-                "table mode cdc (Debezium envelopes) is not built yet: use upsert, keyed by the record key"
-                    .into(),
-            ),
+            TableMode::Cdc if format != ValueFormat::Json => Err(format!(
+                "table mode cdc reads Debezium envelopes in JSON (value_format json: the after image's fields become the columns); value_format {} is not built yet",
+                format.name()
+            )),
+            TableMode::Cdc if !self.key_fields.is_empty() => Err(format!(
+                "upsert_key {:?}: a key of value fields is not built yet; cdc tables are keyed by the record key (Debezium's primary key)",
+                self.key_fields.join(",")
+            )),
+            TableMode::Cdc => Ok(()),
             TableMode::Upsert if !self.key_fields.is_empty() => Err(format!(
                 "upsert_key {:?}: a key of value fields is not built yet; upsert tables are keyed by the record key",
                 self.key_fields.join(",")
@@ -176,8 +182,10 @@ mod tests {
         assert!(registry.contains("value_format registry"), "{registry}");
         let fields = ModeSetting::parse("upsert", Some("id"))?.check(ValueFormat::Raw);
         assert!(fields.err().unwrap_or_default().contains("\"id\""));
-        let cdc = ModeSetting::parse("cdc", None)?.check(ValueFormat::Json);
-        assert!(cdc.err().unwrap_or_default().contains("cdc"));
+        let cdc = ModeSetting::parse("cdc", None)?;
+        assert_eq!(cdc.check(ValueFormat::Json), Ok(()));
+        let raw = cdc.check(ValueFormat::Raw).err().unwrap_or_default();
+        assert!(raw.contains("value_format raw"), "{raw}");
         assert_eq!(ModeSetting::default().check(ValueFormat::Json), Ok(()));
         Ok(())
     }

@@ -224,6 +224,51 @@ pub(crate) fn decode_into(
     })
 }
 
+/// How a JSON table reads its values: its columns declared or grown, its caps, and
+/// whether they are Debezium change events (a `cdc` table: the `after` image's fields
+/// are the columns).
+#[derive(Debug, Clone, Copy)]
+pub struct JsonReading {
+    /// The columns were declared: fields without one are not written.
+    pub declared: bool,
+    /// How many columns the table may have and gain.
+    pub caps: kfs_values::json::ColumnCaps,
+    /// The values are Debezium change events.
+    pub cdc: bool,
+}
+
+/// What a value's row holds: its fields, and for a change event the `after` image
+/// the `value` column holds instead of the envelope (`Some(None)`: a delete).
+pub(crate) type ValueFields = (
+    serde_json::Map<String, serde_json::Value>,
+    Option<Option<Vec<u8>>>,
+);
+
+impl JsonReading {
+    /// How `table` reads its values.
+    pub fn of(table: &iceberg::table::Table) -> Self {
+        Self {
+            declared: crate::table::declared_columns(table),
+            caps: kfs_values::json::ColumnCaps::of(table),
+            cdc: crate::table::mode_of(table)
+                .is_ok_and(|mode| mode.mode == kfs_plan::mode::TableMode::Cdc),
+        }
+    }
+
+    /// The fields of the record value `value` (see [`ValueFields`]), or why it has none.
+    pub(crate) fn fields(
+        &self,
+        value: Option<&[u8]>,
+    ) -> Result<ValueFields, kfs_values::json::Rejection> {
+        match self.cdc {
+            true => {
+                kfs_values::json::parse_change(value).map(|(fields, image)| (fields, Some(image)))
+            }
+            false => kfs_values::json::parse_value(value).map(|fields| (fields, None)),
+        }
+    }
+}
+
 /// Scans a segment's JSON values, read from `segment` as it arrives, against `schema`:
 /// the fields to add and the types to widen, in offset order (the first record to give
 /// a field a type decides it), and how many records no schema change could take.
@@ -235,18 +280,18 @@ pub fn scan_json_segment(
     limits: DecodeLimits,
     schema: &iceberg::spec::Schema,
     last_column_id: i32,
-    declared: bool,
-    caps: kfs_values::json::ColumnCaps,
+    reading: JsonReading,
 ) -> Result<JsonScan, ConvertError> {
     let mut evolving =
-        kfs_values::json::EvolvingSchema::new(schema, last_column_id).with_caps(caps);
-    if declared {
+        kfs_values::json::EvolvingSchema::new(schema, last_column_id).with_caps(reading.caps);
+    if reading.declared {
         evolving = evolving.declared();
     }
     let mut rejected = 0u64;
     decode_records(segment, key, limits, |record| {
-        let absorbed =
-            kfs_values::json::parse_value(record.value).and_then(|value| evolving.absorb(&value));
+        let absorbed = reading
+            .fields(record.value)
+            .and_then(|(value, _)| evolving.absorb(&value));
         if absorbed.is_err() {
             rejected += 1;
         }

@@ -20,7 +20,7 @@ mod route;
 mod run;
 mod writer;
 
-pub use decode::{scan_json_segment, scan_schema_ids};
+pub use decode::{JsonReading, scan_json_segment, scan_schema_ids};
 pub(crate) use kfs_values::cells::{Role, Shape, absorb_as};
 #[cfg(feature = "test-support")]
 pub use kfs_values::writer_schema::registry_columns;

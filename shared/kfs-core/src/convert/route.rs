@@ -93,7 +93,7 @@ impl RecordRouter for RawRouter {
 /// with the reason.
 pub(crate) struct JsonRouter {
     schema: iceberg::spec::Schema,
-    declared: bool,
+    reading: super::JsonReading,
     payload: SchemaRef,
     out: RoutedRows,
     values: Vec<serde_json::Map<String, serde_json::Value>>,
@@ -257,7 +257,7 @@ impl JsonRouter {
                 .collect::<Vec<_>>(),
         ));
         Ok(Self {
-            declared: crate::table::declared_columns(table),
+            reading: super::JsonReading::of(table),
             schema,
             payload,
             out: RoutedRows::new(arrow, dead_letters, segment)?,
@@ -269,21 +269,32 @@ impl JsonRouter {
 
 impl RecordRouter for JsonRouter {
     fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError> {
-        let parsed = kfs_values::json::parse_value(record.value).and_then(|value| {
-            let value = if self.declared {
-                kfs_values::json::project(&value, self.schema.as_struct().fields())
-            } else {
-                value
-            };
-            kfs_values::json::fits(&self.schema, &value)?;
-            Ok(kfs_values::json::conform(
-                value,
-                self.schema.as_struct().fields(),
-            ))
-        });
+        let parsed = self
+            .reading
+            .fields(record.value)
+            .and_then(|(value, image)| {
+                let value = if self.reading.declared {
+                    kfs_values::json::project(&value, self.schema.as_struct().fields())
+                } else {
+                    value
+                };
+                kfs_values::json::fits(&self.schema, &value)?;
+                let value = kfs_values::json::conform(value, self.schema.as_struct().fields());
+                Ok((value, image))
+            });
         match parsed {
-            Ok(value) => {
-                self.out.table.push(topic, partition, record)?;
+            Ok((value, image)) => {
+                match image {
+                    // A change event's row holds its `after` image, not the envelope.
+                    Some(image) => {
+                        let changed = Record {
+                            value: image.as_deref(),
+                            ..record.clone()
+                        };
+                        self.out.table.push(topic, partition, &changed)?;
+                    }
+                    None => self.out.table.push(topic, partition, record)?,
+                }
                 self.values.push(value);
                 self.value_bytes += PARSED_JSON_FACTOR * record.value.map_or(0, <[u8]>::len);
             }

@@ -30,21 +30,12 @@ pub(super) async fn convert_json_segment(
     racing(&target.name, target.table.clone(), async |mut table| {
         let schema = table.metadata().current_schema().clone();
         let last_column_id = table.metadata().last_column_id();
-        let declared = crate::table::declared_columns(&table);
-        let caps = kfs_values::json::ColumnCaps::of(&table);
+        let reading = crate::convert::JsonReading::of(&table);
         let scanned = {
             let reader = crate::convert::StreamReader::new(passes.open().await?);
             let key = input.key.clone();
             scanning(&target.name, move || {
-                scan_json_segment(
-                    reader,
-                    &key,
-                    limits,
-                    &schema,
-                    last_column_id,
-                    declared,
-                    caps,
-                )
+                scan_json_segment(reader, &key, limits, &schema, last_column_id, reading)
             })
             .await?
         };

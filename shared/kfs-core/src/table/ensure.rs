@@ -93,6 +93,9 @@ pub async fn ensure_dead_letter_table(
         // A log of the records the table refused, whatever the table's mode.
         properties.remove(kfs_plan::mode::TABLE_MODE_PROPERTY);
         properties.remove(kfs_plan::mode::UPSERT_KEY_PROPERTY);
+        // Its own progress, not the table's: created after the table committed, it
+        // would otherwise look rolled back past commits it never had.
+        properties.retain(|key, _| !key.starts_with(kfs_plan::progress::PROGRESS_PREFIX));
         Ok(TableCreation::builder()
             .name(name.name.clone())
             .schema(crate::table::dead_letter_schema()?)

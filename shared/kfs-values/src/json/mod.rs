@@ -78,6 +78,47 @@ pub fn parse_value(value: Option<&[u8]>) -> Result<Map<String, Value>, Rejection
     }
 }
 
+/// A change event's row: the fields that become columns, and the `after` image as
+/// JSON (`None`: the change deletes its key).
+pub type Change = (Map<String, Value>, Option<Vec<u8>>);
+
+/// A value of a `cdc` table: a Debezium change event (JSON, with or without the schema
+/// wrapper, `kfs_plan::changes::envelope`). Returns the object whose fields become
+/// columns (the `after` image of a create, update or snapshot read; empty for a delete)
+/// and what the table's `value` column holds: the `after` image as JSON, or `None` for
+/// a delete and for Debezium's tombstone (a null value), which delete the key. A value
+/// that is no change event, a truncate, a message (`m`, no row) and an `after` image
+/// that is no object are rejected, with the reason.
+pub fn parse_change(value: Option<&[u8]>) -> Result<Change, Rejection> {
+    use kfs_plan::changes::Action;
+    let Some(bytes) = value else {
+        return Ok((Map::new(), None));
+    };
+    let parsed: Value = serde_json::from_slice(bytes).map_err(|e| {
+        Rejection(format!(
+            "value is not JSON: {e} (at byte {})",
+            byte_of(bytes, e.line(), e.column())
+        ))
+    })?;
+    let envelope = kfs_plan::changes::envelope(&parsed)
+        .map_err(|e| Rejection(format!("value is no Debezium change event: {e}")))?;
+    match envelope.action().map_err(Rejection)? {
+        Some(Action::Upsert(Value::Object(after))) => {
+            let image = serde_json::to_vec(&after)
+                .map_err(|e| Rejection(format!("the after image: {e}")))?;
+            Ok((after, Some(image)))
+        }
+        Some(Action::Upsert(other)) => Err(Rejection(format!(
+            "the after image is a JSON {}, not an object",
+            kind(&other)
+        ))),
+        Some(Action::Delete) => Ok((Map::new(), None)),
+        None => Err(Rejection(
+            "a Debezium message event (op m) changes no row".into(),
+        )),
+    }
+}
+
 /// The byte position of serde_json's 1-based line and column.
 fn byte_of(bytes: &[u8], line: usize, column: usize) -> usize {
     let line_start: usize = bytes

@@ -268,3 +268,34 @@ fn fitting_values_become_arrow_columns() {
         assert!(column.is_null(1), "{column:?}");
     }
 }
+
+#[test]
+fn change_events_give_their_after_image_or_delete_or_the_reason() {
+    let change = |text: &str| parse_change(Some(text.as_bytes()));
+    let (fields, image) = change(r#"{"op":"u","before":{"id":1},"after":{"id":1,"name":"b"}}"#)
+        .unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(fields.get("name"), Some(&Value::from("b")));
+    let image: Value =
+        serde_json::from_slice(&image.unwrap_or_default()).unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(image, serde_json::json!({"id": 1, "name": "b"}));
+    // The schema wrapper of Kafka Connect's JSON converter.
+    let wrapped = change(r#"{"schema":{},"payload":{"op":"c","after":{"id":2}}}"#);
+    assert!(wrapped.is_ok_and(|(fields, image)| fields.len() == 1 && image.is_some()));
+    // Deletes, and Debezium's tombstone after them, delete the key.
+    let deleted = change(r#"{"op":"d","before":{"id":1},"after":null}"#);
+    assert!(deleted.is_ok_and(|(fields, image)| fields.is_empty() && image.is_none()));
+    assert!(parse_change(None).is_ok_and(|(fields, image)| fields.is_empty() && image.is_none()));
+    for (text, reason) in [
+        ("not json", "value is not JSON"),
+        ("[1]", "no Debezium change event"),
+        (r#"{"after":{"id":1}}"#, "no Debezium change event"),
+        (r#"{"op":"m","message":{"prefix":"x"}}"#, "op m"),
+        (r#"{"op":"t"}"#, "truncate"),
+        (r#"{"op":"c","after":[1,2]}"#, "no Debezium change event"),
+        (r#"{"op":"c","after":null}"#, "after"),
+        (r#"{"op":"x","after":{}}"#, "no Debezium change event"),
+    ] {
+        let refused = change(text).err().map(|e| e.0).unwrap_or_default();
+        assert!(refused.contains(reason), "{text}: {refused}");
+    }
+}
