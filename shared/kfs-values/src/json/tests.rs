@@ -299,3 +299,48 @@ fn change_events_give_their_after_image_or_delete_or_the_reason() {
         assert!(refused.contains(reason), "{text}: {refused}");
     }
 }
+
+/// JSON values of any shape, nested a few levels.
+fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        "[a-z]{0,3}".prop_map(Value::from),
+        Just(Value::from("c")),
+        Just(Value::from("d")),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            proptest::collection::btree_map(
+                prop_oneof![
+                    Just("op".to_owned()),
+                    Just("after".to_owned()),
+                    Just("before".to_owned()),
+                    Just("payload".to_owned()),
+                    Just("schema".to_owned()),
+                    Just("source".to_owned()),
+                    "[a-z]{1,3}"
+                ],
+                inner,
+                0..5
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    /// A hostile producer's value, bytes or JSON of any shape, is a change or a
+    /// reason, never a panic; a change's image is the JSON of its fields.
+    #[test]
+    fn any_value_is_a_change_or_a_reason(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), json in any_json()) {
+        let _ = parse_change(Some(&bytes));
+        if let Ok((fields, Some(image))) = parse_change(Some(json.to_string().as_bytes())) {
+            let parsed: Value = serde_json::from_slice(&image).unwrap_or(Value::Null);
+            proptest::prop_assert_eq!(parsed, Value::Object(fields));
+        }
+    }
+}
