@@ -4,11 +4,12 @@
 //! and recorded in its properties ([`TABLE_MODE_PROPERTY`], [`UPSERT_KEY_PROPERTY`]),
 //! so every process commits it alike whatever its own settings say.
 //!
-//! Built: `upsert` of raw and JSON tables by the record key (a JSON mirror keeps the
-//! `value` column, whose null marks the tombstone), and `cdc` of Debezium envelopes
-//! in JSON (the `after` image's fields as the columns; `value` holds the image, null
-//! for a delete). Refused with the reason, until they are built: an upsert key of
-//! value fields, registry-encoded mirrors (Avro, Protobuf envelopes).
+//! Built: `upsert` of raw, JSON and registry tables by the record key (a JSON or
+//! registry mirror keeps the `value` column, whose null marks the tombstone), and
+//! `cdc` of Debezium envelopes in JSON (the `after` image's fields as the columns;
+//! `value` holds the image, null for a delete). Refused with the reason, until they
+//! are built: an upsert key of value fields, `cdc` of registry-encoded envelopes
+//! (Avro, Protobuf).
 
 use std::collections::HashMap;
 
@@ -109,10 +110,6 @@ impl ModeSetting {
                 "upsert_key {:?}: a key of value fields is not built yet; upsert tables are keyed by the record key",
                 self.key_fields.join(",")
             )),
-            TableMode::Upsert if format == ValueFormat::Registry => Err(
-                "table mode upsert needs value_format raw or json; value_format registry is not built yet"
-                    .into(),
-            ),
             TableMode::Upsert => Ok(()),
         }
     }
@@ -175,17 +172,15 @@ mod tests {
         let upsert = ModeSetting::parse("upsert", None)?;
         assert_eq!(upsert.check(ValueFormat::Raw), Ok(()));
         assert_eq!(upsert.check(ValueFormat::Json), Ok(()));
-        let registry = upsert
-            .check(ValueFormat::Registry)
-            .err()
-            .unwrap_or_default();
-        assert!(registry.contains("value_format registry"), "{registry}");
+        assert_eq!(upsert.check(ValueFormat::Registry), Ok(()));
         let fields = ModeSetting::parse("upsert", Some("id"))?.check(ValueFormat::Raw);
         assert!(fields.err().unwrap_or_default().contains("\"id\""));
         let cdc = ModeSetting::parse("cdc", None)?;
         assert_eq!(cdc.check(ValueFormat::Json), Ok(()));
         let raw = cdc.check(ValueFormat::Raw).err().unwrap_or_default();
         assert!(raw.contains("value_format raw"), "{raw}");
+        let registry = cdc.check(ValueFormat::Registry).err().unwrap_or_default();
+        assert!(registry.contains("value_format registry"), "{registry}");
         assert_eq!(ModeSetting::default().check(ValueFormat::Json), Ok(()));
         Ok(())
     }

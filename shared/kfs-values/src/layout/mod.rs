@@ -100,9 +100,9 @@ pub fn schema_for(format: ValueFormat, declared: &[ValueColumn]) -> iceberg::Res
     schema_of(format, declared, false)
 }
 
-/// [`schema_for`], a JSON table's keeping the raw table's `value` column too when
-/// `keep_value` (an upsert table's: a null `value` is the tombstone that deletes its
-/// key, which the JSON columns alone cannot tell from `{}`).
+/// [`schema_for`], a JSON or registry table's keeping the raw table's `value` column
+/// too when `keep_value` (an upsert table's: a null `value` is the tombstone that
+/// deletes its key, which the value's columns alone cannot tell from a row of nulls).
 pub fn schema_of(
     format: ValueFormat,
     declared: &[ValueColumn],
@@ -114,7 +114,7 @@ pub fn schema_of(
             iceberg::ErrorKind::DataInvalid,
             "value columns are declared for a table whose value format is raw, not json",
         )),
-        ValueFormat::Registry if declared.is_empty() => record_schema(false, &[]),
+        ValueFormat::Registry if declared.is_empty() => record_schema(keep_value, &[]),
         ValueFormat::Registry => Err(iceberg::Error::new(
             iceberg::ErrorKind::DataInvalid,
             "value columns are declared for a table whose value format is registry: its columns come from the writer schemas",
