@@ -2,6 +2,7 @@
 //!
 //! - [`keys`]: which objects of a bucket are segments, and what their keys say.
 //! - [`naming`]: the Iceberg table a topic lands in, and how it is partitioned.
+//! - [`formats`]: how a table stores its records' values and reads their keys.
 //! - [`layout`]: partition specs as operators write them (`day(timestamp)`).
 //! - [`offsets`]: the per-partition offset map carried in every snapshot summary.
 //! - [`progress`]: the same progress kept in table properties, and whether the
@@ -36,6 +37,7 @@ pub mod duration;
 pub mod etcd_transport;
 pub mod events;
 pub mod fault;
+pub mod formats;
 pub mod hash;
 pub mod keys;
 pub mod layout;

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use crate::naming::ValueFormat;
+use crate::formats::ValueFormat;
 
 /// Table property recording a table's mode (`append` when absent).
 pub const TABLE_MODE_PROPERTY: &str = "kfs.table-mode";
