@@ -147,15 +147,7 @@ async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
     assert_eq!(offsets(&local.catalog, &name).await?, by_offset);
     crate::row_deltas::readers_see(&local, &name.to_string(), rows.keys().copied()).await?;
     // Compacted: the same rows, no delete file left.
-    kfs_core::compact_table(
-        &local.catalog,
-        &local.swap,
-        &table_ident(&name),
-        None,
-        None,
-        kfs_core::now_ms(),
-    )
-    .await?;
+    local.compact(&name).await?;
     let table = local.catalog.load_table(&table_ident(&name)).await?;
     assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
     assert_eq!(names(&local, &naming).await?, rows);

@@ -573,15 +573,7 @@ async fn a_registry_table_in_upsert_mode_mirrors_its_keys() -> Result<(), BoxErr
     let expected: BTreeMap<(i32, i64), usize> = [2, 5, 6].iter().map(|o| ((0, *o), 1)).collect();
     assert_eq!(offsets(&local.catalog, &name).await?, expected);
     crate::row_deltas::readers_see(&local, &name.to_string(), [2, 5, 6].into_iter()).await?;
-    kfs_core::compact_table(
-        &local.catalog,
-        &local.swap,
-        &table_ident(&name),
-        None,
-        None,
-        kfs_core::now_ms(),
-    )
-    .await?;
+    local.compact(&name).await?;
     assert_eq!(offsets(&local.catalog, &name).await?, expected);
     crate::row_deltas::readers_see(&local, &name.to_string(), [2, 5, 6].into_iter()).await
 }

@@ -397,15 +397,7 @@ async fn mirror_rounds(naming: &TableNaming) -> TestResult {
     // Compacted: the deleted rows are left out of the rewritten files, the delete
     // files go, and the readers see the same rows.
     let name = naming.table_for("orders");
-    let compacted = kfs_core::compact_table(
-        &local.catalog,
-        &local.swap,
-        &table_ident(&name),
-        None,
-        None,
-        now_ms(),
-    )
-    .await?;
+    let compacted = local.compact(&name).await?;
     assert!(compacted.delete_files_folded > 0, "{compacted:?}");
     let table = local.catalog.load_table(&table_ident(&name)).await?;
     assert!(kfs_core::live_deletes(&table).await?.files.is_empty());

@@ -29,11 +29,7 @@ async fn pinned_append(
     properties: HashMap<String, String>,
     attempt_id: &str,
 ) -> Result<Option<iceberg::Error>, iceberg::Error> {
-    // The snapshot the append adds gets the next sequence number of the table it is
-    // pinned to (a table that moved meanwhile refuses the whole update).
-    let sequence_number = table.metadata().next_sequence_number();
-    let progress =
-        kfs_plan::progress::progress_properties(&properties, attempt_id, sequence_number);
+    let progress = pinned_progress(table, &properties, attempt_id);
     let tx = Transaction::new(table);
     let tx = tx
         .fast_append()
@@ -59,6 +55,18 @@ async fn pinned_append(
         .err())
 }
 
+/// The progress properties a commit of the summary `properties` stores, attributed to
+/// `attempt_id`: its snapshot gets the next sequence number of the table it is pinned
+/// to (a table that moved meanwhile refuses the whole update).
+fn pinned_progress(
+    table: &Table,
+    properties: &HashMap<String, String>,
+    attempt_id: &str,
+) -> HashMap<String, String> {
+    let sequence_number = table.metadata().next_sequence_number();
+    kfs_plan::progress::progress_properties(properties, attempt_id, sequence_number)
+}
+
 /// [`pinned_append`] for a mirror: the files in a row delta beside the position
 /// deletes of every row they supersede, as the table the commit is pinned to holds
 /// them, committed through the pointer swap (which requires `main` unmoved).
@@ -69,9 +77,7 @@ async fn pinned_row_delta(
     properties: HashMap<String, String>,
     attempt_id: &str,
 ) -> Result<Option<iceberg::Error>, iceberg::Error> {
-    let sequence_number = table.metadata().next_sequence_number();
-    let progress =
-        kfs_plan::progress::progress_properties(&properties, attempt_id, sequence_number);
+    let progress = pinned_progress(table, &properties, attempt_id);
     let superseded = crate::mirror::supersede(table, &files).await?;
     let deletes = crate::mirror::write_deletes(table, &files, &superseded).await?;
     let change = RowDelta {

@@ -171,6 +171,19 @@ impl Local {
         .await
     }
 
+    /// Compacts the table `name` by its own target size, now.
+    pub async fn compact(&self, name: &TableName) -> Result<kfs_core::CompactionReport, BoxError> {
+        Ok(kfs_core::compact_table(
+            &self.catalog,
+            &self.swap,
+            &table_ident(name),
+            None,
+            None,
+            kfs_core::now_ms(),
+        )
+        .await?)
+    }
+
     /// Runs one pass with `config`.
     pub async fn run_config(&self, config: &PipelineConfig) -> Result<PassReport, BoxError> {
         Ok(run_pass(
