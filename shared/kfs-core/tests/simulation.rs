@@ -62,8 +62,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use faults::{
-    Faults, MODES, PARTITIONS, Process, RECORDS, Records, SEGMENTS, STEPS, TOPICS, check,
-    open_catalog, put_feed_segment, quiesce, watermarks,
+    Faults, MODES, PARTITIONS, Process, RECORDS, Records, SEGMENTS, STEPS, TOPICS, break_segment,
+    check, open_catalog, orders_key, put_feed_segment, put_first_version, quiesce, watermarks,
 };
 use futures::StreamExt;
 use kfs_core::Ledger;
@@ -496,61 +496,6 @@ async fn simulate(seed: u64) -> SeedOutcome {
     let catalog = open_catalog(dir.path()).await?;
     let late = check(&catalog, &ledger).await?;
     Ok((fired, late, kind == Records::Keyed))
-}
-
-/// The key of segment `index` of `partition` of the table's own feed.
-fn orders_key(partition: i32, index: i64) -> SegmentKey {
-    SegmentKey {
-        namespace: "ns".into(),
-        topic: "orders".into(),
-        partition,
-        base_offset: index * RECORDS,
-    }
-}
-
-/// The first, half-failed upload of segment `index` of `partition` (see `rewritten`):
-/// a `.kfs` one record short, with other values, beside the `.index` already there.
-fn put_first_version(
-    source: &MemorySource,
-    partition: i32,
-    index: i64,
-    kind: Records,
-) -> Result<(), kfs_segment::EncodeError> {
-    let base = index * RECORDS;
-    let mut records = faults::records_of(partition, base, RECORDS - 1, kind);
-    for record in &mut records {
-        if let Some(value) = &mut record.value {
-            value.splice(0..0, b"first upload ".iter().copied());
-        }
-    }
-    let bytes = kfs_workload::encode_records(records, kfs_segment::Compression::None)?.kfs;
-    source.put(
-        &orders_key(partition, index).object_key(SegmentFile::Data),
-        bytes,
-    );
-    Ok(())
-}
-
-/// Uploads segment `index` of `partition` of `feed` (namespace, topic) again with one
-/// byte of its body flipped: its checksum no longer matches.
-fn break_segment(
-    source: &MemorySource,
-    (namespace, topic): (&str, &str),
-    partition: i32,
-    index: i64,
-    kind: Records,
-) -> Result<(), kfs_segment::EncodeError> {
-    let mut bytes = faults::segment_of(partition, index * RECORDS, kind)?;
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0xff;
-    let key = SegmentKey {
-        namespace: namespace.into(),
-        topic: topic.into(),
-        partition,
-        base_offset: index * RECORDS,
-    };
-    source.put(&key.object_key(SegmentFile::Data), bytes);
-    Ok(())
 }
 
 /// Seeds run on two threads, each with a single-threaded runtime running two seeds at

@@ -472,3 +472,58 @@ pub async fn check(catalog: &dyn Catalog, ledger: &SqliteLedger) -> Result<i64, 
     }
     Ok(late)
 }
+
+/// The key of segment `index` of `partition` of the table's own feed.
+pub fn orders_key(partition: i32, index: i64) -> SegmentKey {
+    SegmentKey {
+        namespace: "ns".into(),
+        topic: "orders".into(),
+        partition,
+        base_offset: index * RECORDS,
+    }
+}
+
+/// The first, half-failed upload of segment `index` of `partition` (see `rewritten`):
+/// a `.kfs` one record short, with other values, beside the `.index` already there.
+pub fn put_first_version(
+    source: &MemorySource,
+    partition: i32,
+    index: i64,
+    kind: Records,
+) -> Result<(), kfs_segment::EncodeError> {
+    let base = index * RECORDS;
+    let mut records = records_of(partition, base, RECORDS - 1, kind);
+    for record in &mut records {
+        if let Some(value) = &mut record.value {
+            value.splice(0..0, b"first upload ".iter().copied());
+        }
+    }
+    let bytes = encode_records(records, Compression::None)?.kfs;
+    source.put(
+        &orders_key(partition, index).object_key(SegmentFile::Data),
+        bytes,
+    );
+    Ok(())
+}
+
+/// Uploads segment `index` of `partition` of `feed` (namespace, topic) again with one
+/// byte of its body flipped: its checksum no longer matches.
+pub fn break_segment(
+    source: &MemorySource,
+    (namespace, topic): (&str, &str),
+    partition: i32,
+    index: i64,
+    kind: Records,
+) -> Result<(), kfs_segment::EncodeError> {
+    let mut bytes = segment_of(partition, index * RECORDS, kind)?;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    let key = SegmentKey {
+        namespace: namespace.into(),
+        topic: topic.into(),
+        partition,
+        base_offset: index * RECORDS,
+    };
+    source.put(&key.object_key(SegmentFile::Data), bytes);
+    Ok(())
+}
