@@ -1,6 +1,7 @@
 //! The `cdc` table mode on Debezium change events in JSON (with and without the schema
 //! wrapper, as Kafka Connect's JSON converter writes them with `schemas.enable` on or
-//! off): snapshot reads, creates, updates, deletes followed by Debezium's tombstone,
+//! off), and in Avro through the schema registry (Debezium's envelope schema, its key
+//! decoded into `key_fields`): snapshot reads, creates, updates, deletes followed by Debezium's tombstone,
 //! a row created again after its delete, over two commits. The mirror holds each
 //! key's last `after` image, its fields as columns; a message event, a truncate and a
 //! value that is no change event go to the dead-letter table with the reason and leave
@@ -17,6 +18,9 @@ use kfs_plan::naming::{TableNaming, ValueFormat};
 use crate::local::{BoxError, Local, dead_letter_reasons, offsets};
 
 type TestResult = Result<(), BoxError>;
+
+/// The topic Debezium writes the `customers` table's changes to.
+const TOPIC: &str = "dbserver1.inventory.customers";
 
 /// A Debezium event of key `id` with operation `op` and images of `name` (`None`:
 /// null), at `offset`; `wrapped` puts it in the schema wrapper.
@@ -64,7 +68,7 @@ async fn names(local: &Local, naming: &TableNaming) -> Result<BTreeMap<i64, Stri
     use arrow_array::cast::AsArray;
     let table = local
         .catalog
-        .load_table(&table_ident(&naming.table_for("customers")))
+        .load_table(&table_ident(&naming.table_for(TOPIC)))
         .await?;
     let batches: Vec<arrow_array::RecordBatch> = table
         .scan()
@@ -97,7 +101,7 @@ async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
     };
     naming.validate()?;
     local.put_records(
-        "customers",
+        TOPIC,
         vec![
             event(0, 1, "r", None, Some("ann"), false),
             event(1, 2, "r", None, Some("bob"), true),
@@ -109,7 +113,7 @@ async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
         ],
     )?;
     local.run(&naming).await?;
-    let name = naming.table_for("customers");
+    let name = naming.table_for(TOPIC);
     let expect = |rows: &[(i64, &str)]| -> BTreeMap<i64, String> {
         rows.iter().map(|(o, n)| (*o, (*n).to_owned())).collect()
     };
@@ -118,7 +122,7 @@ async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
         expect(&[(2, "cy"), (3, "anna"), (6, "dee")])
     );
     local.put_records(
-        "customers",
+        TOPIC,
         vec![
             event(7, 3, "d", Some("cy"), None, true),
             record(8, 3, None),
@@ -151,5 +155,208 @@ async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
     let table = local.catalog.load_table(&table_ident(&name)).await?;
     assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
     assert_eq!(names(&local, &naming).await?, rows);
+    crate::row_deltas::readers_see(&local, &name.to_string(), rows.keys().copied()).await
+}
+
+/// Debezium's Avro envelope of the `customers` table (as its Avro converter registers
+/// it: `before` and `after` optional records of the row, the `source` block, `op`,
+/// `ts_ms` and the `transaction` block).
+const ENVELOPE: &str = r#"{"type": "record", "name": "Envelope", "namespace": "dbserver1.inventory.customers",
+  "fields": [
+    {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+      {"name": "id", "type": "int"},
+      {"name": "name", "type": "string"},
+      {"name": "email", "type": ["null", "string"], "default": null}],
+      "connect.name": "dbserver1.inventory.customers.Value"}], "default": null},
+    {"name": "after", "type": ["null", "Value"], "default": null},
+    {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+      "fields": [
+        {"name": "version", "type": "string"},
+        {"name": "connector", "type": "string"},
+        {"name": "name", "type": "string"},
+        {"name": "ts_ms", "type": "long"},
+        {"name": "db", "type": "string"},
+        {"name": "schema", "type": "string"},
+        {"name": "table", "type": "string"},
+        {"name": "txId", "type": ["null", "long"], "default": null},
+        {"name": "lsn", "type": ["null", "long"], "default": null}]}},
+    {"name": "op", "type": "string"},
+    {"name": "ts_ms", "type": ["null", "long"], "default": null},
+    {"name": "transaction", "type": ["null", {"type": "record", "name": "block", "namespace": "event",
+      "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "total_order", "type": "long"},
+        {"name": "data_collection_order", "type": "long"}]}], "default": null}],
+  "connect.name": "dbserver1.inventory.customers.Envelope"}"#;
+
+/// Debezium's Avro key of the `customers` table: its primary key.
+const KEY: &str = r#"{"type": "record", "name": "Key", "namespace": "dbserver1.inventory.customers",
+  "fields": [{"name": "id", "type": "int"}], "connect.name": "dbserver1.inventory.customers.Key"}"#;
+
+/// A row's fields on the topic of `customers` with schema id 1, keyed by `id`
+/// (schema id 2), with the optional value of `envelope`.
+fn avro_record(
+    offset: i64,
+    id: i32,
+    envelope: Option<apache_avro::types::Value>,
+) -> Result<kfs_segment::OwnedRecord, BoxError> {
+    use apache_avro::types::Value;
+    let framed = |id: u32, schema: &str, value: Value| -> Result<Vec<u8>, BoxError> {
+        let schema = apache_avro::Schema::parse_str(schema)?;
+        let mut bytes = vec![0];
+        bytes.extend_from_slice(&id.to_be_bytes());
+        bytes.extend(apache_avro::to_avro_datum(&schema, value)?);
+        Ok(bytes)
+    };
+    Ok(kfs_segment::OwnedRecord {
+        offset,
+        timestamp_ms: 1_700_000_000_000 + offset,
+        key: Some(framed(2, KEY, Value::Record(vec![("id".into(), Value::Int(id))]))?),
+        value: envelope.map(|e| framed(1, ENVELOPE, e)).transpose()?,
+        headers: vec![],
+    })
+}
+
+/// A Debezium change event in Avro of key `id` with operation `op` and images of
+/// `name` (`None`: null), at `offset`.
+fn avro_event(
+    offset: i64,
+    id: i32,
+    op: &str,
+    (before, after): (Option<&str>, Option<&str>),
+) -> Result<kfs_segment::OwnedRecord, BoxError> {
+    use apache_avro::types::Value;
+    let optional = |value: Option<Value>| match value {
+        Some(value) => Value::Union(1, Box::new(value)),
+        None => Value::Union(0, Box::new(Value::Null)),
+    };
+    let image = |name: Option<&str>| {
+        optional(name.map(|name| {
+            Value::Record(vec![
+                ("id".into(), Value::Int(id)),
+                ("name".into(), Value::String(name.into())),
+                (
+                    "email".into(),
+                    optional(Some(Value::String(format!("{name}@example.com")))),
+                ),
+            ])
+        }))
+    };
+    let text = |s: &str| Value::String(s.into());
+    let source = Value::Record(vec![
+        ("version".into(), text("2.7.0.Final")),
+        ("connector".into(), text("postgresql")),
+        ("name".into(), text("dbserver1")),
+        ("ts_ms".into(), Value::Long(1_700_000_000_000 + offset)),
+        ("db".into(), text("postgres")),
+        ("schema".into(), text("inventory")),
+        ("table".into(), text("customers")),
+        ("txId".into(), optional(Some(Value::Long(500 + offset)))),
+        ("lsn".into(), optional(Some(Value::Long(24_000_000 + offset)))),
+    ]);
+    let envelope = Value::Record(vec![
+        ("before".into(), image(before)),
+        ("after".into(), image(after)),
+        ("source".into(), source),
+        ("op".into(), text(op)),
+        ("ts_ms".into(), optional(Some(Value::Long(1_700_000_000_000 + offset)))),
+        ("transaction".into(), optional(None)),
+    ]);
+    avro_record(offset, id, Some(envelope))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_events_in_avro_mirror_each_rows_last_image() -> TestResult {
+    use kfs_core::{MemoryRegistry, RegisteredSchema, SchemaCache, SchemaId, SchemaKind};
+    let local = Local::open().await?;
+    let registry = MemoryRegistry::default();
+    for (id, text) in [(1, ENVELOPE), (2, KEY)] {
+        registry.register(
+            SchemaId::Confluent(id),
+            RegisteredSchema::new(SchemaKind::Avro, text),
+        );
+    }
+    // Schema 3: a row of the table written without its envelope.
+    registry.register(
+        SchemaId::Confluent(3),
+        RegisteredSchema::new(
+            SchemaKind::Avro,
+            r#"{"type": "record", "name": "Row", "fields": [{"name": "id", "type": "int"}]}"#,
+        ),
+    );
+    let config = kfs_core::PipelineConfig {
+        naming: TableNaming {
+            value_format: ValueFormat::Registry,
+            key_format: kfs_plan::naming::KeyFormat::Registry,
+            mode: kfs_plan::mode::ModeSetting::parse("cdc", None)?,
+            ..TableNaming::default()
+        },
+        schemas: Some(std::sync::Arc::new(SchemaCache::new(std::sync::Arc::new(
+            registry,
+        )))),
+        ..kfs_core::PipelineConfig::default()
+    };
+    config.naming.validate()?;
+    local.put_records(
+        TOPIC,
+        vec![
+            avro_event(0, 1, "r", (None, Some("ann")))?,
+            avro_event(1, 2, "r", (None, Some("bob")))?,
+            avro_event(2, 3, "c", (None, Some("cy")))?,
+            avro_event(3, 1, "u", (Some("ann"), Some("anna")))?,
+            avro_event(4, 2, "d", (Some("bob"), None))?,
+            avro_record(5, 2, None)?,
+            avro_event(6, 4, "c", (None, Some("dee")))?,
+        ],
+    )?;
+    local.run_config(&config).await?;
+    let naming = &config.naming;
+    let name = naming.table_for(TOPIC);
+    let expect = |rows: &[(i64, &str)]| -> BTreeMap<i64, String> {
+        rows.iter().map(|(o, n)| (*o, (*n).to_owned())).collect()
+    };
+    assert_eq!(
+        names(&local, naming).await?,
+        expect(&[(2, "cy"), (3, "anna"), (6, "dee")])
+    );
+    let mut not_an_envelope = avro_record(12, 1, None)?;
+    let mut value = vec![0, 0, 0, 0, 3];
+    value.extend(apache_avro::to_avro_datum(
+        &apache_avro::Schema::parse_str(
+            r#"{"type": "record", "name": "Row", "fields": [{"name": "id", "type": "int"}]}"#,
+        )?,
+        apache_avro::types::Value::Record(vec![("id".into(), apache_avro::types::Value::Int(1))]),
+    )?);
+    not_an_envelope.value = Some(value);
+    local.put_records(
+        TOPIC,
+        vec![
+            avro_event(7, 3, "d", (Some("cy"), None))?,
+            avro_record(8, 3, None)?,
+            avro_event(9, 2, "c", (None, Some("bo again")))?,
+            // A message event, a truncate and a value that is no change event: dead
+            // letters, their keys' rows as they were.
+            avro_event(10, 4, "m", (None, None))?,
+            avro_event(11, 1, "t", (None, None))?,
+            not_an_envelope,
+            avro_event(13, 4, "u", (Some("dee"), Some("dee two")))?,
+        ],
+    )?;
+    let report = local.run_config(&config).await?;
+    assert!(!report.left_work(), "{report:?}");
+    let rows = expect(&[(3, "anna"), (9, "bo again"), (13, "dee two")]);
+    assert_eq!(names(&local, naming).await?, rows);
+    let letters = dead_letter_reasons(&local.catalog, &name).await?;
+    assert_eq!(letters.keys().copied().collect::<Vec<_>>(), [10, 11, 12]);
+    assert!(letters[&10].contains("op m"), "{letters:?}");
+    assert!(letters[&11].contains("truncate"), "{letters:?}");
+    assert!(letters[&12].contains("no Debezium envelope"), "{letters:?}");
+    let by_offset: BTreeMap<(i32, i64), usize> = rows.keys().map(|o| ((0, *o), 1)).collect();
+    assert_eq!(offsets(&local.catalog, &name).await?, by_offset);
+    crate::row_deltas::readers_see(&local, &name.to_string(), rows.keys().copied()).await?;
+    local.compact(&name).await?;
+    let table = local.catalog.load_table(&table_ident(&name)).await?;
+    assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
+    assert_eq!(names(&local, naming).await?, rows);
     crate::row_deltas::readers_see(&local, &name.to_string(), rows.keys().copied()).await
 }

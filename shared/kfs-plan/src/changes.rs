@@ -204,6 +204,13 @@ impl<R: Clone> Envelope<R> {
             }
         }
     }
+
+    /// What the event does to its key's row, as a mirror applies it: [`Self::action`],
+    /// with a message event (no row) refused too, for the dead-letter table.
+    pub fn row_action(&self) -> Result<Action<R>, String> {
+        self.action()?
+            .ok_or_else(|| "a Debezium message event (op m) changes no row".to_owned())
+    }
 }
 
 /// Reads a Debezium value envelope (as the JSON converter writes it, with or without

@@ -82,14 +82,7 @@ impl JsonSchemaWriter {
         columns: &DataType,
         top: bool,
     ) -> Result<(Cell, u64), String> {
-        let items = check_json(payload)?;
-        let value: Value = serde_json::from_slice(payload).map_err(|e| {
-            format!(
-                "JSON payload does not parse: {e} (line {}, column {})",
-                e.line(),
-                e.column()
-            )
-        })?;
+        let (value, items) = read(payload)?;
         let value = if self.scalar {
             Value::Object([(SCALAR_FIELD.to_owned(), value)].into_iter().collect())
         } else {
@@ -105,6 +98,48 @@ impl JsonSchemaWriter {
         })?;
         cell(&value, columns, top).map(|cell| (cell, items))
     }
+
+    /// Decodes one payload, a Debezium change event (`kfs_plan::changes::envelope`),
+    /// into the row of the table's payload `columns` its `after` image gives, `None`
+    /// for a delete, with the items the value holds (at most); a message or truncate
+    /// event, a value that is no envelope, or an image holding a property its schema
+    /// does not declare is refused with the reason.
+    pub fn decode_change(
+        &self,
+        payload: &[u8],
+        columns: &DataType,
+    ) -> Result<(Option<Cell>, u64), String> {
+        let (value, items) = read(payload)?;
+        let envelope = kfs_plan::changes::envelope(&value)
+            .map_err(|e| format!("value is no Debezium change event: {e}"))?;
+        let after = match envelope.row_action()? {
+            kfs_plan::changes::Action::Upsert(after) => after,
+            kfs_plan::changes::Action::Delete => return Ok((None, items)),
+        };
+        let (Value::Object(properties), Some((_, Shape::Struct(declared)))) =
+            (&after, self.shape.iter().find(|(name, _)| name == "after"))
+        else {
+            return Err("the after image is no object its schema declares".into());
+        };
+        undeclared(properties, declared).map_err(|path| {
+            format!("after image property {path:?} is not declared by the schema: the table has no column for it")
+        })?;
+        cell(&after, columns, true).map(|cell| (Some(cell), items))
+    }
+}
+
+/// The JSON value a payload holds, with its items (at most): the text is walked first
+/// (`bounds::check_json`), its items and depth bounded before it is parsed.
+fn read(payload: &[u8]) -> Result<(Value, u64), String> {
+    let items = check_json(payload)?;
+    let value = serde_json::from_slice(payload).map_err(|e| {
+        format!(
+            "JSON payload does not parse: {e} (line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })?;
+    Ok((value, items))
 }
 
 /// The path of the first property of `properties` (an object of the table form

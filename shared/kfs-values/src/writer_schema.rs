@@ -59,6 +59,46 @@ impl WriterSchema {
         Ok(shapes.into_iter().map(storable_fields).collect())
     }
 
+    /// The columns of a `cdc` table its values give: [`Self::shapes`] of the Debezium
+    /// envelope, each its `after` image's fields; `Err` when the schema is no envelope
+    /// (no `after` record).
+    pub fn change_shapes(
+        &self,
+        messages: &MessageLists,
+    ) -> Result<Vec<Vec<(String, Shape)>>, String> {
+        self.shapes(messages)?
+            .into_iter()
+            .map(|envelope| {
+                envelope
+                    .into_iter()
+                    .find_map(|(name, shape)| match (name == "after", shape) {
+                        (true, Shape::Struct(fields)) => Some(fields),
+                        _ => None,
+                    })
+                    .ok_or_else(|| {
+                        "the schema is no Debezium envelope: it has no \"after\" record (table mode cdc reads change events)".to_owned()
+                    })
+            })
+            .collect()
+    }
+
+    /// Decodes a payload, a Debezium change event, into the row of the table's
+    /// payload `columns` its `after` image gives (`None`: the event deletes its key),
+    /// with the items it holds; a message or truncate event, or a value that is no
+    /// envelope, is refused with the reason.
+    pub fn decode_change(
+        &self,
+        id: &SchemaId,
+        payload: &[u8],
+        columns: &DataType,
+    ) -> Result<(Option<Cell>, u64), String> {
+        match self {
+            Self::Avro(avro) => avro.decode_change(payload, columns),
+            Self::JsonSchema(json) => json.decode_change(payload, columns),
+            Self::Protobuf(protobuf) => protobuf.decode_change(id, payload, columns),
+        }
+    }
+
     /// Decodes a payload into a cell of `columns` (`top`: the table's payload
     /// columns; else the fields of a struct column, a decoded key's), with the items
     /// it holds; a payload beyond the bounds of `crate::bounds` is refused before
@@ -208,29 +248,53 @@ pub fn row_column(
 
 /// A framed value (or key) decoded with the writer schema it names into a cell of
 /// `columns` (`top`: the table's payload columns), with the bytes its decoded form is
-/// counted for while its row waits for its batch: a few times its payload's
-/// (inflated, when it was compressed) and its items' (`bounds::ITEM_BYTES` each); or
-/// why not.
+/// counted for while its row waits for its batch ([`framed`]); or why not.
 pub fn decode_framed(
     writers: &WriterSchemas,
     value: &[u8],
-    columns: (&DataType, bool),
+    (columns, top): (&DataType, bool),
 ) -> Result<(Cell, usize), String> {
+    framed(writers, value, |writer, id, payload| {
+        writer.decode(id, payload, (columns, top))
+    })
+}
+
+/// A framed Debezium change event decoded with the writer schema it names into the
+/// row of the table's payload `columns` its `after` image gives (`None`: a delete),
+/// with the bytes counted for it ([`framed`]); or why not.
+pub fn decode_framed_change(
+    writers: &WriterSchemas,
+    value: &[u8],
+    columns: &DataType,
+) -> Result<(Option<Cell>, usize), String> {
+    framed(writers, value, |writer, id, payload| {
+        writer.decode_change(id, payload, columns)
+    })
+}
+
+/// A framed value decoded by `decode` with the writer schema it names, with the bytes
+/// its decoded form is counted for while its row waits for its batch: a few times its
+/// payload's (inflated, when it was compressed) and its items' (`bounds::ITEM_BYTES`
+/// each); or why not.
+fn framed<T>(
+    writers: &WriterSchemas,
+    value: &[u8],
+    decode: impl FnOnce(&WriterSchema, &SchemaId, &[u8]) -> Result<(T, u64), String>,
+) -> Result<(T, usize), String> {
     let framed = crate::registry::frame(value)?;
     let id = framed.id;
     match writers.get(&id) {
-        Some(Ok(writer)) => writer
-            .decode(&id, &framed.payload, columns)
-            .map(|(cell, items)| {
+        Some(Ok(writer)) => decode(writer, &id, &framed.payload)
+            .map(|(decoded, items)| {
                 let items = usize::try_from(items).unwrap_or(usize::MAX);
-                let decoded = items.saturating_mul(crate::bounds::ITEM_BYTES);
+                let counted = items.saturating_mul(crate::bounds::ITEM_BYTES);
                 (
-                    cell,
+                    decoded,
                     framed
                         .payload
                         .len()
                         .saturating_mul(4)
-                        .saturating_add(decoded),
+                        .saturating_add(counted),
                 )
             })
             .map_err(|e| format!("schema {id}: {e}")),

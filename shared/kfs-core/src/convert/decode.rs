@@ -250,8 +250,7 @@ impl JsonReading {
         Self {
             declared: crate::table::declared_columns(table),
             caps: kfs_values::json::ColumnCaps::of(table),
-            cdc: crate::table::mode_of(table)
-                .is_ok_and(|mode| mode.mode == kfs_plan::mode::TableMode::Cdc),
+            cdc: crate::table::reads_changes(table),
         }
     }
 

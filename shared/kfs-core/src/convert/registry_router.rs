@@ -12,7 +12,7 @@ use iceberg::table::Table;
 use kfs_segment::Record;
 use kfs_values::ROWS_PER_BATCH;
 use kfs_values::cells::{Cell, column};
-use kfs_values::writer_schema::{WriterSchemas, decode_framed, row_column};
+use kfs_values::writer_schema::{WriterSchemas, decode_framed, decode_framed_change, row_column};
 
 /// Registry-encoded values (and keys): rows of the payload columns, or dead letters.
 pub(crate) struct RegistryRouter {
@@ -30,6 +30,9 @@ pub(crate) struct RegistryRouter {
     /// The columns besides the record's, in the table's order: a payload column (by
     /// its index in `payload`), or `None` for `key_fields`.
     order: Vec<Option<usize>>,
+    /// The values are Debezium change events (a `cdc` table): a row is the `after`
+    /// image, and a delete's row is null with a null `value`, the tombstone.
+    changes: bool,
 }
 
 impl RegistryRouter {
@@ -68,16 +71,19 @@ impl RegistryRouter {
             writers,
             key_writers,
             key_column,
+            changes: crate::table::reads_changes(table),
         })
     }
 
-    /// The row of `value` and the bytes of its payload, or why it has none.
-    fn row(&self, value: Option<&[u8]>) -> Result<(Cell, usize), String> {
-        let Some(value) = value else {
-            // A tombstone: its payload columns are null.
-            return Ok((Cell::Struct(vec![Cell::Null; self.payload.len()]), 0));
-        };
-        decode_framed(&self.writers, value, (&self.payload_type, true))
+    /// The row of `value` and the bytes of its payload, or why it has none; `None`
+    /// for the row of a tombstone (and a change event's delete).
+    fn row(&self, value: Option<&[u8]>) -> Result<(Option<Cell>, usize), String> {
+        match (value, self.changes) {
+            (None, _) => Ok((None, 0)),
+            (Some(value), true) => decode_framed_change(&self.writers, value, &self.payload_type),
+            (Some(value), false) => decode_framed(&self.writers, value, (&self.payload_type, true))
+                .map(|(row, bytes)| (Some(row), bytes)),
+        }
     }
 
     /// The `key_fields` cell of `key` (null when keys are not decoded, or the key is
@@ -109,8 +115,22 @@ impl RecordRouter for RegistryRouter {
             .and_then(|row| Ok((row, self.key_cell(record.key)?)))
         {
             Ok(((row, value_bytes), (key, key_bytes))) => {
-                self.out.table.push(topic, partition, record)?;
-                self.rows.push(row);
+                match row {
+                    Some(row) => {
+                        self.out.table.push(topic, partition, record)?;
+                        self.rows.push(row);
+                    }
+                    // A tombstone or a delete: null payload columns and a null value.
+                    None => {
+                        let deleted = Record {
+                            value: None,
+                            ..record.clone()
+                        };
+                        self.out.table.push(topic, partition, &deleted)?;
+                        self.rows
+                            .push(Cell::Struct(vec![Cell::Null; self.payload.len()]));
+                    }
+                }
                 if let Some((_, keys)) = &mut self.key_column {
                     keys.push(key);
                 }

@@ -135,6 +135,7 @@ async fn named_schemas(
             kind: e.kind,
         })?;
     let found: std::collections::HashMap<_, _> = ids.into_iter().zip(found).collect();
+    let changes = crate::table::reads_changes(&target.table);
     Ok(Ok(named
         .into_iter()
         .map(|(role, (id, messages))| {
@@ -142,8 +143,15 @@ async fn named_schemas(
                 .get(&id)
                 .cloned()
                 .unwrap_or_else(|| Err(format!("schema {id} was not looked up")));
-            // The columns of its values, or why they have none.
-            let resolved = resolved.and_then(|writer| Ok((writer.shapes(&messages)?, writer)));
+            // The columns of its values (a change event's: its after image's), or
+            // why they have none.
+            let resolved = resolved.and_then(|writer| {
+                let shapes = match (role, changes) {
+                    (Role::Value, true) => writer.change_shapes(&messages)?,
+                    _ => writer.shapes(&messages)?,
+                };
+                Ok((shapes, writer))
+            });
             (role, id, resolved)
         })
         .collect()))

@@ -44,3 +44,8 @@ pub fn mode_of(table: &iceberg::table::Table) -> iceberg::Result<kfs_plan::mode:
     mode.check(format).map_err(config)?;
     Ok(mode)
 }
+
+/// Whether `table` reads its values as Debezium change events (mode `cdc`).
+pub fn reads_changes(table: &iceberg::table::Table) -> bool {
+    mode_of(table).is_ok_and(|mode| mode.mode == kfs_plan::mode::TableMode::Cdc)
+}

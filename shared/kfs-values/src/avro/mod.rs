@@ -133,15 +133,43 @@ impl AvroWriter {
             .map(|(cell, _)| cell)
     }
 
-    /// [`AvroWriter::decode`], with the items the value holds. The payload is walked
-    /// first (`bounds`): nothing it declares is allocated before it is checked
-    /// against the bytes it has.
+    /// [`AvroWriter::decode`], with the items the value holds.
     pub fn decode_counted(
         &self,
         payload: &[u8],
         columns: &DataType,
         top: bool,
     ) -> Result<(Cell, u64), String> {
+        let (value, items) = self.read(payload)?;
+        let cell = if self.scalar {
+            let record = Value::Record(vec![(SCALAR_FIELD.to_owned(), value)]);
+            cell(&record, columns, top)
+        } else {
+            cell(&value, columns, top)
+        };
+        cell.map(|cell| (cell, items))
+    }
+
+    /// Decodes one payload, a Debezium change event (`debezium`), into the row of the
+    /// table's payload `columns` its `after` image gives, `None` for a delete, with
+    /// the items the value holds; a message or truncate event, or a value that is no
+    /// envelope, is refused with the reason.
+    pub fn decode_change(&self, payload: &[u8], columns: &DataType) -> Result<(Option<Cell>, u64), String> {
+        let (value, items) = self.read(payload)?;
+        let envelope = debezium::envelope(&value)
+            .map_err(|e| format!("value is no Debezium change event: {e}"))?;
+        match envelope.row_action()? {
+            kfs_plan::changes::Action::Upsert(after) => {
+                cell(&after, columns, true).map(|cell| (Some(cell), items))
+            }
+            kfs_plan::changes::Action::Delete => Ok((None, items)),
+        }
+    }
+
+    /// The value a payload holds, with its items. The payload is walked first
+    /// (`bounds`): nothing it declares is allocated before it is checked against the
+    /// bytes it has.
+    fn read(&self, payload: &[u8]) -> Result<(Value, u64), String> {
         let items = check_avro(&self.schema, &self.names, payload)
             .map_err(|e| format!("Avro payload does not decode: {e}"))?;
         let mut reader = payload;
@@ -165,13 +193,7 @@ impl AvroWriter {
                 payload.len() - reader.len()
             ));
         }
-        let cell = if self.scalar {
-            let record = Value::Record(vec![(SCALAR_FIELD.to_owned(), value)]);
-            cell(&record, columns, top)
-        } else {
-            cell(&value, columns, top)
-        };
-        cell.map(|cell| (cell, items))
+        Ok((value, items))
     }
 }
 

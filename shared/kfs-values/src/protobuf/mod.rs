@@ -189,15 +189,47 @@ impl ProtobufWriter {
             .map(|(cell, _)| cell)
     }
 
-    /// [`ProtobufWriter::decode`], with the items the value holds. The message is
-    /// walked first (`bounds`): its lengths, depth and items are bounded
-    /// before it is decoded.
+    /// [`ProtobufWriter::decode`], with the items the value holds.
     pub fn decode_counted(
         &self,
         id: &SchemaId,
         payload: &[u8],
         (columns, top): (&DataType, bool),
     ) -> Result<(Cell, u64), String> {
+        let (decoded, fields, items) = self.read(id, payload, columns)?;
+        message_cell(&decoded, fields, top).map(|cell| (cell, items))
+    }
+
+    /// Decodes one payload of schema `id`, a Debezium change event (`debezium`), into
+    /// the row of the table's payload `columns` its `after` image gives, `None` for a
+    /// delete, with the items the value holds; a message or truncate event, or a value
+    /// that is no envelope, is refused with the reason.
+    pub fn decode_change(
+        &self,
+        id: &SchemaId,
+        payload: &[u8],
+        columns: &DataType,
+    ) -> Result<(Option<Cell>, u64), String> {
+        let (decoded, fields, items) = self.read(id, payload, columns)?;
+        let envelope = debezium::envelope(&decoded)
+            .map_err(|e| format!("value is no Debezium change event: {e}"))?;
+        match envelope.row_action()? {
+            kfs_plan::changes::Action::Upsert(after) => {
+                message_cell(&after, fields, true).map(|cell| (Some(cell), items))
+            }
+            kfs_plan::changes::Action::Delete => Ok((None, items)),
+        }
+    }
+
+    /// The message a payload of schema `id` holds, the struct `columns` it is
+    /// written to, and its items. The message is walked first (`bounds`): its
+    /// lengths, depth and items are bounded before it is decoded.
+    fn read<'c>(
+        &self,
+        id: &SchemaId,
+        payload: &[u8],
+        columns: &'c DataType,
+    ) -> Result<(prost_reflect::DynamicMessage, &'c arrow_schema::Fields, u64), String> {
         let (selector, message) = message_selector(id, payload)?;
         let descriptor = self.message(&selector)?;
         let after = payload.len() - message.len();
@@ -210,7 +242,7 @@ impl ProtobufWriter {
                 "a Protobuf message cannot be written to a {columns} column"
             ));
         };
-        message_cell(&decoded, fields, top).map(|cell| (cell, items))
+        Ok((decoded, fields, items))
     }
 }
 
