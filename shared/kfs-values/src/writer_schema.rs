@@ -305,3 +305,7 @@ fn framed<T>(
         )),
     }
 }
+
+#[cfg(test)]
+#[path = "writer_schema_tests.rs"]
+mod tests;
