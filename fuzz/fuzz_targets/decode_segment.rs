@@ -9,7 +9,11 @@ fuzz_target!(|data: &[u8]| {
     let slice = decode_all(data, DecodeLimits::default());
     let stream = SegmentDecoder::from_reader(data, DecodeLimits::default())
         .and_then(|mut decoder| decoder.for_each_batch(|_| Ok::<(), DecodeError>(())));
-    assert_eq!(slice.is_ok(), stream.is_ok(), "slice: {slice:?}, stream: {stream:?}");
+    assert_eq!(
+        slice.is_ok(),
+        stream.is_ok(),
+        "slice: {slice:?}, stream: {stream:?}"
+    );
     if let (Ok((records, summary)), Ok(streamed)) = (&slice, &stream) {
         assert_eq!(records.len() as u64, summary.records);
         assert_eq!(summary, streamed);

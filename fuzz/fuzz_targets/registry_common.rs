@@ -3,7 +3,7 @@
 //! no input may panic or exceed the fuzzer's memory limit; a value either becomes
 //! Arrow columns or is refused with the reason.
 
-use kfs_core::testing::registry_columns;
+use kfs_core::testing::{registry_change_columns, registry_columns};
 use kfs_core::{RegisteredSchema, SchemaId, SchemaKind, WriterSchema};
 use std::sync::{Arc, OnceLock};
 
@@ -20,8 +20,18 @@ pub fn writer(
 }
 
 /// Decodes `payload` as one value framed for `writer`.
+#[allow(dead_code)]
 pub fn decode(writer: &Arc<WriterSchema>, payload: &[u8]) {
     let mut value = vec![0, 0, 0, 0, 1];
     value.extend_from_slice(payload);
     let _ = registry_columns(writer, SchemaId::Confluent(1), &[&value]);
+}
+
+/// Decodes `payload` as one Debezium change event framed for `writer`, as a `cdc`
+/// table reads it.
+#[allow(dead_code)]
+pub fn decode_change(writer: &Arc<WriterSchema>, payload: &[u8]) {
+    let mut value = vec![0, 0, 0, 0, 1];
+    value.extend_from_slice(payload);
+    let _ = registry_change_columns(writer, SchemaId::Confluent(1), &[&value]);
 }

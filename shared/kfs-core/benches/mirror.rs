@@ -1,13 +1,14 @@
-//! Macro benchmark: what finding a key's current row costs the upsert mode's first
-//! cut (`kfs_core::supersede`, which reads every live data file at each commit), as
-//! the mirrored table grows.
+//! Macro benchmark: what finding a key's current row costs a mirror's commit
+//! (`kfs_core::supersede`) with the key index the previous commit wrote, against
+//! reading every live data file (what a commit without an index does), as the
+//! mirrored table grows; both must find the same rows to delete.
 //!
 //! A table on the SQLite catalog and a local warehouse (under `TMPDIR`) is loaded with
 //! `KFS_BENCH_KEYS` distinct keys (default 100,000) in segments of 10,000 records,
 //! then takes `KFS_BENCH_COMMITS` commits (default 5) of `KFS_BENCH_CHANGES` changes
 //! each (default 1,000: updates of existing keys, a tenth of them tombstones). For
-//! each commit it prints the rows the table holds, the time `supersede` takes and the
-//! rows it deletes, and the time per change.
+//! each commit it prints the rows the table holds, the rows to delete, the time
+//! `supersede` takes with the index and reading the table, and their ratio.
 //!
 //! `TMPDIR=/dev/shm cargo bench --profile soak -p kfs-core --bench mirror`
 
@@ -45,7 +46,7 @@ fn segment(base: i64, records: &[(usize, bool)]) -> BenchResult<Vec<u8>> {
 }
 
 async fn run(keys: usize, commits: usize, changes: usize) -> BenchResult<()> {
-    let mut bench = BenchTable::new().await?;
+    let mut bench = BenchTable::mirror().await?;
     let mut base = 0i64;
     for chunk in (0..keys).collect::<Vec<_>>().chunks(10_000) {
         let records: Vec<(usize, bool)> = chunk.iter().map(|k| (*k, false)).collect();
@@ -55,6 +56,7 @@ async fn run(keys: usize, commits: usize, changes: usize) -> BenchResult<()> {
     bench.commit().await?;
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut rows = keys;
+    let (mut indexed_total, mut read_total) = (0.0f64, 0.0f64);
     for commit in 1..=commits {
         let records: Vec<(usize, bool)> = (0..changes)
             .map(|at| {
@@ -64,9 +66,8 @@ async fn run(keys: usize, commits: usize, changes: usize) -> BenchResult<()> {
                 ((state % keys as u64) as usize, at % 10 == 9)
             })
             .collect();
-        bench.add_segment(base, segment(base, &records)?).await?;
+        let entry = bench.add_segment(base, segment(base, &records)?).await?;
         base += records.len() as i64;
-        bench.commit().await?;
         rows += changes;
         let table = {
             use iceberg::Catalog;
@@ -75,23 +76,39 @@ async fn run(keys: usize, commits: usize, changes: usize) -> BenchResult<()> {
                 .load_table(&kfs_core::table_ident(&bench.name))
                 .await?
         };
-        let current = table.metadata().current_snapshot_id();
-        let added: Vec<iceberg::spec::DataFile> = kfs_core::live_entries(&table)
-            .await?
-            .into_iter()
-            .filter(|e| e.snapshot_id() == current)
-            .map(|e| e.data_file().clone())
-            .collect();
-        let started = Instant::now();
-        let deletes = kfs_core::supersede(&table, &added).await?;
-        let elapsed = started.elapsed();
-        let deleted: usize = deletes.values().map(|p| p.len()).sum();
+        let added = kfs_core::testing::pending_data_files(&entry, &table).await?;
+        let mut timed = Vec::new();
+        for indexed in [true, false] {
+            let started = Instant::now();
+            let superseded = kfs_core::testing::supersede_with(&table, &added, indexed).await?;
+            let elapsed = started.elapsed().as_secs_f64();
+            let deleted: usize = superseded.deletes.values().map(|p| p.len()).sum();
+            timed.push((elapsed, deleted, superseded.indexed));
+        }
+        let [(with_index, deleted, found), (reading, deleted_reading, _)] = timed[..] else {
+            return Err("two timings".into());
+        };
+        if deleted != deleted_reading || !found {
+            return Err(format!(
+                "commit {commit}: the index found {deleted} rows to delete (index used: {found}), reading the table {deleted_reading}"
+            )
+            .into());
+        }
+        indexed_total += with_index;
+        read_total += reading;
         println!(
-            "mirror: commit {commit}: {rows} rows in the table, {changes} changes: supersede {:.1} ms ({:.1} µs per change), {deleted} rows to delete",
-            elapsed.as_secs_f64() * 1000.0,
-            elapsed.as_secs_f64() * 1e6 / changes as f64,
+            "mirror: commit {commit}: {rows} rows in the table, {changes} changes, {deleted} rows to delete: supersede with the key index {:.1} ms ({:.1} µs per change), reading the table {:.1} ms; ratio {:.2}",
+            with_index * 1000.0,
+            with_index * 1e6 / changes as f64,
+            reading * 1000.0,
+            reading / with_index,
         );
+        bench.commit().await?;
     }
+    println!(
+        "mirror: over {commits} commits, reading the table takes {:.2}x the key index's time",
+        read_total / indexed_total
+    );
     Ok(())
 }
 

@@ -78,7 +78,7 @@ pub use maintenance::{
     ensure_step_on, expire_snapshots, maintain_table, maintain_tables, remove_orphans,
     remove_orphans_among, rewrite_manifests, step_off,
 };
-pub use mirror::{supersede, write_deletes};
+pub use mirror::{Superseded, supersede, write_deletes};
 pub use pass::{
     CONVERSION_TIMEOUT, PassReport, PipelineConfig, Progress, UNFINISHED_ATTEMPTS, run_attempt,
     run_pass,

@@ -5,12 +5,16 @@
 
 pub use crate::commit::commit_table;
 pub use crate::convert::{
-    ROWS_PER_BATCH, RecordColumns, SegmentInput, ValueColumns, convert_segment, registry_columns,
+    ROWS_PER_BATCH, RecordColumns, SegmentInput, ValueColumns, convert_segment,
+    registry_change_columns, registry_columns,
 };
 pub use crate::ingest::{
     NewSegment, RunLimits, RunsOutcome, TopicTable, ingest_runs, ingest_segment,
 };
-pub use crate::ledger::{Probe, Probed, check_contract, converted_paths, spilled_to};
+pub use crate::ledger::{
+    Probe, Probed, check_contract, converted_paths, pending_data_files, spilled_to,
+};
+pub use crate::mirror::supersede_with;
 pub use crate::source::in_memory;
 pub use crate::table::{
     METADATA_COLUMNS, arrow_schema, ensure_topic_table, evolve_schema, live_entries_in, schema_for,

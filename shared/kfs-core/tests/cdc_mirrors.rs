@@ -211,7 +211,11 @@ fn avro_record(
     Ok(kfs_segment::OwnedRecord {
         offset,
         timestamp_ms: 1_700_000_000_000 + offset,
-        key: Some(framed(2, KEY, Value::Record(vec![("id".into(), Value::Int(id))]))?),
+        key: Some(framed(
+            2,
+            KEY,
+            Value::Record(vec![("id".into(), Value::Int(id))]),
+        )?),
         value: envelope.map(|e| framed(1, ENVELOPE, e)).transpose()?,
         headers: vec![],
     })
@@ -252,14 +256,20 @@ fn avro_event(
         ("schema".into(), text("inventory")),
         ("table".into(), text("customers")),
         ("txId".into(), optional(Some(Value::Long(500 + offset)))),
-        ("lsn".into(), optional(Some(Value::Long(24_000_000 + offset)))),
+        (
+            "lsn".into(),
+            optional(Some(Value::Long(24_000_000 + offset))),
+        ),
     ]);
     let envelope = Value::Record(vec![
         ("before".into(), image(before)),
         ("after".into(), image(after)),
         ("source".into(), source),
         ("op".into(), text(op)),
-        ("ts_ms".into(), optional(Some(Value::Long(1_700_000_000_000 + offset)))),
+        (
+            "ts_ms".into(),
+            optional(Some(Value::Long(1_700_000_000_000 + offset))),
+        ),
         ("transaction".into(), optional(None)),
     ]);
     avro_record(offset, id, Some(envelope))

@@ -391,9 +391,17 @@ async fn mirror_rounds(naming: &TableNaming) -> TestResult {
         assert_eq!(offsets(&local.catalog, &name).await?, expected);
         readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await?;
     }
-    // Mirrored again with nothing new: nothing more to delete.
-    let (table, all) = orders_and_its_files(&local, naming).await?;
-    assert!(kfs_core::supersede(&table, &all).await?.is_empty());
+    // Nothing new: nothing more to delete, found through the last commit's key index
+    // as by reading every file.
+    let (table, _) = orders_and_its_files(&local, naming).await?;
+    let indexed = kfs_core::supersede(&table, &[]).await?;
+    assert!(indexed.indexed && indexed.deletes.is_empty());
+    let read = kfs_core::testing::supersede_with(&table, &[], false).await?;
+    assert_eq!(
+        (read.index.keys(), read.index.rows()),
+        (indexed.index.keys(), indexed.index.rows())
+    );
+    assert_eq!(read.index.encode(), indexed.index.encode());
     // Compacted: the deleted rows are left out of the rewritten files, the delete
     // files go, and the readers see the same rows.
     let name = naming.table_for("orders");

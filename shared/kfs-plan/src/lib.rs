@@ -39,6 +39,7 @@ pub mod events;
 pub mod fault;
 pub mod formats;
 pub mod hash;
+pub mod key_index;
 pub mod keys;
 pub mod layout;
 pub mod lfs;

@@ -204,11 +204,31 @@ pub type WriterSchemas = HashMap<SchemaId, Result<Arc<WriterSchema>, String>>;
 /// Decodes `values`, framed for `writer` (the schema `id`), into the Arrow columns of
 /// `writer`'s table form, as a registry table's conversion does: the decoding and
 /// column building of the converter without the segment and the Parquet writer
-/// (benchmarks). A value that does not decode is an error.
+/// (benchmarks, fuzzing). A value that does not decode is an error.
 pub fn registry_columns(
     writer: &Arc<WriterSchema>,
     id: SchemaId,
     values: &[&[u8]],
+) -> Result<Vec<ArrayRef>, String> {
+    columns_of(writer, id, values, false)
+}
+
+/// [`registry_columns`] for a `cdc` table: `values` are Debezium change events, their
+/// `after` images the rows (a delete's row null).
+pub fn registry_change_columns(
+    writer: &Arc<WriterSchema>,
+    id: SchemaId,
+    values: &[&[u8]],
+) -> Result<Vec<ArrayRef>, String> {
+    columns_of(writer, id, values, true)
+}
+
+/// The columns of `values` as a registry table reads them (`changes`: a `cdc` table).
+fn columns_of(
+    writer: &Arc<WriterSchema>,
+    id: SchemaId,
+    values: &[&[u8]],
+    changes: bool,
 ) -> Result<Vec<ArrayRef>, String> {
     let mut writers = WriterSchemas::new();
     writers.insert(id, Ok(writer.clone()));
@@ -217,11 +237,19 @@ pub fn registry_columns(
         named.note(&crate::registry::frame(value)?);
     }
     let messages = named.into_named().pop().map(|(_, m)| m).unwrap_or_default();
-    let shape = writer.shapes(&messages)?.pop().unwrap_or_default();
+    let shapes = match changes {
+        true => writer.change_shapes(&messages)?,
+        false => writer.shapes(&messages)?,
+    };
+    let shape = shapes.into_iter().next_back().unwrap_or_default();
     let (fields, row_type) = crate::cells::new_table_row(&shape)?;
     let rows: Vec<Cell> = values
         .iter()
-        .map(|value| decode_framed(&writers, value, (&row_type, true)).map(|(cell, _)| cell))
+        .map(|value| match changes {
+            true => decode_framed_change(&writers, value, &row_type)
+                .map(|(cell, _)| cell.unwrap_or(Cell::Null)),
+            false => decode_framed(&writers, value, (&row_type, true)).map(|(cell, _)| cell),
+        })
         .collect::<Result<_, _>>()?;
     fields
         .iter()

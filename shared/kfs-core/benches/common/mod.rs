@@ -60,7 +60,22 @@ pub struct BenchTable<L = MemoryLedger> {
 impl BenchTable {
     /// A fresh table with a ledger in memory.
     pub async fn new() -> BenchResult<Self> {
-        BenchTable::open(tempfile::tempdir()?, MemoryLedger::default()).await
+        BenchTable::open(
+            tempfile::tempdir()?,
+            MemoryLedger::default(),
+            &TableNaming::default(),
+        )
+        .await
+    }
+
+    /// A fresh table in upsert mode (a mirror of the record keys), ledger in memory.
+    #[allow(dead_code)] // not every benchmark mirrors
+    pub async fn mirror() -> BenchResult<Self> {
+        let layout = TableNaming {
+            mode: kfs_plan::mode::ModeSetting::parse("upsert", None)?,
+            ..TableNaming::default()
+        };
+        BenchTable::open(tempfile::tempdir()?, MemoryLedger::default(), &layout).await
     }
 }
 
@@ -70,19 +85,19 @@ impl BenchTable<SqliteLedger> {
     pub async fn with_sqlite_ledger() -> BenchResult<Self> {
         let dir = tempfile::tempdir()?;
         let ledger = SqliteLedger::open(&dir.path().join("ledger.db")).await?;
-        BenchTable::open(dir, ledger).await
+        BenchTable::open(dir, ledger, &TableNaming::default()).await
     }
 }
 
 impl<L: Ledger> BenchTable<L> {
     /// A fresh table in `dir`, recording to `ledger`.
-    async fn open(dir: tempfile::TempDir, ledger: L) -> BenchResult<Self> {
+    async fn open(dir: tempfile::TempDir, ledger: L, layout: &TableNaming) -> BenchResult<Self> {
         let database = dir.path().join("catalog.db");
         let warehouse = Warehouse::Local(dir.path().join("wh"));
         let catalog = open_sql_catalog(&database, &warehouse, &S3Settings::default()).await?;
         let swap = SqlTableSwap::open(&database, LOCAL_CATALOG_NAME).await?;
         let name = TableNaming::default().table_for("bench");
-        let table = ensure_topic_table(&catalog, &name, "bench", &Default::default()).await?;
+        let table = ensure_topic_table(&catalog, &name, "bench", layout).await?;
         Ok(Self {
             _dir: dir,
             catalog,

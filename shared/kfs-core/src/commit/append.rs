@@ -79,7 +79,7 @@ async fn pinned_row_delta(
 ) -> Result<Option<iceberg::Error>, iceberg::Error> {
     let progress = pinned_progress(table, &properties, attempt_id);
     let superseded = crate::mirror::supersede(table, &files).await?;
-    let deletes = crate::mirror::write_deletes(table, &files, &superseded).await?;
+    let deletes = crate::mirror::write_deletes(table, &files, &superseded.deletes).await?;
     let change = RowDelta {
         data: files,
         deletes,
@@ -87,6 +87,8 @@ async fn pinned_row_delta(
     };
     let staged = stage_row_delta(table, &change, crate::now_ms()).await?;
     let mut updates = staged.updates;
+    let snapshot = (staged.snapshot_id, table.metadata().next_sequence_number());
+    updates.extend(crate::mirror::index_updates(table, &superseded.index, snapshot).await?);
     updates.push(TableUpdate::SetProperties {
         updates: progress.into_iter().collect(),
     });

@@ -23,7 +23,7 @@ mod writer;
 pub use decode::{JsonReading, scan_json_segment, scan_schema_ids};
 pub(crate) use kfs_values::cells::{Role, Shape, absorb_as};
 #[cfg(feature = "test-support")]
-pub use kfs_values::writer_schema::registry_columns;
+pub use kfs_values::writer_schema::{registry_change_columns, registry_columns};
 pub use kfs_values::{
     BYTES_PER_BATCH, MAX_SCHEMAS_PER_SEGMENT, NamedSchemas, ROWS_PER_BATCH, RecordColumns,
     RegistrySchemas, WriterSchema, WriterSchemas,

@@ -571,3 +571,16 @@ mod attempt_tests {
         assert!(!Attempts::default().dead(0, minute, 1_000_000));
     }
 }
+
+/// The data files of `entry`'s table (not its dead letters'), as `table` reads them
+/// (spilled descriptions read back): what its commit adds.
+pub async fn pending_data_files(
+    entry: &LedgerEntry,
+    table: &iceberg::table::Table,
+) -> iceberg::Result<Vec<iceberg::spec::DataFile>> {
+    let descriptions = resolve(&entry.data_files, table.file_io()).await?;
+    descriptions
+        .iter()
+        .map(|json| files::from_ledger(json, table.metadata()).map(|(file, _)| file))
+        .collect()
+}

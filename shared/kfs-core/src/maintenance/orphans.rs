@@ -237,7 +237,8 @@ async fn check_ledger(
 /// Every file the table references, normalized ([`normalize`]): the files of pending
 /// entries (spilled descriptions read back), what every snapshot reaches (every
 /// snapshot of the metadata: every branch's and tag's), the current and previous
-/// metadata files, statistics and partition statistics files.
+/// metadata files, statistics and partition statistics files, and the mirror's key
+/// index.
 async fn referenced(table: &Table, pending: &[LedgerEntry]) -> iceberg::Result<HashSet<String>> {
     let mut files: HashSet<String> = HashSet::new();
     for entry in pending {
@@ -261,6 +262,13 @@ async fn referenced(table: &Table, pending: &[LedgerEntry]) -> iceberg::Result<H
         metadata
             .partition_statistics_iter()
             .map(|s| s.statistics_path.clone()),
+    );
+    // The mirror's key index (named by the properties, not by a snapshot).
+    files.extend(
+        metadata
+            .properties()
+            .get(kfs_plan::key_index::INDEX_PATH_PROPERTY)
+            .cloned(),
     );
     Ok(files.iter().map(|f| normalize(f)).collect())
 }

@@ -93,6 +93,8 @@ pub async fn ensure_dead_letter_table(
         // A log of the records the table refused, whatever the table's mode.
         properties.remove(kfs_plan::mode::TABLE_MODE_PROPERTY);
         properties.remove(kfs_plan::mode::UPSERT_KEY_PROPERTY);
+        properties.remove(kfs_plan::key_index::INDEX_PATH_PROPERTY);
+        properties.remove(kfs_plan::key_index::INDEX_SNAPSHOT_PROPERTY);
         // Its own progress, not the table's: created after the table committed, it
         // would otherwise look rolled back past commits it never had.
         properties.retain(|key, _| !key.starts_with(kfs_plan::progress::PROGRESS_PREFIX));

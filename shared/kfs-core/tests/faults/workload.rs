@@ -295,6 +295,36 @@ pub async fn check_mirror(
             "the mirror reads {seen:?}, the fold of its records says {expected:?}"
         ));
     }
+    check_key_index(catalog, &name).await
+}
+
+/// Checks that the key index the mirror's last commit left (when the table is still
+/// at that commit's snapshot) holds exactly the live keyed rows a read of every data
+/// file finds.
+async fn check_key_index(
+    catalog: &dyn Catalog,
+    name: &kfs_plan::naming::TableName,
+) -> Result<(), String> {
+    let table = catalog
+        .load_table(&table_ident(name))
+        .await
+        .map_err(|e| e.to_string())?;
+    let indexed = kfs_core::supersede(&table, &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    let read = kfs_core::testing::supersede_with(&table, &[], false)
+        .await
+        .map_err(|e| e.to_string())?;
+    if indexed.index.encode() != read.index.encode() {
+        return Err(format!(
+            "the key index holds {} rows of {} keys (found: {}), the table {} rows of {} keys",
+            indexed.index.rows(),
+            indexed.index.keys(),
+            indexed.indexed,
+            read.index.rows(),
+            read.index.keys()
+        ));
+    }
     Ok(())
 }
 

@@ -154,7 +154,11 @@ impl AvroWriter {
     /// table's payload `columns` its `after` image gives, `None` for a delete, with
     /// the items the value holds; a message or truncate event, or a value that is no
     /// envelope, is refused with the reason.
-    pub fn decode_change(&self, payload: &[u8], columns: &DataType) -> Result<(Option<Cell>, u64), String> {
+    pub fn decode_change(
+        &self,
+        payload: &[u8],
+        columns: &DataType,
+    ) -> Result<(Option<Cell>, u64), String> {
         let (value, items) = self.read(payload)?;
         let envelope = debezium::envelope(&value)
             .map_err(|e| format!("value is no Debezium change event: {e}"))?;

@@ -1,16 +1,21 @@
-//! The mirror of a keyed topic (the `upsert` table mode, being built): which rows a
+//! The mirror of a keyed topic (the `upsert` and `cdc` table modes): which rows a
 //! commit must delete so that the table holds one row per key, its last change, and
 //! no row for a key whose last change is a tombstone (a null value).
 //!
-//! The rows are read back from the data files: the record key, whether the value is
-//! null, partition, offset and timestamp; their order is `kfs_plan::changes::fold`'s.
-//! Only keys that the commit's new files hold are looked up; rows that live delete
-//! files already delete are not deleted again. A record without a key is not a
-//! change of any key: it is kept.
+//! The rows are the record key, whether the value is null, partition, offset and
+//! timestamp; their order is `kfs_plan::changes::fold`'s. Only keys that the commit's
+//! new files hold are looked up; rows that live delete files already delete are not
+//! deleted again. A record without a key is not a change of any key: it is kept.
 //!
-//! The key index of this first cut is the table itself: every live data file is read
-//! at each commit, a cost that grows with the table. An index kept beside it (or
-//! files sorted by key, pruned by their key bounds) is the measured next step.
+//! The keys' live rows come from the key index of the snapshot the commit is planned
+//! on ([`index`]: a Puffin file the previous mirror commit wrote), so a
+//! commit reads only its own new files. Without one (the table's first mirror commit,
+//! a compaction's or another engine's snapshot since, an index that does not read)
+//! every live data file is read once and the index is built again.
+
+mod index;
+
+pub(crate) use index::index_updates;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -20,57 +25,72 @@ use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 use kfs_parquet::PositionDeletes;
 use kfs_plan::changes::{Action, Change, fold};
+use kfs_plan::key_index::{IndexedRow, KeyIndex};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 /// The columns a row of the mirror is known by.
 const COLUMNS: [&str; 5] = ["key", "value", "partition", "offset", "timestamp_ms"];
 
-/// A row of a data file as the mirror sees it.
-#[derive(Debug, Clone)]
-struct Row {
-    key: Vec<u8>,
-    tombstone: bool,
-    partition: i32,
-    offset: i64,
-    timestamp_ms: i64,
-    file: String,
-    position: i64,
+/// A keyed row of a data file as the mirror sees it.
+type Row = (Vec<u8>, IndexedRow);
+
+/// What a commit to a mirror changes besides its new files.
+#[derive(Debug, Default)]
+pub struct Superseded {
+    /// The position deletes of the rows the new files supersede.
+    pub deletes: PositionDeletes,
+    /// The key index of the snapshot the commit makes: every live keyed row after it.
+    pub index: KeyIndex,
+    /// The keys' rows came from the index of the snapshot planned on (else every live
+    /// data file was read).
+    pub indexed: bool,
 }
 
-/// The position deletes that make `table`, with the data files `added` (committed in
-/// its current snapshot, or about to be), a mirror of its keys: every row of a key
+/// The position deletes that make `table`, with the data files `added` (about to be
+/// committed: none of them in the table yet), a mirror of its keys: every row of a key
 /// that `added` holds, but the key's last change, and that one too when it is a
-/// tombstone. Refuses a table without the raw layout's columns. The deletes name data
+/// tombstone; with the key index after them. Refuses a table without the raw layout's
+/// columns, and one with delete files this build does not read. The deletes name data
 /// files of any partition: [`write_deletes`] writes one position-delete file per
 /// partition.
-pub async fn supersede(table: &Table, added: &[DataFile]) -> Result<PositionDeletes> {
+pub async fn supersede(table: &Table, added: &[DataFile]) -> Result<Superseded> {
+    supersede_with(table, added, true).await
+}
+
+/// [`supersede`] with the table's key index (`indexed`), or every live data file read
+/// as if there were none (what a commit without an index costs: benchmarks).
+pub async fn supersede_with(
+    table: &Table,
+    added: &[DataFile],
+    indexed: bool,
+) -> Result<Superseded> {
     let mut rows: Vec<Row> = Vec::new();
-    let mut keys: HashSet<Vec<u8>> = HashSet::new();
     let added_paths: BTreeSet<&str> = added.iter().map(DataFile::file_path).collect();
     for file in added {
-        let read = read_rows(table, file.file_path(), None).await?;
-        keys.extend(read.iter().map(|r| r.key.clone()));
-        rows.extend(read);
+        rows.extend(read_rows(table, file.file_path()).await?);
     }
-    for entry in crate::table::live_entries(table).await? {
-        if added_paths.contains(entry.file_path()) {
-            continue;
-        }
-        rows.extend(read_rows(table, entry.file_path(), Some(&keys)).await?);
+    let keys: HashSet<Vec<u8>> = rows.iter().map(|(key, _)| key.clone()).collect();
+    let found = match indexed {
+        true => index::load(table).await?,
+        false => None,
+    };
+    let (mut index, indexed) = match found {
+        Some(index) => (index, true),
+        None => (live_rows(table, &added_paths).await?, false),
+    };
+    for key in &keys {
+        rows.extend(
+            index
+                .rows_of(key)
+                .into_iter()
+                // Committed already (the snapshot planned on holds them): read above.
+                .filter(|row| !added_paths.contains(row.file.as_str()))
+                .map(|row| (key.clone(), row)),
+        );
     }
-    let deleted = crate::table::live_deletes(table).await?;
-    if let Some(unread) = deleted.unread.first() {
-        return Err(Error::new(
-            ErrorKind::DataInvalid,
-            format!(
-                "{unread}: a delete file this build does not read (equality deletes, deletion vectors): the mirror cannot tell which rows it deletes"
-            ),
-        ));
-    }
-    rows.retain(|r| !deleted.deletes(&r.file, r.position));
-    let changes = rows.iter().enumerate().map(|(at, row)| Change {
-        key: row.key.clone(),
+    let changes = rows.iter().enumerate().map(|(at, (key, row))| Change {
+        key: key.clone(),
         action: Action::Upsert(at),
         partition: row.partition,
         offset: row.offset,
@@ -80,20 +100,53 @@ pub async fn supersede(table: &Table, added: &[DataFile]) -> Result<PositionDele
     let winners: BTreeSet<usize> = fold(changes)
         .into_values()
         .filter_map(|change| match change.action {
-            Action::Upsert(at) if !rows[at].tombstone => Some(at),
+            Action::Upsert(at) if !rows[at].1.tombstone => Some(at),
             _ => None,
         })
         .collect();
     let mut deletes = PositionDeletes::new();
-    for (at, row) in rows.iter().enumerate() {
-        if !winners.contains(&at) {
-            deletes
-                .entry(row.file.clone())
-                .or_default()
-                .insert(row.position);
+    for key in &keys {
+        index.remove(key);
+    }
+    for (at, (key, row)) in rows.into_iter().enumerate() {
+        if winners.contains(&at) {
+            index.insert(key, &row);
+        } else {
+            deletes.entry(row.file).or_default().insert(row.position);
         }
     }
-    Ok(deletes)
+    Ok(Superseded {
+        deletes,
+        index,
+        indexed,
+    })
+}
+
+/// Every live keyed row of `table` but those of the files `added` (read apart): each
+/// live data file read, the rows its live deletes delete left out. Refuses delete
+/// files this build does not read.
+async fn live_rows(table: &Table, added: &BTreeSet<&str>) -> Result<KeyIndex> {
+    let deleted = crate::table::live_deletes(table).await?;
+    if let Some(unread) = deleted.unread.first() {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!(
+                "{unread}: a delete file this build does not read (equality deletes, deletion vectors): the mirror cannot tell which rows it deletes"
+            ),
+        ));
+    }
+    let mut index = KeyIndex::default();
+    for entry in crate::table::live_entries(table).await? {
+        if added.contains(entry.file_path()) {
+            continue;
+        }
+        for (key, row) in read_rows(table, entry.file_path()).await? {
+            if !deleted.deletes(&row.file, row.position) {
+                index.insert(key, &row);
+            }
+        }
+    }
+    Ok(index)
 }
 
 /// Writes `deletes` (from [`supersede`]) as position-delete files of `table`, one per
@@ -157,8 +210,8 @@ pub async fn write_deletes(
     Ok(written)
 }
 
-/// The keyed rows of the data file at `path` (those of `keys` only, when given).
-async fn read_rows(table: &Table, path: &str, keys: Option<&HashSet<Vec<u8>>>) -> Result<Vec<Row>> {
+/// The keyed rows of the data file at `path`.
+async fn read_rows(table: &Table, path: &str) -> Result<Vec<Row>> {
     let failed = |reason: String| Error::new(ErrorKind::DataInvalid, format!("{path}: {reason}"));
     let bytes = table.file_io().new_input(path)?.read().await?;
     let builder =
@@ -180,7 +233,7 @@ async fn read_rows(table: &Table, path: &str, keys: Option<&HashSet<Vec<u8>>>) -
     let mut position = 0i64;
     for batch in reader {
         let batch = batch.map_err(|e| failed(e.to_string()))?;
-        collect_rows(&batch, path, &mut position, keys, &mut rows).map_err(failed)?;
+        collect_rows(&batch, path, &mut position, &mut rows).map_err(failed)?;
     }
     Ok(rows)
 }
@@ -191,7 +244,6 @@ fn collect_rows(
     batch: &RecordBatch,
     path: &str,
     position: &mut i64,
-    keys: Option<&HashSet<Vec<u8>>>,
     rows: &mut Vec<Row>,
 ) -> std::result::Result<(), String> {
     let column = |name: &str| {
@@ -229,18 +281,17 @@ fn collect_rows(
         let Some(bytes) = key(row)? else {
             continue;
         };
-        if keys.is_some_and(|k| !k.contains(bytes)) {
-            continue;
-        }
-        rows.push(Row {
-            key: bytes.to_vec(),
-            tombstone: value.is_null(row),
-            partition: partition.value(row),
-            offset: offset.value(row),
-            timestamp_ms: timestamp.value(row),
-            file: path.to_owned(),
-            position: at,
-        });
+        rows.push((
+            bytes.to_vec(),
+            IndexedRow {
+                file: path.to_owned(),
+                position: at,
+                partition: partition.value(row),
+                offset: offset.value(row),
+                timestamp_ms: timestamp.value(row),
+                tombstone: value.is_null(row),
+            },
+        ));
     }
     Ok(())
 }

@@ -1,0 +1,334 @@
+//! The mirror's key index: every live keyed row of a mirror table at one snapshot, by
+//! key: the data file and position it lies at, and what the fold of changes orders it
+//! by (partition, offset, timestamp) and whether it is a tombstone. A commit that
+//! finds its keys' rows here reads no data file but its own new ones.
+//!
+//! Pure logic: the index as data, its blob encoding (what the committer stores in a
+//! Puffin file beside the table, blob type [`BLOB_TYPE`], named with the snapshot it
+//! describes by the table's properties [`INDEX_PATH_PROPERTY`] and
+//! [`INDEX_SNAPSHOT_PROPERTY`]) and its decoding, bounded by the bytes it has: a
+//! hostile or broken blob is refused with the byte position and the reason, never a
+//! panic or an allocation its bytes do not justify.
+//!
+//! Encoding (version 1; integers as LEB128 varints, signed ones zig-zag): the version
+//! byte, the count of files and each file's path (length, UTF-8 bytes), the count of
+//! keys, then per key in byte order: the key (length, bytes), its count of rows, and
+//! per row: file number, position, partition, offset, timestamp and the tombstone
+//! flag (0 or 1).
+
+use std::collections::HashMap;
+
+/// The Puffin blob type of a key index.
+pub const BLOB_TYPE: &str = "kfs-key-index-v1";
+
+/// Table property naming the file of the key index of the snapshot
+/// [`INDEX_SNAPSHOT_PROPERTY`] names; both are set by the commit that makes it.
+pub const INDEX_PATH_PROPERTY: &str = "kfs.key-index";
+
+/// Table property naming the snapshot the key index describes.
+pub const INDEX_SNAPSHOT_PROPERTY: &str = "kfs.key-index-snapshot-id";
+
+/// The key index file `properties` name for the snapshot `current`, if any: an index
+/// of another snapshot (a compaction's or another engine's since) is no index of this
+/// one.
+pub fn index_path(properties: &HashMap<String, String>, current: i64) -> Option<&str> {
+    let snapshot = properties.get(INDEX_SNAPSHOT_PROPERTY)?;
+    (snapshot.parse::<i64>().ok()? == current)
+        .then(|| properties.get(INDEX_PATH_PROPERTY).map(String::as_str))
+        .flatten()
+}
+
+/// The properties that name `path` as the key index of the snapshot `snapshot_id`.
+pub fn index_properties(path: &str, snapshot_id: i64) -> Vec<(String, String)> {
+    vec![
+        (INDEX_PATH_PROPERTY.to_owned(), path.to_owned()),
+        (INDEX_SNAPSHOT_PROPERTY.to_owned(), snapshot_id.to_string()),
+    ]
+}
+
+/// The encoding's version byte.
+const VERSION: u8 = 1;
+
+/// A live keyed row of a mirror table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedRow {
+    /// The data file holding the row.
+    pub file: String,
+    /// The row's position in that file.
+    pub position: i64,
+    /// The record's partition.
+    pub partition: i32,
+    /// The record's offset.
+    pub offset: i64,
+    /// The record's timestamp (ms).
+    pub timestamp_ms: i64,
+    /// Its value is null: the key's tombstone.
+    pub tombstone: bool,
+}
+
+/// A row as the index holds it: its file by number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    file: u32,
+    position: i64,
+    partition: i32,
+    offset: i64,
+    timestamp_ms: i64,
+    tombstone: bool,
+}
+
+/// The live keyed rows of a mirror table at one snapshot, by key.
+#[derive(Debug, Clone, Default)]
+pub struct KeyIndex {
+    files: Vec<String>,
+    file_numbers: HashMap<String, u32>,
+    rows: HashMap<Vec<u8>, Vec<Slot>>,
+}
+
+impl KeyIndex {
+    /// Adds a live row of `key`.
+    pub fn insert(&mut self, key: Vec<u8>, row: &IndexedRow) {
+        let file = self.file_number(&row.file);
+        self.rows.entry(key).or_default().push(Slot {
+            file,
+            position: row.position,
+            partition: row.partition,
+            offset: row.offset,
+            timestamp_ms: row.timestamp_ms,
+            tombstone: row.tombstone,
+        });
+    }
+
+    /// The live rows of `key`.
+    pub fn rows_of(&self, key: &[u8]) -> Vec<IndexedRow> {
+        self.rows
+            .get(key)
+            .into_iter()
+            .flatten()
+            .map(|slot| self.row(slot))
+            .collect()
+    }
+
+    /// Forgets every row of `key` (a commit replaces them with what survives it).
+    pub fn remove(&mut self, key: &[u8]) {
+        self.rows.remove(key);
+    }
+
+    /// How many keys have live rows.
+    pub fn keys(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// How many live rows it holds.
+    pub fn rows(&self) -> usize {
+        self.rows.values().map(Vec::len).sum()
+    }
+
+    /// The blob of the index (see the module's encoding), keys in byte order and only
+    /// the files some row lies in, so equal indexes encode alike.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut keys: Vec<(&Vec<u8>, &Vec<Slot>)> = self
+            .rows
+            .iter()
+            .filter(|(_, rows)| !rows.is_empty())
+            .collect();
+        keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut renumbered: HashMap<u32, u64> = HashMap::new();
+        let mut files: Vec<&str> = Vec::new();
+        for slot in keys.iter().flat_map(|(_, rows)| rows.iter()) {
+            renumbered.entry(slot.file).or_insert_with(|| {
+                files.push(&self.files[slot.file as usize]);
+                files.len() as u64 - 1
+            });
+        }
+        let mut out = vec![VERSION];
+        put(&mut out, files.len() as u64);
+        for file in files {
+            put(&mut out, file.len() as u64);
+            out.extend_from_slice(file.as_bytes());
+        }
+        put(&mut out, keys.len() as u64);
+        for (key, rows) in keys {
+            put(&mut out, key.len() as u64);
+            out.extend_from_slice(key);
+            put(&mut out, rows.len() as u64);
+            for slot in rows {
+                put(&mut out, renumbered[&slot.file]);
+                put(&mut out, zigzag(slot.position));
+                put(&mut out, zigzag(i64::from(slot.partition)));
+                put(&mut out, zigzag(slot.offset));
+                put(&mut out, zigzag(slot.timestamp_ms));
+                out.push(u8::from(slot.tombstone));
+            }
+        }
+        out
+    }
+
+    /// Reads a blob [`Self::encode`] wrote; `Err` names the byte position and the
+    /// reason. Nothing is allocated beyond what the blob's bytes can hold.
+    pub fn decode(blob: &[u8]) -> Result<Self, String> {
+        let mut reader = Reader { blob, at: 0 };
+        let version = reader.byte()?;
+        if version != VERSION {
+            return Err(format!(
+                "key index version {version} at byte 0 (this build reads {VERSION})"
+            ));
+        }
+        let mut index = Self::default();
+        // Every file takes a byte at least, every key two, every row six.
+        for _ in 0..reader.count(1)? {
+            let start = reader.at;
+            let path = std::str::from_utf8(reader.bytes()?)
+                .map_err(|e| format!("key index file path at byte {start}: {e}"))?;
+            index.file_number(path);
+        }
+        for _ in 0..reader.count(2)? {
+            let key = reader.bytes()?.to_vec();
+            let count = reader.count(6)?;
+            let mut rows = Vec::with_capacity(count);
+            for _ in 0..count {
+                rows.push(reader.slot(index.files.len())?);
+            }
+            if index.rows.insert(key, rows).is_some() {
+                return Err(format!("key index repeats a key (at byte {})", reader.at));
+            }
+        }
+        if reader.at != blob.len() {
+            return Err(format!(
+                "key index has {} bytes left after its rows (at byte {})",
+                blob.len() - reader.at,
+                reader.at
+            ));
+        }
+        Ok(index)
+    }
+
+    fn row(&self, slot: &Slot) -> IndexedRow {
+        IndexedRow {
+            file: self.files[slot.file as usize].clone(),
+            position: slot.position,
+            partition: slot.partition,
+            offset: slot.offset,
+            timestamp_ms: slot.timestamp_ms,
+            tombstone: slot.tombstone,
+        }
+    }
+
+    fn file_number(&mut self, file: &str) -> u32 {
+        if let Some(number) = self.file_numbers.get(file) {
+            return *number;
+        }
+        let number = self.files.len() as u32;
+        self.files.push(file.to_owned());
+        self.file_numbers.insert(file.to_owned(), number);
+        number
+    }
+}
+
+/// Appends `value` as a LEB128 varint.
+fn put(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+/// A blob being read.
+struct Reader<'a> {
+    blob: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Result<u8, String> {
+        let byte = *self
+            .blob
+            .get(self.at)
+            .ok_or_else(|| format!("key index ends at byte {}", self.at))?;
+        self.at += 1;
+        Ok(byte)
+    }
+
+    fn varint(&mut self) -> Result<u64, String> {
+        let start = self.at;
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.byte()?;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(format!(
+            "key index varint longer than 10 bytes at byte {start}"
+        ))
+    }
+
+    /// A count of items each taking at least `bytes` bytes, refused when the rest of
+    /// the blob cannot hold them.
+    fn count(&mut self, bytes: usize) -> Result<usize, String> {
+        let start = self.at;
+        let count = self.varint()?;
+        let room = (self.blob.len() - self.at) / bytes;
+        usize::try_from(count)
+            .ok()
+            .filter(|count| *count <= room)
+            .ok_or_else(|| {
+                format!("key index count {count} at byte {start}: more than its bytes can hold")
+            })
+    }
+
+    fn bytes(&mut self) -> Result<&[u8], String> {
+        let start = self.at;
+        let length = self.count(1)?;
+        let bytes = self.blob.get(self.at..self.at + length).ok_or_else(|| {
+            format!("key index length {length} at byte {start} runs past its end")
+        })?;
+        self.at += length;
+        Ok(bytes)
+    }
+
+    fn slot(&mut self, files: usize) -> Result<Slot, String> {
+        let start = self.at;
+        let file = self.varint()?;
+        let file = u32::try_from(file)
+            .ok()
+            .filter(|file| (*file as usize) < files)
+            .ok_or_else(|| format!("key index row at byte {start} names file {file} of {files}"))?;
+        let position = unzigzag(self.varint()?);
+        let partition = i32::try_from(unzigzag(self.varint()?))
+            .map_err(|_| format!("key index row at byte {start}: partition beyond an int"))?;
+        let offset = unzigzag(self.varint()?);
+        let timestamp_ms = unzigzag(self.varint()?);
+        let tombstone = match self.byte()? {
+            0 => false,
+            1 => true,
+            other => {
+                return Err(format!(
+                    "key index row at byte {start}: tombstone flag {other}, not 0 or 1"
+                ));
+            }
+        };
+        Ok(Slot {
+            file,
+            position,
+            partition,
+            offset,
+            timestamp_ms,
+            tombstone,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "key_index_tests.rs"]
+mod tests;

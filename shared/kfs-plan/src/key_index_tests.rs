@@ -1,0 +1,119 @@
+use super::*;
+use proptest::prelude::*;
+
+fn row(file: &str, position: i64, offset: i64, tombstone: bool) -> IndexedRow {
+    IndexedRow {
+        file: file.to_owned(),
+        position,
+        partition: 3,
+        offset,
+        timestamp_ms: 1_700_000_000_000 + offset,
+        tombstone,
+    }
+}
+
+/// The index as a sorted list, to compare two.
+fn listed(index: &KeyIndex) -> Vec<(Vec<u8>, Vec<IndexedRow>)> {
+    let mut keys: Vec<&Vec<u8>> = index.rows.keys().collect();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| (key.clone(), index.rows_of(key)))
+        .collect()
+}
+
+#[test]
+fn an_index_reads_back_what_it_holds() -> Result<(), String> {
+    let mut index = KeyIndex::default();
+    index.insert(b"a".to_vec(), &row("s3://b/t/data/1.parquet", 0, 10, false));
+    index.insert(b"b".to_vec(), &row("s3://b/t/data/2.parquet", 4, 11, false));
+    index.insert(b"b".to_vec(), &row("s3://b/t/data/1.parquet", 7, 12, true));
+    index.insert(Vec::new(), &row("s3://b/t/data/3.parquet", -1, -5, false));
+    let decoded = KeyIndex::decode(&index.encode())?;
+    assert_eq!(listed(&decoded), listed(&index));
+    assert_eq!((decoded.keys(), decoded.rows()), (3, 4));
+    index.remove(b"b");
+    assert!(index.rows_of(b"b").is_empty());
+    // A file no row lies in any more is not written.
+    let shrunk = index.encode();
+    assert!(!shrunk.windows(6).any(|w| w == b"2.parq"));
+    assert_eq!(listed(&KeyIndex::decode(&shrunk)?), listed(&index));
+    Ok(())
+}
+
+#[test]
+fn an_index_is_used_only_for_the_snapshot_it_names() {
+    let properties: HashMap<String, String> = index_properties("s3://b/t/metadata/i.puffin", 42)
+        .into_iter()
+        .collect();
+    assert_eq!(
+        index_path(&properties, 42),
+        Some("s3://b/t/metadata/i.puffin")
+    );
+    assert_eq!(index_path(&properties, 43), None);
+    assert_eq!(index_path(&HashMap::new(), 42), None);
+    let mut broken = properties.clone();
+    broken.insert(INDEX_SNAPSHOT_PROPERTY.to_owned(), "x".to_owned());
+    assert_eq!(index_path(&broken, 42), None);
+}
+
+#[test]
+fn a_broken_blob_says_where_and_why() {
+    let mut index = KeyIndex::default();
+    index.insert(b"key".to_vec(), &row("f", 1, 2, false));
+    let blob = index.encode();
+    for cut in 0..blob.len() {
+        let refused = KeyIndex::decode(&blob[..cut]).err().unwrap_or_default();
+        assert!(refused.contains("byte"), "cut at {cut}: {refused}");
+    }
+    let mut version = blob.clone();
+    version[0] = 9;
+    assert!(KeyIndex::decode(&version).is_err());
+    let mut longer = blob.clone();
+    longer.push(0);
+    assert!(
+        KeyIndex::decode(&longer)
+            .err()
+            .unwrap_or_default()
+            .contains("left")
+    );
+    // A count of a billion keys in a blob of a few bytes allocates nothing.
+    let huge = [1, 0, 0x80, 0x80, 0x80, 0x80, 0x04];
+    assert!(
+        KeyIndex::decode(&huge)
+            .err()
+            .unwrap_or_default()
+            .contains("count")
+    );
+}
+
+proptest! {
+    #[test]
+    fn any_index_round_trips(
+        rows in proptest::collection::vec(
+            (proptest::collection::vec(any::<u8>(), 0..8), 0u8..4, any::<i64>(), any::<i32>(), any::<i64>(), any::<i64>(), any::<bool>()),
+            0..40,
+        )
+    ) {
+        let mut index = KeyIndex::default();
+        for (key, file, position, partition, offset, timestamp_ms, tombstone) in rows {
+            index.insert(key, &IndexedRow {
+                file: format!("data/{file}.parquet"),
+                position,
+                partition,
+                offset,
+                timestamp_ms,
+                tombstone,
+            });
+        }
+        let decoded = KeyIndex::decode(&index.encode());
+        prop_assert!(decoded.is_ok(), "{decoded:?}");
+        let decoded = decoded.unwrap_or_default();
+        prop_assert_eq!(listed(&decoded), listed(&index));
+        prop_assert_eq!(decoded.encode(), index.encode());
+    }
+
+    #[test]
+    fn any_bytes_decode_or_are_refused(blob in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = KeyIndex::decode(&blob);
+    }
+}
