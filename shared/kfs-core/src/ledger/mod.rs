@@ -537,6 +537,20 @@ pub async fn resolved_paths(
     Ok(paths)
 }
 
+/// The data files of `entry`'s table (not its dead letters'), as `table` reads them
+/// (spilled descriptions read back): what its commit adds.
+#[cfg(feature = "test-support")]
+pub async fn pending_data_files(
+    entry: &LedgerEntry,
+    table: &iceberg::table::Table,
+) -> iceberg::Result<Vec<iceberg::spec::DataFile>> {
+    let descriptions = resolve(&entry.data_files, table.file_io()).await?;
+    descriptions
+        .iter()
+        .map(|json| files::from_ledger(json, table.metadata()).map(|(file, _)| file))
+        .collect()
+}
+
 /// The `file_path` of each data file description (a pointer names none).
 pub(crate) fn description_paths<'a>(descriptions: impl Iterator<Item = &'a String>) -> Vec<String> {
     descriptions
@@ -570,17 +584,4 @@ mod attempt_tests {
         assert!(!at(2, 0).dead(3, minute, 1_000_000));
         assert!(!Attempts::default().dead(0, minute, 1_000_000));
     }
-}
-
-/// The data files of `entry`'s table (not its dead letters'), as `table` reads them
-/// (spilled descriptions read back): what its commit adds.
-pub async fn pending_data_files(
-    entry: &LedgerEntry,
-    table: &iceberg::table::Table,
-) -> iceberg::Result<Vec<iceberg::spec::DataFile>> {
-    let descriptions = resolve(&entry.data_files, table.file_io()).await?;
-    descriptions
-        .iter()
-        .map(|json| files::from_ledger(json, table.metadata()).map(|(file, _)| file))
-        .collect()
 }
