@@ -410,6 +410,12 @@ async fn mirror_rounds(naming: &TableNaming) -> TestResult {
     let table = local.catalog.load_table(&table_ident(&name)).await?;
     assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
     metrics_match_rows(&table).await?;
+    // The compaction carried the key index to its snapshot: the rows of the files it
+    // rewrote are the rewritten files' now.
+    let carried = kfs_core::supersede(&table, &[]).await?;
+    let read = kfs_core::testing::supersede_with(&table, &[], false).await?;
+    assert!(carried.indexed, "the compaction left no key index");
+    assert_eq!(carried.index.encode(), read.index.encode());
     let expected: BTreeMap<(i32, i64), usize> = reference
         .values()
         .filter(|(_, value)| value.is_some())

@@ -114,6 +114,21 @@ impl KeyIndex {
         self.rows.remove(key);
     }
 
+    /// Forgets every row that lies in one of `files` (rewritten away by a compaction).
+    pub fn remove_files(&mut self, files: &std::collections::BTreeSet<String>) {
+        let gone: std::collections::HashSet<u32> = files
+            .iter()
+            .filter_map(|file| self.file_numbers.get(file).copied())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        self.rows.retain(|_, rows| {
+            rows.retain(|slot| !gone.contains(&slot.file));
+            !rows.is_empty()
+        });
+    }
+
     /// How many keys have live rows.
     pub fn keys(&self) -> usize {
         self.rows.len()

@@ -31,6 +31,11 @@ fn an_index_reads_back_what_it_holds() -> Result<(), String> {
     let decoded = KeyIndex::decode(&index.encode())?;
     assert_eq!(listed(&decoded), listed(&index));
     assert_eq!((decoded.keys(), decoded.rows()), (3, 4));
+    let mut rewritten = index.clone();
+    rewritten.remove_files(&["s3://b/t/data/1.parquet".to_owned()].into_iter().collect());
+    assert_eq!(rewritten.rows_of(b"b").len(), 1);
+    assert!(rewritten.rows_of(b"a").is_empty());
+    assert_eq!((rewritten.keys(), rewritten.rows()), (2, 2));
     index.remove(b"b");
     assert!(index.rows_of(b"b").is_empty());
     // A file no row lies in any more is not written.

@@ -264,11 +264,16 @@ pub(crate) async fn commit_replace(
     const ATTEMPTS: usize = 8;
     let mut last_error = None;
     for _ in 0..ATTEMPTS {
-        let staged = match stage_replace(table, change, now_ms).await {
+        let mut staged = match stage_replace(table, change, now_ms).await {
             Ok(staged) => staged,
             Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => return Ok(None),
             Err(e) => return Err(e),
         };
+        // A mirror's key index, carried to the new snapshot.
+        let snapshot = (staged.snapshot_id, table.metadata().next_sequence_number());
+        staged
+            .updates
+            .extend(crate::mirror::carried_index(table, change, snapshot).await?);
         match swap
             .commit(table, staged.requirements, staged.updates)
             .await
