@@ -91,6 +91,40 @@ async fn names(local: &Local, naming: &TableNaming) -> Result<BTreeMap<i64, Stri
     Ok(found)
 }
 
+/// Rows of the mirror: `name` by offset.
+fn rows_of(rows: &[(i64, &str)]) -> BTreeMap<i64, String> {
+    rows.iter().map(|(o, n)| (*o, (*n).to_owned())).collect()
+}
+
+/// Checks the mirror after the second round of events (the same in every format):
+/// each key's last image, the message, truncate and non-event records (offsets 10,
+/// 11, 12; the last refused for `no_event`) in the dead-letter table, every reader
+/// reading exactly those rows, before and after a compaction that leaves no delete
+/// file.
+async fn mirrors_the_second_round(
+    local: &Local,
+    naming: &TableNaming,
+    no_event: &str,
+) -> TestResult {
+    let name = naming.table_for(TOPIC);
+    let rows = rows_of(&[(3, "anna"), (9, "bo again"), (13, "dee two")]);
+    assert_eq!(names(local, naming).await?, rows);
+    let letters = dead_letter_reasons(&local.catalog, &name).await?;
+    assert_eq!(letters.keys().copied().collect::<Vec<_>>(), [10, 11, 12]);
+    assert!(letters[&10].contains("op m"), "{letters:?}");
+    assert!(letters[&11].contains("truncate"), "{letters:?}");
+    assert!(letters[&12].contains(no_event), "{letters:?}");
+    let by_offset: BTreeMap<(i32, i64), usize> = rows.keys().map(|o| ((0, *o), 1)).collect();
+    assert_eq!(offsets(&local.catalog, &name).await?, by_offset);
+    crate::row_deltas::readers_see(local, &name.to_string(), rows.keys().copied()).await?;
+    // Compacted: the same rows, no delete file left.
+    local.compact(&name).await?;
+    let table = local.catalog.load_table(&table_ident(&name)).await?;
+    assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
+    assert_eq!(names(local, naming).await?, rows);
+    crate::row_deltas::readers_see(local, &name.to_string(), rows.keys().copied()).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
     let local = Local::open().await?;
@@ -113,13 +147,9 @@ async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
         ],
     )?;
     local.run(&naming).await?;
-    let name = naming.table_for(TOPIC);
-    let expect = |rows: &[(i64, &str)]| -> BTreeMap<i64, String> {
-        rows.iter().map(|(o, n)| (*o, (*n).to_owned())).collect()
-    };
     assert_eq!(
         names(&local, &naming).await?,
-        expect(&[(2, "cy"), (3, "anna"), (6, "dee")])
+        rows_of(&[(2, "cy"), (3, "anna"), (6, "dee")])
     );
     local.put_records(
         TOPIC,
@@ -137,25 +167,7 @@ async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
     )?;
     let report = local.run(&naming).await?;
     assert!(!report.left_work(), "{report:?}");
-    let rows = expect(&[(3, "anna"), (9, "bo again"), (13, "dee two")]);
-    assert_eq!(names(&local, &naming).await?, rows);
-    let letters = dead_letter_reasons(&local.catalog, &name).await?;
-    assert_eq!(letters.keys().copied().collect::<Vec<_>>(), [10, 11, 12]);
-    assert!(letters[&10].contains("op m"), "{letters:?}");
-    assert!(letters[&11].contains("truncate"), "{letters:?}");
-    assert!(
-        letters[&12].contains("no Debezium change event"),
-        "{letters:?}"
-    );
-    let by_offset: BTreeMap<(i32, i64), usize> = rows.keys().map(|o| ((0, *o), 1)).collect();
-    assert_eq!(offsets(&local.catalog, &name).await?, by_offset);
-    crate::row_deltas::readers_see(&local, &name.to_string(), rows.keys().copied()).await?;
-    // Compacted: the same rows, no delete file left.
-    local.compact(&name).await?;
-    let table = local.catalog.load_table(&table_ident(&name)).await?;
-    assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
-    assert_eq!(names(&local, &naming).await?, rows);
-    crate::row_deltas::readers_see(&local, &name.to_string(), rows.keys().copied()).await
+    mirrors_the_second_round(&local, &naming, "no Debezium change event").await
 }
 
 /// Debezium's Avro envelope of the `customers` table (as its Avro converter registers
@@ -321,13 +333,9 @@ async fn debezium_events_in_avro_mirror_each_rows_last_image() -> TestResult {
     )?;
     local.run_config(&config).await?;
     let naming = &config.naming;
-    let name = naming.table_for(TOPIC);
-    let expect = |rows: &[(i64, &str)]| -> BTreeMap<i64, String> {
-        rows.iter().map(|(o, n)| (*o, (*n).to_owned())).collect()
-    };
     assert_eq!(
         names(&local, naming).await?,
-        expect(&[(2, "cy"), (3, "anna"), (6, "dee")])
+        rows_of(&[(2, "cy"), (3, "anna"), (6, "dee")])
     );
     let mut not_an_envelope = avro_record(12, 1, None)?;
     let mut value = vec![0, 0, 0, 0, 3];
@@ -354,19 +362,5 @@ async fn debezium_events_in_avro_mirror_each_rows_last_image() -> TestResult {
     )?;
     let report = local.run_config(&config).await?;
     assert!(!report.left_work(), "{report:?}");
-    let rows = expect(&[(3, "anna"), (9, "bo again"), (13, "dee two")]);
-    assert_eq!(names(&local, naming).await?, rows);
-    let letters = dead_letter_reasons(&local.catalog, &name).await?;
-    assert_eq!(letters.keys().copied().collect::<Vec<_>>(), [10, 11, 12]);
-    assert!(letters[&10].contains("op m"), "{letters:?}");
-    assert!(letters[&11].contains("truncate"), "{letters:?}");
-    assert!(letters[&12].contains("no Debezium envelope"), "{letters:?}");
-    let by_offset: BTreeMap<(i32, i64), usize> = rows.keys().map(|o| ((0, *o), 1)).collect();
-    assert_eq!(offsets(&local.catalog, &name).await?, by_offset);
-    crate::row_deltas::readers_see(&local, &name.to_string(), rows.keys().copied()).await?;
-    local.compact(&name).await?;
-    let table = local.catalog.load_table(&table_ident(&name)).await?;
-    assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
-    assert_eq!(names(&local, naming).await?, rows);
-    crate::row_deltas::readers_see(&local, &name.to_string(), rows.keys().copied()).await
+    mirrors_the_second_round(&local, naming, "no Debezium envelope").await
 }

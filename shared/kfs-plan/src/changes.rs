@@ -213,6 +213,21 @@ impl<R: Clone> Envelope<R> {
     }
 }
 
+/// The row a change event leaves its key with, made by `row` from its `after` image
+/// (`None`: the event deletes the key), whatever the format `read` the envelope from;
+/// a value that is no envelope, a message or a truncate event is refused with the
+/// reason ([`Envelope::row_action`]).
+pub fn row_after<R: Clone, C>(
+    read: Result<Envelope<R>, String>,
+    row: impl FnOnce(R) -> Result<C, String>,
+) -> Result<Option<C>, String> {
+    let envelope = read.map_err(|e| format!("value is no Debezium change event: {e}"))?;
+    match envelope.row_action()? {
+        Action::Upsert(after) => row(after).map(Some),
+        Action::Delete => Ok(None),
+    }
+}
+
 /// Reads a Debezium value envelope (as the JSON converter writes it, with or without
 /// its `schema`/`payload` wrapper); `Err` says why it is none.
 pub fn envelope(value: &Value) -> Result<Envelope, String> {

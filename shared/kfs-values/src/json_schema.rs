@@ -110,21 +110,18 @@ impl JsonSchemaWriter {
         columns: &DataType,
     ) -> Result<(Option<Cell>, u64), String> {
         let (value, items) = read(payload)?;
-        let envelope = kfs_plan::changes::envelope(&value)
-            .map_err(|e| format!("value is no Debezium change event: {e}"))?;
-        let after = match envelope.row_action()? {
-            kfs_plan::changes::Action::Upsert(after) => after,
-            kfs_plan::changes::Action::Delete => return Ok((None, items)),
-        };
-        let (Value::Object(properties), Some((_, Shape::Struct(declared)))) =
-            (&after, self.shape.iter().find(|(name, _)| name == "after"))
-        else {
-            return Err("the after image is no object its schema declares".into());
-        };
-        undeclared(properties, declared).map_err(|path| {
-            format!("after image property {path:?} is not declared by the schema: the table has no column for it")
-        })?;
-        cell(&after, columns, true).map(|cell| (Some(cell), items))
+        kfs_plan::changes::row_after(kfs_plan::changes::envelope(&value), |after| {
+            let (Value::Object(properties), Some((_, Shape::Struct(declared)))) =
+                (&after, self.shape.iter().find(|(name, _)| name == "after"))
+            else {
+                return Err("the after image is no object its schema declares".into());
+            };
+            undeclared(properties, declared).map_err(|path| {
+                format!("after image property {path:?} is not declared by the schema: the table has no column for it")
+            })?;
+            cell(&after, columns, true)
+        })
+        .map(|row| (row, items))
     }
 }
 

@@ -160,14 +160,10 @@ impl AvroWriter {
         columns: &DataType,
     ) -> Result<(Option<Cell>, u64), String> {
         let (value, items) = self.read(payload)?;
-        let envelope = debezium::envelope(&value)
-            .map_err(|e| format!("value is no Debezium change event: {e}"))?;
-        match envelope.row_action()? {
-            kfs_plan::changes::Action::Upsert(after) => {
-                cell(&after, columns, true).map(|cell| (Some(cell), items))
-            }
-            kfs_plan::changes::Action::Delete => Ok((None, items)),
-        }
+        kfs_plan::changes::row_after(debezium::envelope(&value), |after| {
+            cell(&after, columns, true)
+        })
+        .map(|row| (row, items))
     }
 
     /// The value a payload holds, with its items. The payload is walked first

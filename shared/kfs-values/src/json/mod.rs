@@ -90,7 +90,6 @@ pub type Change = (Map<String, Value>, Option<Vec<u8>>);
 /// that is no change event, a truncate, a message (`m`, no row) and an `after` image
 /// that is no object are rejected, with the reason.
 pub fn parse_change(value: Option<&[u8]>) -> Result<Change, Rejection> {
-    use kfs_plan::changes::Action;
     let Some(bytes) = value else {
         return Ok((Map::new(), None));
     };
@@ -100,20 +99,20 @@ pub fn parse_change(value: Option<&[u8]>) -> Result<Change, Rejection> {
             byte_of(bytes, e.line(), e.column())
         ))
     })?;
-    let envelope = kfs_plan::changes::envelope(&parsed)
-        .map_err(|e| Rejection(format!("value is no Debezium change event: {e}")))?;
-    match envelope.row_action().map_err(Rejection)? {
-        Action::Upsert(Value::Object(after)) => {
-            let image = serde_json::to_vec(&after)
-                .map_err(|e| Rejection(format!("the after image: {e}")))?;
-            Ok((after, Some(image)))
-        }
-        Action::Upsert(other) => Err(Rejection(format!(
-            "the after image is a JSON {}, not an object",
-            kind(&other)
-        ))),
-        Action::Delete => Ok((Map::new(), None)),
-    }
+    let row =
+        kfs_plan::changes::row_after(kfs_plan::changes::envelope(&parsed), |after| match after {
+            Value::Object(after) => {
+                let image =
+                    serde_json::to_vec(&after).map_err(|e| format!("the after image: {e}"))?;
+                Ok((after, Some(image)))
+            }
+            other => Err(format!(
+                "the after image is a JSON {}, not an object",
+                kind(&other)
+            )),
+        })
+        .map_err(Rejection)?;
+    Ok(row.unwrap_or_else(|| (Map::new(), None)))
 }
 
 /// The byte position of serde_json's 1-based line and column.

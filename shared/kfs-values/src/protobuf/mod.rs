@@ -211,14 +211,10 @@ impl ProtobufWriter {
         columns: &DataType,
     ) -> Result<(Option<Cell>, u64), String> {
         let (decoded, fields, items) = self.read(id, payload, columns)?;
-        let envelope = debezium::envelope(&decoded)
-            .map_err(|e| format!("value is no Debezium change event: {e}"))?;
-        match envelope.row_action()? {
-            kfs_plan::changes::Action::Upsert(after) => {
-                message_cell(&after, fields, true).map(|cell| (Some(cell), items))
-            }
-            kfs_plan::changes::Action::Delete => Ok((None, items)),
-        }
+        kfs_plan::changes::row_after(debezium::envelope(&decoded), |after| {
+            message_cell(&after, fields, true)
+        })
+        .map(|row| (row, items))
     }
 
     /// The message a payload of schema `id` holds, the struct `columns` it is
