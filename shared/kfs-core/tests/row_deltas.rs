@@ -349,6 +349,41 @@ async fn a_mirror_partitioned_by_key_deletes_partition_by_partition() -> TestRes
     mirror_rounds(&upsert(naming)?).await
 }
 
+/// Keys of a mebibyte (two of them differing only in their last byte, one updated
+/// across commits and then deleted) are mirrored like any other: the key index holds
+/// them whole, and only the key's own older row is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_a_mebibyte_are_mirrored_like_any_other() -> TestResult {
+    let local = Local::open().await?;
+    let naming = upsert(TableNaming::default())?;
+    let big = |last: char| format!("{}{last}", "k".repeat((1 << 20) - 1));
+    let (a, b) = (big('a'), big('b'));
+    mirror_round(
+        &local,
+        &naming,
+        vec![keyed(0, &a, Some("a1")), keyed(1, &b, Some("b1"))],
+    )
+    .await?;
+    mirror_round(
+        &local,
+        &naming,
+        vec![keyed(2, &a, Some("a2")), keyed(3, "small", Some("s"))],
+    )
+    .await?;
+    let name = naming.table_for("orders");
+    let expected: BTreeMap<(i32, i64), usize> = [1, 2, 3].iter().map(|o| ((0, *o), 1)).collect();
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    mirror_round(&local, &naming, vec![keyed(4, &b, None)]).await?;
+    let expected: BTreeMap<(i32, i64), usize> = [2, 3].iter().map(|o| ((0, *o), 1)).collect();
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    let table = local.catalog.load_table(&table_ident(&name)).await?;
+    let indexed = kfs_core::supersede(&table, &[]).await?;
+    assert!(indexed.indexed, "no key index after the commits");
+    assert_eq!((indexed.index.keys(), indexed.index.rows()), (2, 2));
+    assert_eq!(indexed.index.rows_of(a.as_bytes()).len(), 1);
+    readers_see(&local, &name.to_string(), [2, 3].into_iter()).await
+}
+
 /// The mirror's three rounds under `naming`, each checked against the reference fold.
 async fn mirror_rounds(naming: &TableNaming) -> TestResult {
     let local = Local::open().await?;

@@ -276,7 +276,7 @@ pub fn row_column(
 
 /// A framed value (or key) decoded with the writer schema it names into a cell of
 /// `columns` (`top`: the table's payload columns), with the bytes its decoded form is
-/// counted for while its row waits for its batch ([`framed`]); or why not.
+/// counted for while its row waits for its batch (a few times its payload's); or why not.
 pub fn decode_framed(
     writers: &WriterSchemas,
     value: &[u8],
@@ -289,7 +289,7 @@ pub fn decode_framed(
 
 /// A framed Debezium change event decoded with the writer schema it names into the
 /// row of the table's payload `columns` its `after` image gives (`None`: a delete),
-/// with the bytes counted for it ([`framed`]); or why not.
+/// with the bytes counted for it as for any value; or why not.
 pub fn decode_framed_change(
     writers: &WriterSchemas,
     value: &[u8],
