@@ -271,9 +271,9 @@ pub(crate) async fn commit_replace(
         };
         // A mirror's key index, carried to the new snapshot.
         let snapshot = (staged.snapshot_id, table.metadata().next_sequence_number());
-        staged
-            .updates
-            .extend(crate::mirror::carried_index(table, change, snapshot).await?);
+        staged.updates.extend(
+            crate::mirror::carried_index(table, (&change.remove, &change.add), snapshot).await?,
+        );
         match swap
             .commit(table, staged.requirements, staged.updates)
             .await

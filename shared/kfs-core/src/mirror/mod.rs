@@ -124,13 +124,13 @@ pub async fn supersede_with(
 
 /// The updates that carry the key index of the snapshot `table` is at to the
 /// snapshot `snapshot` (id, sequence number) a replace is about to make (a compaction
-/// removing the files `change.remove` and adding `change.add`, rows deleted left out;
-/// a manifest rewrite): the removed files' rows forgotten, the added files' read.
-/// None for a table that is no mirror or has no index of its snapshot (its next
-/// commit reads the table).
+/// removing the files `removed` and adding `added`, rows deleted left out; a manifest
+/// rewrite): the removed files' rows forgotten, the added files' read. None for a
+/// table that is no mirror or has no index of its snapshot (its next commit reads the
+/// table).
 pub(crate) async fn carried_index(
     table: &Table,
-    change: &crate::commit::replace::Replacement,
+    (removed, added): (&BTreeSet<String>, &[DataFile]),
     snapshot: (i64, i64),
 ) -> Result<Vec<iceberg::TableUpdate>> {
     if !crate::table::mode_of(table).is_ok_and(|mode| mode.mirrors()) {
@@ -139,8 +139,8 @@ pub(crate) async fn carried_index(
     let Some(mut index) = index::load(table).await? else {
         return Ok(Vec::new());
     };
-    index.remove_files(&change.remove);
-    for file in &change.add {
+    index.remove_files(removed);
+    for file in added {
         for (key, row) in read_rows(table, file.file_path()).await? {
             index.insert(key, &row);
         }
