@@ -84,7 +84,8 @@ pub async fn supersede_with(
             index
                 .rows_of(key)
                 .into_iter()
-                // Committed already (the snapshot planned on holds them): read above.
+                // A file of the commit is never in the table yet; were it, its rows
+                // are those read above.
                 .filter(|row| !added_paths.contains(row.file.as_str()))
                 .map(|row| (key.clone(), row)),
         );
