@@ -384,6 +384,51 @@ async fn keys_of_a_mebibyte_are_mirrored_like_any_other() -> TestResult {
     readers_see(&local, &name.to_string(), [2, 3].into_iter()).await
 }
 
+/// A key index that is damaged (its file cut short, then gone) costs the next commit
+/// a read of the table, never the commit: the mirror stays the fold of its changes
+/// and the commit writes a sound index again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_key_index_costs_a_read_of_the_table_not_the_commit() -> TestResult {
+    let local = Local::open().await?;
+    let naming = upsert(TableNaming::default())?;
+    let name = naming.table_for("orders");
+    let rounds = [
+        vec![keyed(0, "k1", Some("a")), keyed(1, "k2", Some("b"))],
+        vec![keyed(2, "k1", Some("c"))],
+        vec![keyed(3, "k2", None), keyed(4, "k3", Some("d"))],
+    ];
+    for (round, records) in rounds.into_iter().enumerate() {
+        mirror_round(&local, &naming, records).await?;
+        let table = local.catalog.load_table(&table_ident(&name)).await?;
+        assert!(
+            kfs_core::supersede(&table, &[]).await?.indexed,
+            "round {round}"
+        );
+        let path = table
+            .metadata()
+            .properties()
+            .get(kfs_plan::key_index::INDEX_PATH_PROPERTY)
+            .ok_or("no key index named")?
+            .clone();
+        match round {
+            // Cut short: its footer does not read.
+            0 => {
+                let bytes = table.file_io().new_input(&path)?.read().await?;
+                let cut = bytes.slice(..bytes.len() / 2);
+                table.file_io().new_output(&path)?.write(cut).await?;
+            }
+            _ => table.file_io().delete(&path).await?,
+        }
+        assert!(
+            !kfs_core::supersede(&table, &[]).await?.indexed,
+            "round {round}"
+        );
+    }
+    let expected: BTreeMap<(i32, i64), usize> = [2, 4].iter().map(|o| ((0, *o), 1)).collect();
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    readers_see(&local, &name.to_string(), [2, 4].into_iter()).await
+}
+
 /// The mirror's three rounds under `naming`, each checked against the reference fold.
 async fn mirror_rounds(naming: &TableNaming) -> TestResult {
     let local = Local::open().await?;

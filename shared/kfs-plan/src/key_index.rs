@@ -195,11 +195,20 @@ impl KeyIndex {
             let start = reader.at;
             let path = std::str::from_utf8(reader.bytes()?)
                 .map_err(|e| format!("key index file path at byte {start}: {e}"))?;
+            if index.file_numbers.contains_key(path) {
+                return Err(format!("key index repeats file {path:?} at byte {start}"));
+            }
             index.file_number(path);
         }
         for _ in 0..reader.count(2)? {
             let key = reader.bytes()?.to_vec();
+            let start = reader.at;
             let count = reader.count(6)?;
+            if count == 0 {
+                return Err(format!(
+                    "key index lists a key without rows at byte {start}"
+                ));
+            }
             let mut rows = Vec::with_capacity(count);
             for _ in 0..count {
                 rows.push(reader.slot(index.files.len())?);
@@ -238,6 +247,104 @@ impl KeyIndex {
         self.file_numbers.insert(file.to_owned(), number);
         number
     }
+}
+
+/// Puffin's magic, at the start of a file and around its footer.
+const PUFFIN_MAGIC: [u8; 4] = *b"PFA1";
+
+/// Where a key index blob lies in a Puffin file, as its footer says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexBlob {
+    /// Its first byte in the file.
+    pub offset: usize,
+    /// Its bytes in the file.
+    pub length: usize,
+    /// It is zstd-compressed (else stored as it is).
+    pub zstd: bool,
+    /// Its bytes before compression, as its `uncompressed-bytes` property says.
+    pub uncompressed: Option<u64>,
+}
+
+/// The blob property recording a key index's size before compression.
+pub const UNCOMPRESSED_BYTES_PROPERTY: &str = "uncompressed-bytes";
+
+/// The [`BLOB_TYPE`] blob of the snapshot `snapshot_id` in the Puffin file `file`
+/// (its whole bytes), read from its footer (magic, JSON payload, payload length,
+/// flags, magic); `None` when it holds none. A file that is no Puffin file, whose
+/// footer is compressed or does not read, or whose blob lies outside it, is refused
+/// with the reason: every length is checked against the bytes there are.
+pub fn find_index_blob(file: &[u8], snapshot_id: i64) -> Result<Option<IndexBlob>, String> {
+    let trailer = 12; // payload length, flags, magic
+    if file.len() < PUFFIN_MAGIC.len() * 2 + trailer || file[..4] != PUFFIN_MAGIC {
+        return Err(format!("{} bytes are no Puffin file", file.len()));
+    }
+    let end = file.len();
+    let word = |at: usize| -> [u8; 4] {
+        let mut word = [0; 4];
+        word.copy_from_slice(&file[at..at + 4]);
+        word
+    };
+    if word(end - 4) != PUFFIN_MAGIC {
+        return Err(format!("no Puffin magic at byte {}", end - 4));
+    }
+    if word(end - 8) != [0; 4] {
+        return Err("a compressed Puffin footer (this reader writes none)".into());
+    }
+    let payload_length = u32::from_le_bytes(word(end - 12)) as usize;
+    let payload_end = end - trailer;
+    let payload_start = payload_end
+        .checked_sub(payload_length)
+        .filter(|start| *start >= 8)
+        .ok_or_else(|| format!("a Puffin footer of {payload_length} bytes in a file of {end}"))?;
+    if word(payload_start - 4) != PUFFIN_MAGIC {
+        return Err(format!("no Puffin magic at byte {}", payload_start - 4));
+    }
+    let footer: serde_json::Value = serde_json::from_slice(&file[payload_start..payload_end])
+        .map_err(|e| format!("the Puffin footer at byte {payload_start}: {e}"))?;
+    let blobs = footer
+        .get("blobs")
+        .and_then(serde_json::Value::as_array)
+        .ok_or("the Puffin footer lists no blobs")?;
+    let Some(blob) = blobs.iter().find(|b| {
+        b.get("type").and_then(serde_json::Value::as_str) == Some(BLOB_TYPE)
+            && b.get("snapshot-id").and_then(serde_json::Value::as_i64) == Some(snapshot_id)
+    }) else {
+        return Ok(None);
+    };
+    let number = |name: &str| {
+        blob.get(name)
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| format!("the key index blob has no {name}"))
+    };
+    let (offset, length) = (number("offset")?, number("length")?);
+    if offset
+        .checked_add(length)
+        .is_none_or(|blob_end| blob_end > payload_start - 4)
+    {
+        return Err(format!(
+            "the key index blob ({length} bytes at byte {offset}) lies outside the file's blobs"
+        ));
+    }
+    let zstd = match blob
+        .get("compression-codec")
+        .and_then(serde_json::Value::as_str)
+    {
+        None => false,
+        Some("zstd") => true,
+        Some(other) => return Err(format!("key index blob compressed with {other}")),
+    };
+    let uncompressed = blob
+        .get("properties")
+        .and_then(|p| p.get(UNCOMPRESSED_BYTES_PROPERTY))
+        .and_then(serde_json::Value::as_str)
+        .and_then(|n| n.parse().ok());
+    Ok(Some(IndexBlob {
+        offset,
+        length,
+        zstd,
+        uncompressed,
+    }))
 }
 
 /// Appends `value` as a LEB128 varint.

@@ -81,6 +81,21 @@ fn a_broken_blob_says_where_and_why() {
             .unwrap_or_default()
             .contains("left")
     );
+    // A file listed twice, a key without rows: refused (encode writes neither).
+    let twice = [1, 2, 1, b'a', 1, b'a', 0];
+    assert!(
+        KeyIndex::decode(&twice)
+            .err()
+            .unwrap_or_default()
+            .contains("repeats file")
+    );
+    let rowless = [1, 0, 1, 1, b'k', 0];
+    assert!(
+        KeyIndex::decode(&rowless)
+            .err()
+            .unwrap_or_default()
+            .contains("without rows")
+    );
     // A count of a billion keys in a blob of a few bytes allocates nothing.
     let huge = [1, 0, 0x80, 0x80, 0x80, 0x80, 0x04];
     assert!(
@@ -120,5 +135,58 @@ proptest! {
     #[test]
     fn any_bytes_decode_or_are_refused(blob in proptest::collection::vec(any::<u8>(), 0..256)) {
         let _ = KeyIndex::decode(&blob);
+    }
+}
+
+/// A Puffin file of `blob` (uncompressed) for snapshot 7, its footer as iceberg-rust's
+/// writer lays it out.
+fn puffin(blob: &[u8]) -> Vec<u8> {
+    let footer = serde_json::json!({"blobs": [{
+        "type": BLOB_TYPE, "fields": [1], "snapshot-id": 7, "sequence-number": 3,
+        "offset": 4, "length": blob.len(),
+        "properties": {UNCOMPRESSED_BYTES_PROPERTY: blob.len().to_string()}}]})
+    .to_string();
+    let mut file = PUFFIN_MAGIC.to_vec();
+    file.extend_from_slice(blob);
+    file.extend_from_slice(&PUFFIN_MAGIC);
+    file.extend_from_slice(footer.as_bytes());
+    file.extend_from_slice(&(footer.len() as u32).to_le_bytes());
+    file.extend_from_slice(&[0; 4]);
+    file.extend_from_slice(&PUFFIN_MAGIC);
+    file
+}
+
+#[test]
+fn the_index_blob_is_found_by_its_footer_and_a_cut_file_refused() -> Result<(), String> {
+    let mut index = KeyIndex::default();
+    index.insert(b"k".to_vec(), &row("f", 0, 1, false));
+    let blob = index.encode();
+    let file = puffin(&blob);
+    let found = find_index_blob(&file, 7)?.ok_or("no blob")?;
+    assert_eq!(
+        (found.offset, found.length, found.zstd),
+        (4, blob.len(), false)
+    );
+    assert_eq!(found.uncompressed, Some(blob.len() as u64));
+    assert_eq!(find_index_blob(&file, 8)?, None);
+    for cut in 0..file.len() {
+        assert!(find_index_blob(&file[..cut], 7).is_err(), "cut at {cut}");
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn any_bytes_as_a_puffin_file_are_read_or_refused(
+        file in proptest::collection::vec(any::<u8>(), 0..200),
+        tail in proptest::collection::vec(any::<u8>(), 0..16),
+    ) {
+        let _ = find_index_blob(&file, 7);
+        // With Puffin's magic around them, bytes reach the footer's parsing.
+        let mut framed = PUFFIN_MAGIC.to_vec();
+        framed.extend_from_slice(&file);
+        framed.extend_from_slice(&tail);
+        framed.extend_from_slice(&PUFFIN_MAGIC);
+        let _ = find_index_blob(&framed, 7);
     }
 }

@@ -60,26 +60,32 @@ impl WriterSchema {
     }
 
     /// The columns of a `cdc` table its values give: [`Self::shapes`] of the Debezium
-    /// envelope, each its `after` image's fields; `Err` when the schema is no envelope
-    /// (no `after` record).
+    /// envelopes, each its `after` image's fields. A Protobuf message the segment's
+    /// values name that is no envelope is left out (its values are dead letters when
+    /// decoded); `Err` when none is an envelope (no `after` record).
     pub fn change_shapes(
         &self,
         messages: &MessageLists,
     ) -> Result<Vec<Vec<(String, Shape)>>, String> {
-        self.shapes(messages)?
+        let after = |envelope: Vec<(String, Shape)>| {
+            envelope
+                .into_iter()
+                .find_map(|(name, shape)| match (name == "after", shape) {
+                    (true, Shape::Struct(fields)) => Some(fields),
+                    _ => None,
+                })
+        };
+        let shapes: Vec<_> = self
+            .shapes(messages)?
             .into_iter()
-            .map(|envelope| {
-                envelope
-                    .into_iter()
-                    .find_map(|(name, shape)| match (name == "after", shape) {
-                        (true, Shape::Struct(fields)) => Some(fields),
-                        _ => None,
-                    })
-                    .ok_or_else(|| {
-                        "the schema is no Debezium envelope: it has no \"after\" record (table mode cdc reads change events)".to_owned()
-                    })
-            })
-            .collect()
+            .filter_map(after)
+            .collect();
+        if shapes.is_empty() {
+            return Err(
+                "the schema is no Debezium envelope: it has no \"after\" record (table mode cdc reads change events)".to_owned(),
+            );
+        }
+        Ok(shapes)
     }
 
     /// Decodes a payload, a Debezium change event, into the row of the table's

@@ -134,3 +134,32 @@ fn a_schema_that_is_no_envelope_has_no_change_columns() -> Result<(), String> {
     assert!(refused.contains("no Debezium envelope"), "{refused}");
     Ok(())
 }
+
+#[test]
+fn a_protobuf_message_that_is_no_envelope_refuses_only_its_values() -> Result<(), String> {
+    let writer = Arc::new(WriterSchema::parse(RegisteredSchema::new(
+        SchemaKind::Protobuf,
+        PROTO,
+    ))?);
+    // The message-index list [0] (Value, a row without its envelope): id 7.
+    let row = [0, 0, 0, 0, 1, 2, 0, 0x08, 7];
+    let mut named = NamedSchemas::default();
+    named.note(&crate::registry::frame(&event(SchemaKind::Protobuf, "c"))?);
+    named.note(&crate::registry::frame(&row)?);
+    let messages = named.into_named().pop().map(|(_, m)| m).unwrap_or_default();
+    assert_eq!(messages.len(), 2);
+    let shapes = writer.change_shapes(&messages)?;
+    assert_eq!(shapes.len(), 1, "{shapes:?}");
+    let (_, columns) = crate::cells::new_table_row(&shapes[0])?;
+    let writers = WriterSchemas::from([(SchemaId::Confluent(1), Ok(writer))]);
+    assert!(
+        decode_framed_change(&writers, &event(SchemaKind::Protobuf, "u"), &columns)?
+            .0
+            .is_some()
+    );
+    let refused = decode_framed_change(&writers, &row, &columns)
+        .err()
+        .unwrap_or_default();
+    assert!(refused.contains("no Debezium change event"), "{refused}");
+    Ok(())
+}

@@ -11,16 +11,26 @@
 
 use std::collections::HashMap;
 
-use iceberg::puffin::{Blob, CompressionCodec, PuffinReader, PuffinWriter};
+use std::io::Read;
+
+use iceberg::puffin::{Blob, CompressionCodec, PuffinWriter};
 use iceberg::table::Table;
 use iceberg::{Result, TableUpdate};
-use kfs_plan::key_index::{BLOB_TYPE, KeyIndex, index_path, index_properties};
+use kfs_plan::key_index::{
+    BLOB_TYPE, KeyIndex, UNCOMPRESSED_BYTES_PROPERTY, find_index_blob, index_path, index_properties,
+};
+
+/// Most bytes a key index may inflate to (what its blob's `uncompressed-bytes`
+/// property may claim): a damaged or hostile file must not take the committer's
+/// memory. 2 GiB holds the index of some hundred million keys.
+const MAX_INDEX_BYTES: u64 = 2 << 30;
 
 /// The key index of the snapshot `table` is at: `Some` (empty for a table without a
 /// snapshot) when the table's properties name one for it that reads, `None`
-/// otherwise (the caller reads the table). A failure to read an index file that is
-/// there is returned (it is retried); one that is gone or does not decode is passed
-/// over.
+/// otherwise (the caller reads the table). Only a failure to ask whether the file is
+/// there is returned (it is retried); a file that is gone, damaged (its footer, its
+/// compression, its blob), or larger than [`MAX_INDEX_BYTES`] is passed over, since
+/// reading the table is always right.
 pub(super) async fn load(table: &Table) -> Result<Option<KeyIndex>> {
     let metadata = table.metadata();
     let Some(snapshot) = metadata.current_snapshot() else {
@@ -33,21 +43,47 @@ pub(super) async fn load(table: &Table) -> Result<Option<KeyIndex>> {
     if !input.exists().await? {
         return Ok(None);
     }
-    let reader = PuffinReader::new(input);
-    let Some(blob) = reader
-        .file_metadata()
-        .await?
-        .blobs()
-        .iter()
-        .find(|b| b.blob_type() == BLOB_TYPE && b.snapshot_id() == snapshot.snapshot_id())
-        .cloned()
-    else {
+    Ok(read(table, path, snapshot.snapshot_id())
+        .await
+        .ok()
+        .flatten())
+}
+
+/// The index in `table`'s Puffin file at `path` for the snapshot `snapshot_id`;
+/// `None` when it holds none; `Err` when it cannot be read as one. The footer is read
+/// here, every length checked (iceberg-rust 0.10's Puffin reader overflows on a file
+/// cut short), and the blob inflated no further than it claims.
+async fn read(table: &Table, path: &str, snapshot_id: i64) -> Result<Option<KeyIndex>> {
+    let invalid = |reason: String| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, reason);
+    let file = table.file_io().new_input(path)?.read().await?;
+    let Some(blob) = find_index_blob(&file, snapshot_id).map_err(invalid)? else {
         return Ok(None);
     };
-    let blob = reader.blob(&blob).await?;
-    // One that does not decode costs the commit a read of the table, which writes a
-    // new one.
-    Ok(KeyIndex::decode(blob.data()).ok())
+    let stored = file
+        .get(blob.offset..blob.offset.saturating_add(blob.length))
+        .ok_or_else(|| invalid("the key index blob lies outside its file".into()))?;
+    let inflated = match blob.zstd {
+        false => stored.to_vec(),
+        true => {
+            let claimed = blob
+                .uncompressed
+                .filter(|n| *n <= MAX_INDEX_BYTES)
+                .ok_or_else(|| invalid(format!("no size within {MAX_INDEX_BYTES} bytes")))?;
+            let mut inflated = Vec::new();
+            // One byte past the claim, to tell a blob that inflates beyond it.
+            zstd::stream::read::Decoder::new(stored)
+                .and_then(|decoder| decoder.take(claimed + 1).read_to_end(&mut inflated))
+                .map_err(|e| invalid(format!("the index does not inflate: {e}")))?;
+            if inflated.len() as u64 != claimed {
+                return Err(invalid(format!(
+                    "the index inflates to {} bytes, not the {claimed} it claims",
+                    inflated.len()
+                )));
+            }
+            inflated
+        }
+    };
+    KeyIndex::decode(&inflated).map(Some).map_err(invalid)
 }
 
 /// Writes `index`, the key index of the snapshot `snapshot_id` (sequence number
@@ -70,6 +106,7 @@ pub(crate) async fn index_updates(
         .map(|f| f.id)
         .into_iter()
         .collect();
+    let encoded = index.encode();
     let output = table.file_io().new_output(&path)?;
     let mut writer = PuffinWriter::new(&output, HashMap::new(), false).await?;
     let blob = Blob::builder()
@@ -77,11 +114,15 @@ pub(crate) async fn index_updates(
         .fields(key_field)
         .snapshot_id(snapshot_id)
         .sequence_number(sequence_number)
-        .data(index.encode())
         .properties(HashMap::from([
             ("keys".to_owned(), index.keys().to_string()),
             ("rows".to_owned(), index.rows().to_string()),
+            (
+                UNCOMPRESSED_BYTES_PROPERTY.to_owned(),
+                encoded.len().to_string(),
+            ),
         ]))
+        .data(encoded)
         .build();
     writer.add(blob, CompressionCodec::zstd_default()).await?;
     writer.close().await?;
