@@ -322,14 +322,14 @@ def print_upsert(args) -> None:
     """What a mirror (`TableMode=upsert`) adds per million changes: the committer's CPU
     beyond the log's (measured by `scripts/upsert_bench.py`: changes per CPU-second of
     the whole run, both modes, the key index's look-up and rewrite included), and per
-    commit the key index's requests (a HEAD and two GETs to read it, a PUT of the new
+    commit the key index's requests (a HEAD and a GET to read it, a PUT of the new
     one) and the delete file's PUT. A commit after another engine's snapshot reads the
     table's live files once instead of the index (not counted)."""
     extra_cpu = 1e6 / args.upsert_changes_per_cpu_second - 1e6 / args.append_changes_per_cpu_second
     vcpu = min(args.committer_memory_mb / 1769, 1.0)
     compute = extra_cpu / vcpu * args.committer_memory_mb / 1024 * PRICES["lambda_gb_second_arm64"]
     commits = 1e6 / args.changes_per_commit
-    requests = commits * (3 * PRICES["s3_get"] + 2 * PRICES["s3_put"])
+    requests = commits * (2 * PRICES["s3_get"] + 2 * PRICES["s3_put"])
     print(f"\nA mirror (TableMode=upsert), per million changes at {args.changes_per_commit:,.0f} "
           f"changes a commit ({args.upsert_changes_per_cpu_second:,.0f} against "
           f"{args.append_changes_per_cpu_second:,.0f} changes per CPU-second, "
