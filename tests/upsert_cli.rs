@@ -5,8 +5,8 @@
 //! mirror as exactly the fold of that log, folded independently in Python
 //! (`tests/python/check_mirror.py`); the same with JSON values, whose fields are the
 //! mirror's columns (a value that is no JSON object goes to the dead-letter table and
-//! changes nothing). A mode the build cannot commit yet is refused before anything is
-//! written.
+//! changes nothing), and keyed by a value field. A mode the build cannot commit is
+//! refused before anything is written.
 
 use crate::support;
 
@@ -68,6 +68,26 @@ fn a_keyed_topic_of_json_values_mirrored_reads_as_the_fold_of_what_it_could_hold
         text.contains("customer, items, order_id; order_id is the row's own"),
         "{text}"
     );
+}
+
+/// A JSON mirror keyed by a value field (`--upsert-key customer`): a keyed record's
+/// `customer` is its key, a keyless record's one of the keys at random, from any
+/// partition (ordered across partitions by timestamp); a tombstone names its key by
+/// the record key's text. Folded independently by the same fields.
+#[test]
+fn a_json_mirror_keyed_by_a_value_field_reads_as_the_fold_of_its_log() {
+    let text = mirrored_over_two_runs(
+        &[
+            "--table-mode",
+            "upsert",
+            "--value-format",
+            "json",
+            "--upsert-key",
+            "customer",
+        ],
+        &["--dead-letters", "--key-fields", "customer"],
+    );
+    assert!(text.contains("order_id is the row's own"), "{text}");
 }
 
 /// A keyed topic over 60 keys run twice into a mirror (`mirror_args`) and into a log

@@ -4,7 +4,12 @@ with two independent readers: the log is a table of the same topic in append mod
 read with pyiceberg; its records are folded here, per key, by the documented order
 (a partition's records in offset order; one key's records from two partitions by
 timestamp, then partition and offset); a record with a null value deletes its key, a
-record without a key is kept as it is. The mirror is read with pyiceberg
+record without a key is kept as it is. With `--key-fields F[,F...]` the key is those
+fields of the JSON value (each as text: strings as they are, integers in decimal,
+booleans), a tombstone's from its record key (a JSON object holding them, with or
+without the converter's schema wrapper; with one field a JSON scalar or the key's
+bytes); a value without them is kept, a tombstone naming no key is no row. The
+mirror is read with pyiceberg
 (`scan().to_arrow()`, which applies position deletes) and DuckDB's iceberg extension.
 
     python3 tests/python/check_mirror.py --log-warehouse WH1 --mirror-warehouse WH2 \
@@ -17,6 +22,7 @@ naming the reader and the difference, when either reads other rows than the fold
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections import Counter
@@ -43,7 +49,61 @@ def supersedes(new: tuple, old: tuple) -> bool:
     return (new[2], new[0], new[1]) > (old[2], old[0], old[1])
 
 
-def fold(log, skipped: frozenset = frozenset()) -> tuple[Counter, dict]:
+def field_text(value) -> bytes | None:
+    """The text a key field's JSON value keys by, or None."""
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, str):
+        return value.encode()
+    return None
+
+
+def fields_key(obj, fields: list[str]):
+    """The key tuple of a JSON object's `fields`, or None when one is missing."""
+    if isinstance(obj, dict) and "schema" in obj and isinstance(obj.get("payload"), dict):
+        obj = obj["payload"]
+    if not isinstance(obj, dict):
+        return None
+    texts = tuple(field_text(obj.get(f)) for f in fields)
+    return None if any(t is None for t in texts) else texts
+
+
+def record_key_fields(key: bytes | None, fields: list[str]):
+    """The key a tombstone's record key names, or None."""
+    if key is None:
+        return None
+    try:
+        parsed = json.loads(key)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return fields_key(parsed, fields)
+    if len(fields) != 1:
+        return None
+    text = field_text(parsed) if parsed is not None else None
+    return (text if text is not None else key,)
+
+
+def keys_of(log, key_fields: list[str] | None) -> list:
+    """Each record's key: its record key, or its key fields' (see the module)."""
+    keys = log["key"].to_pylist()
+    if not key_fields:
+        return keys
+    found = []
+    for key, value in zip(keys, log["value"].to_pylist()):
+        if value is None:
+            found.append(record_key_fields(key, key_fields))
+            continue
+        try:
+            found.append(fields_key(json.loads(value), key_fields))
+        except ValueError:
+            found.append(None)
+    return found
+
+
+def fold(log, skipped: frozenset = frozenset(), key_fields=None) -> tuple[Counter, dict]:
     """The (partition, offset) rows the mirror of `log` (an Arrow table) holds, the
     records at `skipped` (partition, offset) left out: a record the mirror's table could
     not hold went to its dead-letter table and changed nothing."""
@@ -55,7 +115,7 @@ def fold(log, skipped: frozenset = frozenset()) -> tuple[Counter, dict]:
             for p, o in zip(log["partition"].to_pylist(), log["offset"].to_pylist())
         ]
         log = log.filter(pa.array(keep))
-    keys = log["key"].to_pylist()
+    keys = keys_of(log, key_fields)
     tombstones = log["value"].is_null().to_pylist()
     partitions = log["partition"].to_pylist()
     offsets = log["offset"].to_pylist()
@@ -66,7 +126,9 @@ def fold(log, skipped: frozenset = frozenset()) -> tuple[Counter, dict]:
     for i in order:
         key = keys[i]
         if key is None:
-            kept[(partitions[i], offsets[i])] += 1
+            # A tombstone naming no key of a mirror keyed by fields deletes nothing.
+            if not (key_fields and tombstones[i]):
+                kept[(partitions[i], offsets[i])] += 1
             continue
         current = last.get(key)
         change = (partitions[i], offsets[i], stamps[i])
@@ -90,6 +152,10 @@ def main() -> None:
     parser.add_argument("--mirror-warehouse", required=True, type=Path)
     parser.add_argument("--table", required=True, help="namespace.name, in both warehouses")
     parser.add_argument(
+        "--key-fields",
+        help="the mirror's upsert_key: value fields, comma-separated (default: the record key)",
+    )
+    parser.add_argument(
         "--dead-letters",
         action="store_true",
         help="leave out the records the mirror's dead-letter table holds (a JSON mirror's)",
@@ -106,7 +172,8 @@ def main() -> None:
         ).to_arrow()
         skipped = frozenset(zip(letters["partition"].to_pylist(), letters["offset"].to_pylist()))
         print(f"dead letters left out of the fold: {len(skipped)}")
-    expected, stats = fold(log, skipped)
+    key_fields = [f.strip() for f in args.key_fields.split(",")] if args.key_fields else None
+    expected, stats = fold(log, skipped, key_fields)
     mirror = open_table(args.mirror_warehouse, args.table)
 
     seen = {}

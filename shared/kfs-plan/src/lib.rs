@@ -25,6 +25,8 @@
 //! - [`mode`]: whether a table appends its records or mirrors their keys.
 //! - [`changes`]: what a keyed record or a Debezium envelope asks of a mirrored
 //!   table, and the last change per key a batch folds into.
+//! - [`field_key`]: the key of a mirror keyed by value fields, from a row's fields or
+//!   a tombstone's record key.
 //!
 //! The hosts (the CLI, the Lambda functions, tests) read the world, hand it to these
 //! functions as data, and carry out the plans they return.
@@ -37,6 +39,7 @@ pub mod duration;
 pub mod etcd_transport;
 pub mod events;
 pub mod fault;
+pub mod field_key;
 pub mod formats;
 pub mod hash;
 pub mod key_index;

@@ -8,8 +8,9 @@
 //! registry mirror keeps the `value` column, whose null marks the tombstone), and
 //! `cdc` of Debezium envelopes in JSON and in the registry's formats (Avro,
 //! Protobuf, JSON Schema): the `after` image's fields are the columns; `value` holds
-//! the image (JSON) or the event as it came (registry), null for a delete. Refused
-//! with the reason, until it is built: an upsert key of value fields.
+//! the image (JSON) or the event as it came (registry), null for a delete. Either is
+//! keyed by the record key (the default) or by value fields (`upsert_key`,
+//! [`crate::field_key`]), which raw values do not have.
 
 use std::collections::HashMap;
 
@@ -17,7 +18,8 @@ use crate::formats::ValueFormat;
 
 /// Table property recording a table's mode (`append` when absent).
 pub const TABLE_MODE_PROPERTY: &str = "kfs.table-mode";
-/// Table property recording an upsert table's key: `key` (the record key).
+/// Table property recording a mirror's key: `key` (the record key) or its key
+/// fields, comma-separated.
 pub const UPSERT_KEY_PROPERTY: &str = "kfs.upsert-key";
 /// How [`UPSERT_KEY_PROPERTY`] names the record key.
 pub const RECORD_KEY: &str = "key";
@@ -100,16 +102,11 @@ impl ModeSetting {
             TableMode::Cdc if format == ValueFormat::Raw => Err(
                 "table mode cdc reads Debezium change events, whose after image's fields become the columns: it needs value_format json or registry, not value_format raw".into(),
             ),
-            TableMode::Cdc if !self.key_fields.is_empty() => Err(format!(
-                "upsert_key {:?}: a key of value fields is not built yet; cdc tables are keyed by the record key (Debezium's primary key)",
+            _ if !self.key_fields.is_empty() && format == ValueFormat::Raw => Err(format!(
+                "upsert_key {:?}: a key of value fields needs value_format json or registry (raw values have no fields); without upsert_key the record key is the key",
                 self.key_fields.join(",")
             )),
-            TableMode::Cdc => Ok(()),
-            TableMode::Upsert if !self.key_fields.is_empty() => Err(format!(
-                "upsert_key {:?}: a key of value fields is not built yet; upsert tables are keyed by the record key",
-                self.key_fields.join(",")
-            )),
-            TableMode::Upsert => Ok(()),
+            TableMode::Cdc | TableMode::Upsert => Ok(()),
         }
     }
 
@@ -172,8 +169,16 @@ mod tests {
         assert_eq!(upsert.check(ValueFormat::Raw), Ok(()));
         assert_eq!(upsert.check(ValueFormat::Json), Ok(()));
         assert_eq!(upsert.check(ValueFormat::Registry), Ok(()));
-        let fields = ModeSetting::parse("upsert", Some("id"))?.check(ValueFormat::Raw);
-        assert!(fields.err().unwrap_or_default().contains("\"id\""));
+        let fields = ModeSetting::parse("upsert", Some("id"))?;
+        let raw = fields.check(ValueFormat::Raw).err().unwrap_or_default();
+        assert!(
+            raw.contains("\"id\"") && raw.contains("raw values have no fields"),
+            "{raw}"
+        );
+        for format in [ValueFormat::Json, ValueFormat::Registry] {
+            assert_eq!(fields.check(format), Ok(()));
+            assert_eq!(ModeSetting::parse("cdc", Some("id"))?.check(format), Ok(()));
+        }
         let cdc = ModeSetting::parse("cdc", None)?;
         assert_eq!(cdc.check(ValueFormat::Json), Ok(()));
         assert_eq!(cdc.check(ValueFormat::Registry), Ok(()));

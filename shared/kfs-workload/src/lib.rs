@@ -67,8 +67,10 @@ pub struct WorkloadConfig {
     /// The keys of a keyed topic, when set: each record's key is one of `customer-0`
     /// … `customer-{keys - 1}`, each key in one partition only (key `k` in partition
     /// `k % partitions`, as a producer's partitioner places keys), so a partition's
-    /// records update and delete (a null value) keys its earlier records wrote. When
-    /// unset, keys are drawn from 50,000 across every partition.
+    /// records update and delete (a null value) keys its earlier records wrote; a
+    /// JSON value's `customer` is its record's key (a keyless record's, a key at
+    /// random: keys updated from every partition when a mirror keys on the field).
+    /// When unset, keys are drawn from 50,000 across every partition.
     pub keys: Option<u64>,
     /// The earliest a partition's clock starts, in ms since the epoch: each partition
     /// starts at a random time within the day after it (default
@@ -246,7 +248,11 @@ fn generate_batches(
                 // Producers' clocks disagree a little: some timestamps go backwards.
                 let jitter = rng.below(30) as i64 - 10;
                 let key = draw_key(rng, config, partition);
-                generate_record(rng, key, offset, *clock_ms + jitter, later_fields)
+                let value = ValueShape {
+                    later_fields,
+                    keys: config.keys,
+                };
+                generate_record(rng, key, offset, *clock_ms + jitter, value)
             })
             .collect();
         let (compression, snappy_framing) = match config.codec {
@@ -308,12 +314,23 @@ fn draw_key(rng: &mut Rng, config: &WorkloadConfig, partition: i32) -> Option<Ve
     Some(format!("customer-{customer}").into_bytes())
 }
 
+/// What a record's JSON value holds besides its own fields.
+#[derive(Clone, Copy)]
+struct ValueShape {
+    /// Fields that appear in the topic's later segments.
+    later_fields: bool,
+    /// The keyed topic's key count: `customer` names the record's key (a keyless
+    /// record's, one of the keys at random), so a mirror keyed by `customer` sees
+    /// keys updated from every partition.
+    keys: Option<u64>,
+}
+
 fn generate_record(
     rng: &mut Rng,
     key: Option<Vec<u8>>,
     offset: i64,
     timestamp_ms: i64,
-    later_fields: bool,
+    shape: ValueShape,
 ) -> OwnedRecord {
     let value = match rng.below(100) {
         0..3 => None,
@@ -323,7 +340,7 @@ fn generate_record(
                 .map(|_| rng.next_u64() as u8)
                 .collect(),
         ),
-        _ => Some(order_json(rng, offset, later_fields)),
+        _ => Some(order_json(rng, offset, shape, key.as_deref())),
     };
     let mut headers = Vec::new();
     if rng.chance(70) {
@@ -347,11 +364,16 @@ fn generate_record(
     }
 }
 
-fn order_json(rng: &mut Rng, offset: i64, later_fields: bool) -> Vec<u8> {
+fn order_json(rng: &mut Rng, offset: i64, shape: ValueShape, key: Option<&[u8]>) -> Vec<u8> {
     let items = 1 + rng.below(12);
+    let drawn = rng.below(50_000);
+    let customer = match (shape.keys, key) {
+        (None, _) => format!("c{drawn}"),
+        (Some(_), Some(key)) if !key.is_empty() => String::from_utf8_lossy(key).into_owned(),
+        (Some(keys), _) => format!("customer-{}", drawn % keys.max(1)),
+    };
     let mut out = format!(
-        "{{\"order_id\":{offset},\"customer\":\"c{}\",\"amount\":{}.{:02},\"currency\":\"EUR\",\"items\":[",
-        rng.below(50_000),
+        "{{\"order_id\":{offset},\"customer\":\"{customer}\",\"amount\":{}.{:02},\"currency\":\"EUR\",\"items\":[",
         rng.below(2_000),
         rng.below(100)
     );
@@ -367,7 +389,7 @@ fn order_json(rng: &mut Rng, offset: i64, later_fields: bool) -> Vec<u8> {
         ));
     }
     out.push(']');
-    if later_fields {
+    if shape.later_fields {
         out.push_str(&format!(
             ",\"channel\":\"{}\",\"shipping\":{{\"method\":\"{}\",\"days\":{}}}",
             ["web", "app", "store"][(offset % 3) as usize],

@@ -2,10 +2,13 @@
 //! commit must delete so that the table holds one row per key, its last change, and
 //! no row for a key whose last change is a tombstone (a null value).
 //!
-//! The rows are the record key, whether the value is null, partition, offset and
-//! timestamp; their order is `kfs_plan::changes::fold`'s. Only keys that the commit's
+//! The rows are the key (the record key, or the key fields' values: [`rows`]),
+//! whether the value is null, partition, offset and timestamp; their order is
+//! `kfs_plan::changes::fold`'s. Only keys that the commit's
 //! new files hold are looked up; rows that live delete files already delete are not
-//! deleted again. A record without a key is not a change of any key: it is kept.
+//! deleted again. A record without a key is not a change of any key: it is kept; a
+//! tombstone that names no key of a mirror keyed by fields deletes nothing and is
+//! deleted itself.
 //!
 //! The keys' live rows come from the key index of the snapshot the commit is planned
 //! on ([`index`]: a Puffin file the previous mirror commit wrote), so a
@@ -14,26 +17,19 @@
 //! every live data file is read once and the index is built again.
 
 mod index;
+mod rows;
 
 pub(crate) use index::index_updates;
+use rows::{KeyColumns, Row, read_rows};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use arrow_array::{Array, BinaryArray, Int32Array, Int64Array, LargeBinaryArray, RecordBatch};
 use iceberg::spec::{DataFile, Struct};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 use kfs_parquet::PositionDeletes;
 use kfs_plan::changes::{Action, Change, fold};
-use kfs_plan::key_index::{IndexedRow, KeyIndex};
-use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-
-/// The columns a row of the mirror is known by.
-const COLUMNS: [&str; 5] = ["key", "value", "partition", "offset", "timestamp_ms"];
-
-/// A keyed row of a data file as the mirror sees it.
-type Row = (Vec<u8>, IndexedRow);
+use kfs_plan::key_index::KeyIndex;
 
 /// What a commit to a mirror changes besides its new files.
 #[derive(Debug, Default)]
@@ -65,10 +61,19 @@ pub async fn supersede_with(
     added: &[DataFile],
     indexed: bool,
 ) -> Result<Superseded> {
+    let key_columns = KeyColumns::of(table)?;
     let mut rows: Vec<Row> = Vec::new();
+    let mut deletes = PositionDeletes::new();
     let added_paths: BTreeSet<&str> = added.iter().map(DataFile::file_path).collect();
     for file in added {
-        rows.extend(read_rows(table, file.file_path()).await?);
+        let read = read_rows(table, file.file_path(), &key_columns).await?;
+        rows.extend(read.rows);
+        if !read.keyless_tombstones.is_empty() {
+            deletes
+                .entry(file.file_path().to_owned())
+                .or_default()
+                .extend(read.keyless_tombstones);
+        }
     }
     let keys: HashSet<Vec<u8>> = rows.iter().map(|(key, _)| key.clone()).collect();
     let found = match indexed {
@@ -77,7 +82,7 @@ pub async fn supersede_with(
     };
     let (mut index, indexed) = match found {
         Some(index) => (index, true),
-        None => (live_rows(table, &added_paths).await?, false),
+        None => (live_rows(table, &added_paths, &key_columns).await?, false),
     };
     for key in &keys {
         rows.extend(
@@ -105,7 +110,6 @@ pub async fn supersede_with(
             _ => None,
         })
         .collect();
-    let mut deletes = PositionDeletes::new();
     for key in &keys {
         index.remove(key);
     }
@@ -141,8 +145,9 @@ pub(crate) async fn carried_index(
         return Ok(Vec::new());
     };
     index.remove_files(removed);
+    let key_columns = KeyColumns::of(table)?;
     for file in added {
-        for (key, row) in read_rows(table, file.file_path()).await? {
+        for (key, row) in read_rows(table, file.file_path(), &key_columns).await?.rows {
             index.insert(key, &row);
         }
     }
@@ -152,7 +157,11 @@ pub(crate) async fn carried_index(
 /// Every live keyed row of `table` but those of the files `added` (read apart): each
 /// live data file read, the rows its live deletes delete left out. Refuses delete
 /// files this build does not read.
-async fn live_rows(table: &Table, added: &BTreeSet<&str>) -> Result<KeyIndex> {
+async fn live_rows(
+    table: &Table,
+    added: &BTreeSet<&str>,
+    key_columns: &KeyColumns,
+) -> Result<KeyIndex> {
     let deleted = crate::table::live_deletes(table).await?;
     if let Some(unread) = deleted.unread.first() {
         return Err(Error::new(
@@ -167,7 +176,7 @@ async fn live_rows(table: &Table, added: &BTreeSet<&str>) -> Result<KeyIndex> {
         if added.contains(entry.file_path()) {
             continue;
         }
-        for (key, row) in read_rows(table, entry.file_path()).await? {
+        for (key, row) in read_rows(table, entry.file_path(), key_columns).await?.rows {
             if !deleted.deletes(&row.file, row.position) {
                 index.insert(key, &row);
             }
@@ -235,90 +244,4 @@ pub async fn write_deletes(
         );
     }
     Ok(written)
-}
-
-/// The keyed rows of the data file at `path`.
-async fn read_rows(table: &Table, path: &str) -> Result<Vec<Row>> {
-    let failed = |reason: String| Error::new(ErrorKind::DataInvalid, format!("{path}: {reason}"));
-    let bytes = table.file_io().new_input(path)?.read().await?;
-    let builder =
-        ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| failed(e.to_string()))?;
-    let schema = builder.schema().clone();
-    let mut indices = Vec::new();
-    for column in COLUMNS {
-        let index = schema
-            .index_of(column)
-            .map_err(|_| failed(format!("no {column} column: a mirror needs the raw layout")))?;
-        indices.push(index);
-    }
-    let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
-    let reader = builder
-        .with_projection(mask)
-        .build()
-        .map_err(|e| failed(e.to_string()))?;
-    let mut rows = Vec::new();
-    let mut position = 0i64;
-    for batch in reader {
-        let batch = batch.map_err(|e| failed(e.to_string()))?;
-        collect_rows(&batch, path, &mut position, &mut rows).map_err(failed)?;
-    }
-    Ok(rows)
-}
-
-/// The keyed rows of `batch` (projected to [`COLUMNS`], in order), numbered from
-/// `position`.
-fn collect_rows(
-    batch: &RecordBatch,
-    path: &str,
-    position: &mut i64,
-    rows: &mut Vec<Row>,
-) -> std::result::Result<(), String> {
-    let column = |name: &str| {
-        batch
-            .column_by_name(name)
-            .ok_or_else(|| format!("no {name} column"))
-    };
-    let keys_column = column("key")?;
-    let key = |row: usize| -> std::result::Result<Option<&[u8]>, String> {
-        let any = keys_column.as_any();
-        if let Some(large) = any.downcast_ref::<LargeBinaryArray>() {
-            return Ok((!large.is_null(row)).then(|| large.value(row)));
-        }
-        if let Some(small) = any.downcast_ref::<BinaryArray>() {
-            return Ok((!small.is_null(row)).then(|| small.value(row)));
-        }
-        Err("key is no binary column".into())
-    };
-    let value = column("value")?;
-    let partition = column("partition")?
-        .as_any()
-        .downcast_ref::<Int32Array>()
-        .ok_or("partition is no int column")?;
-    let offset = column("offset")?
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .ok_or("offset is no long column")?;
-    let timestamp = column("timestamp_ms")?
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .ok_or("timestamp_ms is no long column")?;
-    for row in 0..batch.num_rows() {
-        let at = *position;
-        *position += 1;
-        let Some(bytes) = key(row)? else {
-            continue;
-        };
-        rows.push((
-            bytes.to_vec(),
-            IndexedRow {
-                file: path.to_owned(),
-                position: at,
-                partition: partition.value(row),
-                offset: offset.value(row),
-                timestamp_ms: timestamp.value(row),
-                tombstone: value.is_null(row),
-            },
-        ));
-    }
-    Ok(())
 }

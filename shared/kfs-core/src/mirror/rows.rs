@@ -1,0 +1,308 @@
+//! The keyed rows of a mirror's data files: each row's key (the record key, or the
+//! key fields' values, [`kfs_plan::field_key`]), its place (file, position) and what
+//! orders its change (partition, offset, timestamp), and whether it is a tombstone.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Date32Type, Date64Type, Int8Type, Int16Type, Int32Type, Int64Type, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt8Type, UInt16Type,
+    UInt32Type, UInt64Type,
+};
+use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StructArray};
+use arrow_schema::{DataType, TimeUnit};
+use iceberg::table::Table;
+use iceberg::{Error, ErrorKind, Result};
+use kfs_plan::field_key;
+use kfs_plan::key_index::IndexedRow;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// The columns every row of the mirror is known by.
+const COLUMNS: [&str; 5] = ["key", "value", "partition", "offset", "timestamp_ms"];
+
+/// A keyed row of a data file as the mirror sees it.
+pub(super) type Row = (Vec<u8>, IndexedRow);
+
+/// How a mirror's rows are keyed.
+#[derive(Debug, Clone)]
+pub(super) enum KeyColumns {
+    /// By the record key's bytes.
+    Record,
+    /// By value fields: their names, and the columns holding them.
+    Fields {
+        /// The key fields, as configured.
+        fields: Vec<String>,
+        /// The top-level column of each.
+        columns: Vec<String>,
+    },
+}
+
+impl KeyColumns {
+    /// How `table`'s rows are keyed; refuses key fields the table has no column for.
+    pub(super) fn of(table: &Table) -> Result<Self> {
+        let mode = crate::table::mode_of(table)?;
+        if mode.key_fields.is_empty() {
+            return Ok(Self::Record);
+        }
+        let schema = table.metadata().current_schema();
+        let mut columns = Vec::new();
+        for field in &mode.key_fields {
+            let column = kfs_values::layout::column_for(field, true).into_owned();
+            if schema.field_by_name(&column).is_none() {
+                let names: Vec<&str> = schema
+                    .as_struct()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect();
+                return Err(kfs_catalog::fault::iceberg_error(
+                    kfs_catalog::fault::ErrorKind::Config,
+                    format!(
+                        "table {}: upsert_key field {field:?} is no column of the table (its columns: {}); no value written so far has it",
+                        table.identifier(),
+                        names.join(", ")
+                    ),
+                ));
+            }
+            columns.push(column);
+        }
+        Ok(Self::Fields {
+            fields: mode.key_fields,
+            columns,
+        })
+    }
+
+    /// The columns a file is read with: [`COLUMNS`], then the key fields' and the
+    /// decoded record key's (`key_fields`), those it has.
+    fn projected(&self) -> Vec<&str> {
+        let mut names = COLUMNS.to_vec();
+        if let Self::Fields { columns, .. } = self {
+            names.extend(columns.iter().map(String::as_str));
+            names.push(kfs_values::layout::KEY_FIELDS_COLUMN);
+        }
+        names
+    }
+}
+
+/// The rows of one data file.
+#[derive(Debug, Default)]
+pub(super) struct FileRows {
+    /// Its keyed rows.
+    pub rows: Vec<Row>,
+    /// The positions of its tombstones that name no key (a mirror keyed by fields):
+    /// they delete nothing, and are no row of the mirror either.
+    pub keyless_tombstones: Vec<i64>,
+}
+
+/// The keyed rows of the data file at `path`, keyed by `keys`.
+pub(super) async fn read_rows(table: &Table, path: &str, keys: &KeyColumns) -> Result<FileRows> {
+    let failed = |reason: String| Error::new(ErrorKind::DataInvalid, format!("{path}: {reason}"));
+    let bytes = table.file_io().new_input(path)?.read().await?;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| failed(e.to_string()))?;
+    let schema = builder.schema().clone();
+    let mut indices = Vec::new();
+    for column in COLUMNS {
+        let index = schema
+            .index_of(column)
+            .map_err(|_| failed(format!("no {column} column: a mirror needs the raw layout")))?;
+        indices.push(index);
+    }
+    // A file written before a key field's column existed has none: its rows hold null.
+    indices.extend(
+        keys.projected()[COLUMNS.len()..]
+            .iter()
+            .filter_map(|name| schema.index_of(name).ok()),
+    );
+    let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+    let reader = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| failed(e.to_string()))?;
+    let mut rows = FileRows::default();
+    let mut position = 0i64;
+    for batch in reader {
+        let batch = batch.map_err(|e| failed(e.to_string()))?;
+        collect_rows(&batch, (path, keys), &mut position, &mut rows).map_err(failed)?;
+    }
+    Ok(rows)
+}
+
+/// The keyed rows of `batch` (projected by [`KeyColumns::projected`]), numbered from
+/// `position`.
+fn collect_rows(
+    batch: &RecordBatch,
+    (path, keys): (&str, &KeyColumns),
+    position: &mut i64,
+    rows: &mut FileRows,
+) -> std::result::Result<(), String> {
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .ok_or_else(|| format!("no {name} column"))
+    };
+    let record_keys = column("key")?;
+    let value = column("value")?;
+    let partition = column("partition")?
+        .as_any()
+        .downcast_ref::<Int32Array>()
+        .ok_or("partition is no int column")?;
+    let offset = column("offset")?
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or("offset is no long column")?;
+    let timestamp = column("timestamp_ms")?
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or("timestamp_ms is no long column")?;
+    let key_of = RowKeys::new(batch, keys, record_keys.as_ref());
+    for row in 0..batch.num_rows() {
+        let at = *position;
+        *position += 1;
+        let tombstone = value.is_null(row);
+        let Some(key) = key_of.key(row, tombstone)? else {
+            if tombstone && matches!(keys, KeyColumns::Fields { .. }) {
+                rows.keyless_tombstones.push(at);
+            }
+            continue;
+        };
+        rows.rows.push((
+            key,
+            IndexedRow {
+                file: path.to_owned(),
+                position: at,
+                partition: partition.value(row),
+                offset: offset.value(row),
+                timestamp_ms: timestamp.value(row),
+                tombstone,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Where a batch's rows' keys are read from.
+struct RowKeys<'a> {
+    /// The record key column.
+    record: &'a dyn Array,
+    /// The key fields (empty: keyed by the record key).
+    fields: &'a [String],
+    /// The key fields' columns (`None`: the file has no such column).
+    values: Vec<Option<&'a ArrayRef>>,
+    /// The decoded record key (`key_fields`), when the file has it.
+    decoded: Option<&'a StructArray>,
+}
+
+impl<'a> RowKeys<'a> {
+    fn new(batch: &'a RecordBatch, keys: &'a KeyColumns, record: &'a dyn Array) -> Self {
+        let (fields, values) = match keys {
+            KeyColumns::Record => (&[][..], Vec::new()),
+            KeyColumns::Fields { fields, columns } => (
+                fields.as_slice(),
+                columns.iter().map(|c| batch.column_by_name(c)).collect(),
+            ),
+        };
+        let decoded = batch
+            .column_by_name(kfs_values::layout::KEY_FIELDS_COLUMN)
+            .and_then(|c| c.as_struct_opt());
+        Self {
+            record,
+            fields,
+            values,
+            decoded,
+        }
+    }
+
+    /// The key of `row`, a tombstone or not: its key fields' values, or a
+    /// tombstone's from its record key (decoded, else as it came); `None` for none.
+    fn key(&self, row: usize, tombstone: bool) -> std::result::Result<Option<Vec<u8>>, String> {
+        let record = record_key(self.record, row)?;
+        if self.fields.is_empty() {
+            return Ok(record.map(<[u8]>::to_vec));
+        }
+        let from_value = self.encoded(self.values.iter().map(|c| c.map(|c| (c.as_ref(), row))));
+        if from_value.is_some() || !tombstone {
+            return Ok(from_value);
+        }
+        if let Some(decoded) = self.decoded.filter(|d| !d.is_null(row)) {
+            let children = self.fields.iter().map(|f| {
+                decoded
+                    .column_by_name(&kfs_values::layout::column_for(f, false))
+                    .map(|c| (c.as_ref(), row))
+            });
+            if let Some(key) = self.encoded(children) {
+                return Ok(Some(key));
+            }
+        }
+        Ok(record.and_then(|key| field_key::from_record_key(key, self.fields)))
+    }
+
+    /// The key of the cells `parts` (`None`: no such column).
+    fn encoded<'b>(
+        &self,
+        parts: impl Iterator<Item = Option<(&'b dyn Array, usize)>>,
+    ) -> Option<Vec<u8>> {
+        field_key::encode(parts.map(|part| part.and_then(|(column, row)| cell_text(column, row))))
+    }
+}
+
+/// The record key of `row` (`None`: null).
+fn record_key(column: &dyn Array, row: usize) -> std::result::Result<Option<&[u8]>, String> {
+    if column.is_null(row) {
+        return Ok(None);
+    }
+    match column.data_type() {
+        DataType::LargeBinary => Ok(Some(column.as_binary::<i64>().value(row))),
+        DataType::Binary => Ok(Some(column.as_binary::<i32>().value(row))),
+        _ => Err("key is no binary column".into()),
+    }
+}
+
+/// The text a key field's cell keys by ([`kfs_plan::field_key`]): integers, dates and
+/// timestamps in decimal (days, the column's unit), strings and bytes as they are,
+/// booleans; `None` for a null and for a type no key is made of (fractions, nested:
+/// the row is keyless, as a JSON key field holding a fraction is).
+fn cell_text(column: &dyn Array, row: usize) -> Option<Vec<u8>> {
+    if column.is_null(row) {
+        return None;
+    }
+    let decimal = |n: String| Some(n.into_bytes());
+    match column.data_type() {
+        DataType::Utf8 => Some(column.as_string::<i32>().value(row).as_bytes().to_vec()),
+        DataType::LargeUtf8 => Some(column.as_string::<i64>().value(row).as_bytes().to_vec()),
+        DataType::Utf8View => Some(column.as_string_view().value(row).as_bytes().to_vec()),
+        DataType::Binary => Some(column.as_binary::<i32>().value(row).to_vec()),
+        DataType::LargeBinary => Some(column.as_binary::<i64>().value(row).to_vec()),
+        DataType::FixedSizeBinary(_) => Some(column.as_fixed_size_binary().value(row).to_vec()),
+        DataType::Boolean => decimal(column.as_boolean().value(row).to_string()),
+        DataType::Int8 => decimal(column.as_primitive::<Int8Type>().value(row).to_string()),
+        DataType::Int16 => decimal(column.as_primitive::<Int16Type>().value(row).to_string()),
+        DataType::Int32 => decimal(column.as_primitive::<Int32Type>().value(row).to_string()),
+        DataType::Int64 => decimal(column.as_primitive::<Int64Type>().value(row).to_string()),
+        DataType::UInt8 => decimal(column.as_primitive::<UInt8Type>().value(row).to_string()),
+        DataType::UInt16 => decimal(column.as_primitive::<UInt16Type>().value(row).to_string()),
+        DataType::UInt32 => decimal(column.as_primitive::<UInt32Type>().value(row).to_string()),
+        DataType::UInt64 => decimal(column.as_primitive::<UInt64Type>().value(row).to_string()),
+        DataType::Date32 => decimal(column.as_primitive::<Date32Type>().value(row).to_string()),
+        DataType::Date64 => decimal(column.as_primitive::<Date64Type>().value(row).to_string()),
+        DataType::Timestamp(unit, _) => decimal(
+            match unit {
+                TimeUnit::Second => column.as_primitive::<TimestampSecondType>().value(row),
+                TimeUnit::Millisecond => {
+                    column.as_primitive::<TimestampMillisecondType>().value(row)
+                }
+                TimeUnit::Microsecond => {
+                    column.as_primitive::<TimestampMicrosecondType>().value(row)
+                }
+                TimeUnit::Nanosecond => column.as_primitive::<TimestampNanosecondType>().value(row),
+            }
+            .to_string(),
+        ),
+        DataType::Decimal128(..) => decimal(
+            column
+                .as_primitive::<arrow_array::types::Decimal128Type>()
+                .value_as_string(row),
+        ),
+        _ => None,
+    }
+}
