@@ -123,6 +123,42 @@ fn mirrored_over_two_runs(mirror_args: &[&str], check_args: &[&str]) -> String {
     text
 }
 
+/// A key field no value has (a careless operator's typo) stops the table's commits
+/// with the reason, its files kept pending; nothing is committed as if keyless.
+#[test]
+fn a_key_field_no_value_has_stops_the_commit_with_the_reason() {
+    let dir = tempdir();
+    let source = dir.path().join("source");
+    succeed(
+        kfs().arg("gen").arg("--out").arg(&source).args([
+            "--topics",
+            "1",
+            "--segments",
+            "1",
+            "--records",
+            "50",
+            "--keys",
+            "10",
+        ]),
+        "gen --keys",
+    );
+    let out = output_of(
+        kfs()
+            .args(["run", "--quiet", "--source"])
+            .arg(&source)
+            .arg("--warehouse")
+            .arg(dir.path().join("wh"))
+            .args(["--table-mode", "upsert", "--value-format", "json"])
+            .args(["--upsert-key", "custmer"]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a key of no column was committed");
+    assert!(
+        stderr.contains("upsert_key field \"custmer\" is no column") && stderr.contains("customer"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_mode_that_cannot_be_committed_is_refused_before_anything_is_written() {
     let dir = tempdir();

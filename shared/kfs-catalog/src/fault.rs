@@ -103,15 +103,16 @@ pub fn iceberg_error_kind(error: &iceberg::Error) -> ErrorKind {
 /// An iceberg error that carries `kind` (as a [`Fault`] source, and retryable when
 /// the kind is), for the errors kfs-iceberg raises through iceberg-rust's interfaces.
 pub fn iceberg_error(kind: ErrorKind, message: impl Into<String>) -> iceberg::Error {
-    let message = message.into();
+    let message: String = message.into();
     let iceberg_kind = match kind {
         ErrorKind::Conflict => IcebergKind::CatalogCommitConflicts,
         ErrorKind::InvalidData => IcebergKind::DataInvalid,
         ErrorKind::Transient | ErrorKind::Config => IcebergKind::Unexpected,
     };
-    iceberg::Error::new(iceberg_kind, message.clone())
+    // The source carries the kind; its words are the error's own, printed once.
+    iceberg::Error::new(iceberg_kind, message)
         .with_retryable(kind.is_retryable())
-        .with_source(Fault::new(kind, message))
+        .with_source(Fault::new(kind, format!("kind {kind}")))
 }
 
 /// How often, and how patiently, a unit of work (one segment's ingestion) is tried

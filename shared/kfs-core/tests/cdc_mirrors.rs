@@ -6,7 +6,8 @@
 //! key's last `after` image, its fields as columns; a message event, a truncate and a
 //! value that is no change event go to the dead-letter table with the reason and leave
 //! their key's row as it was. iceberg-rust, pyiceberg and DuckDB read exactly the
-//! expected rows, before and after a compaction that folds the deletes.
+//! expected rows, before and after a compaction that folds the deletes; keyed by the
+//! record key and by the `id` field (`upsert_key id`) alike.
 
 use std::collections::BTreeMap;
 
@@ -127,10 +128,22 @@ async fn mirrors_the_second_round(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
+    json_events_mirrored(None).await
+}
+
+/// Keyed by the `id` field (`upsert_key id`): the after image's `id`; a delete's,
+/// whose row holds no image, from its record key (Debezium's key object).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_events_in_json_mirror_by_the_id_field() -> TestResult {
+    json_events_mirrored(Some("id")).await
+}
+
+/// The JSON events mirrored, keyed by `key` (`upsert_key`; `None`: the record key).
+async fn json_events_mirrored(key: Option<&str>) -> TestResult {
     let local = Local::open().await?;
     let naming = TableNaming {
         value_format: ValueFormat::Json,
-        mode: kfs_plan::mode::ModeSetting::parse("cdc", None)?,
+        mode: kfs_plan::mode::ModeSetting::parse("cdc", key)?,
         ..TableNaming::default()
     };
     naming.validate()?;
@@ -289,6 +302,18 @@ fn avro_event(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_events_in_avro_mirror_each_rows_last_image() -> TestResult {
+    avro_events_mirrored(None).await
+}
+
+/// Keyed by the `id` field: the after image's `id`; a delete's from the decoded
+/// record key (`key_fields.id`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_events_in_avro_mirror_by_the_id_field() -> TestResult {
+    avro_events_mirrored(Some("id")).await
+}
+
+/// The Avro events mirrored, keyed by `key` (`upsert_key`; `None`: the record key).
+async fn avro_events_mirrored(key: Option<&str>) -> TestResult {
     use kfs_core::{MemoryRegistry, RegisteredSchema, SchemaCache, SchemaId, SchemaKind};
     let local = Local::open().await?;
     let registry = MemoryRegistry::default();
@@ -310,7 +335,7 @@ async fn debezium_events_in_avro_mirror_each_rows_last_image() -> TestResult {
         naming: TableNaming {
             value_format: ValueFormat::Registry,
             key_format: kfs_plan::naming::KeyFormat::Registry,
-            mode: kfs_plan::mode::ModeSetting::parse("cdc", None)?,
+            mode: kfs_plan::mode::ModeSetting::parse("cdc", key)?,
             ..TableNaming::default()
         },
         schemas: Some(std::sync::Arc::new(SchemaCache::new(std::sync::Arc::new(
