@@ -2,7 +2,8 @@
 //! holds another table's, or lies outside the warehouse, is refused by the committer's
 //! cleanup; a table nested under ours that no catalog lists is found in the listing and
 //! refused), and each maintenance step turned off per table by a table property (and
-//! by Iceberg's `gc.enabled=false`), as for tables S3 Tables or Glue maintains.
+//! by Iceberg's `gc.enabled=false`), as for tables S3 Tables or Glue maintains; a
+//! table another engine upgraded to format v3 keeps its row lineage.
 
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, TableIdent};
@@ -301,4 +302,92 @@ async fn each_maintenance_step_is_turned_off_by_its_table_property() -> TestResu
     assert!(!stray.exists());
     intact(&local.catalog, &table, 20).await?;
     Ok(())
+}
+
+/// A table another engine upgraded to format v3 (as Spark's `format-version=3` does):
+/// the appends that follow carry row lineage (each snapshot's first row id and added
+/// rows, the table's next row id moving on); compaction and manifest rewrites leave
+/// it to the engine that upgraded it (a rewrite must carry `_row_id`), expiry and
+/// orphan cleanup run: pyiceberg and DuckDB read every row after a maintenance pass.
+#[tokio::test]
+async fn a_table_upgraded_to_format_v3_keeps_its_row_lineage() -> TestResult {
+    let local = Local::open().await?;
+    let table = name("kafscale.orders");
+    let ident = table_ident(&table);
+    for base in [0, 5] {
+        local.put("orders", base, &VALUES, 1)?;
+        local.run(&Default::default()).await?;
+    }
+    let loaded = local.catalog.load_table(&ident).await?;
+    let tx = Transaction::new(&loaded);
+    let tx = tx
+        .upgrade_table_version()
+        .set_format_version(iceberg::spec::FormatVersion::V3)
+        .apply(tx)?;
+    tx.commit(&local.catalog).await?;
+    for base in [10, 15] {
+        local.put("orders", base, &VALUES, 1)?;
+        local.run(&Default::default()).await?;
+    }
+    let upgraded = local.catalog.load_table(&ident).await?;
+    assert_eq!(
+        upgraded.metadata().format_version(),
+        iceberg::spec::FormatVersion::V3
+    );
+    let current = upgraded
+        .metadata()
+        .current_snapshot()
+        .ok_or("no snapshot")?;
+    // The first v3 list gave the rows of before the upgrade their ids too (0-9), then
+    // its own (10-14); the second its own.
+    assert_eq!(current.row_range(), Some((15, 5)), "{current:?}");
+    assert_eq!(upgraded.metadata().next_row_id(), 20);
+    let policy = MaintenancePolicy {
+        compact: true,
+        snapshot_retention: std::time::Duration::ZERO,
+        max_manifests: 1,
+        ..eager_policy()
+    };
+    let report = maintain_table(
+        &local.catalog,
+        &local.swap,
+        &local.ledger,
+        &storage(&local),
+        &ident,
+        &policy,
+        None,
+        now_ms() + 60_000,
+    )
+    .await?;
+    // Compaction and manifest rewrites are off (a rewrite must carry `_row_id`);
+    // expiry and orphan cleanup run.
+    let off: Vec<String> = report.steps_off.iter().map(ToString::to_string).collect();
+    assert_eq!(off.len(), 2, "{report:?}");
+    assert!(
+        off[0].starts_with("compaction is off by format-version=3")
+            && off[1].starts_with("manifest rewrite is off by format-version=3"),
+        "{off:?}"
+    );
+    assert!(
+        report.snapshots_expired > 0 && report.orphan_cleanup,
+        "{report:?}"
+    );
+    // Asked directly, compaction refuses with the reason: a configuration error.
+    let direct = local.compact(&table).await;
+    let text = direct
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(text.contains("_row_id"), "{direct:?}");
+    let after = local.catalog.load_table(&ident).await?;
+    assert!(
+        after
+            .metadata()
+            .snapshots()
+            .all(|s| s.row_range().is_some() || s.sequence_number() <= 2)
+    );
+    assert_eq!(after.metadata().next_row_id(), 20);
+    intact(&local.catalog, &table, 20).await?;
+    crate::row_deltas::readers_see(&local, "kafscale.orders", 0..20).await
 }

@@ -106,6 +106,7 @@ pub(crate) async fn compact_sized(
     };
     let mut table = catalog.load_table(ident).await.map_err(iceberg)?;
     super::ensure_ours(&table)?;
+    super::ensure_rewritable(&table)?;
     let policy = sized(target_file_size(&table));
     let mut report = CompactionReport::default();
     // Merged files compress far better than their tiny inputs, so one round can leave
