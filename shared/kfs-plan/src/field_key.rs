@@ -116,4 +116,27 @@ mod tests {
         assert_eq!(json_text(&serde_json::json!(true)), Some(b"true".to_vec()));
         assert_eq!(json_text(&serde_json::json!([1])), None);
     }
+
+    proptest::proptest! {
+        /// Keys of different parts never collide; any record key is read without a
+        /// panic; an integer names the same key in an object, as a scalar and as the
+        /// text a value's column gives it.
+        #[test]
+        fn keys_are_injective_and_any_record_key_is_read(
+            a in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..6), 1..4),
+            b in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..6), 1..4),
+            key in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+            id in proptest::num::i64::ANY,
+        ) {
+            let (ka, kb) = (encode(a.iter().map(Some)), encode(b.iter().map(Some)));
+            proptest::prop_assert_eq!(ka == kb, a == b);
+            for n in 1..4 {
+                let _ = from_record_key(&key, &fields(&["id", "region", "at"][..n]));
+            }
+            let text = encode([Some(id.to_string())]);
+            let by_id = fields(&["id"]);
+            proptest::prop_assert_eq!(&from_record_key(format!("{{\"id\":{id}}}").as_bytes(), &by_id), &text);
+            proptest::prop_assert_eq!(&from_record_key(id.to_string().as_bytes(), &by_id), &text);
+        }
+    }
 }
