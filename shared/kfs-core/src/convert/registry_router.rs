@@ -115,22 +115,15 @@ impl RecordRouter for RegistryRouter {
             .and_then(|row| Ok((row, self.key_cell(record.key)?)))
         {
             Ok(((row, value_bytes), (key, key_bytes))) => {
-                match row {
-                    Some(row) => {
-                        self.out.table.push(topic, partition, record)?;
-                        self.rows.push(row);
-                    }
-                    // A tombstone or a delete: null payload columns and a null value.
-                    None => {
-                        let deleted = Record {
-                            value: None,
-                            ..record.clone()
-                        };
-                        self.out.table.push(topic, partition, &deleted)?;
-                        self.rows
-                            .push(Cell::Struct(vec![Cell::Null; self.payload.len()]));
-                    }
-                }
+                // A tombstone or a delete (no row): null payload columns and a null value.
+                let written = Record {
+                    value: row.is_some().then_some(record.value).flatten(),
+                    ..record.clone()
+                };
+                self.out.table.push(topic, partition, &written)?;
+                self.rows.push(
+                    row.unwrap_or_else(|| Cell::Struct(vec![Cell::Null; self.payload.len()])),
+                );
                 if let Some((_, keys)) = &mut self.key_column {
                     keys.push(key);
                 }
