@@ -9,6 +9,7 @@ mod cdc_mirrors;
 mod committer_faults;
 mod crash_matrix;
 mod dead_letter_matrix;
+mod foreign_deletes;
 mod isolation;
 mod json_values_props;
 mod json_widening;

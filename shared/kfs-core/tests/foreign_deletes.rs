@@ -1,0 +1,194 @@
+//! Another engine's equality deletes on a mirror (Flink's and Redpanda Connect's
+//! upserts write them into the tables they share): the mirror cannot tell which rows
+//! they delete, so its next commit stops with the reason, its files kept pending, and
+//! compaction leaves the table alone (a rewrite that ignored them would bring their
+//! rows back). Nothing is lost: once the other engine's snapshot is rolled back, the
+//! pending commit lands and the mirror reads as the fold of every change.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow_array::{LargeBinaryArray, RecordBatch};
+use iceberg::spec::{
+    DataContentType, DataFileBuilder, DataFileFormat, ManifestListWriter, ManifestWriterBuilder,
+    Operation, Snapshot, SnapshotReference, SnapshotRetention, Struct, Summary,
+};
+use iceberg::table::Table;
+use iceberg::{Catalog, TableUpdate};
+use kfs_core::{TableSwap, table_ident};
+use kfs_plan::naming::TableNaming;
+
+use crate::local::{BoxError, Local, offsets};
+
+type TestResult = Result<(), BoxError>;
+
+/// A record of key `key` (value `None`: a tombstone) at `offset`.
+fn keyed(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecord {
+    kfs_segment::OwnedRecord {
+        offset,
+        timestamp_ms: 1_700_000_000_000 + offset,
+        key: Some(key.as_bytes().to_vec()),
+        value: value.map(|v| v.as_bytes().to_vec()),
+        headers: vec![],
+    }
+}
+
+/// Commits, as another engine would, an equality-delete file deleting the rows of
+/// key `key` (a delete snapshot on `main`); returns the snapshot it replaced.
+async fn commit_equality_deletes(
+    local: &Local,
+    table: &Table,
+    key: &[u8],
+) -> Result<i64, BoxError> {
+    let metadata = table.metadata();
+    let parent = metadata.current_snapshot().ok_or("no snapshot")?.clone();
+    let key_id = metadata
+        .current_schema()
+        .field_by_name("key")
+        .ok_or("no key column")?
+        .id;
+    let field =
+        arrow_schema::Field::new("key", arrow_schema::DataType::LargeBinary, true).with_metadata(
+            HashMap::from([("PARQUET:field_id".to_owned(), key_id.to_string())]),
+        );
+    let schema = Arc::new(arrow_schema::Schema::new(vec![field]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(LargeBinaryArray::from(vec![Some(key)]))],
+    )?;
+    let mut bytes = Vec::new();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None)?;
+    writer.write(&batch)?;
+    writer.close()?;
+    let path = format!("{}/data/engine-eq-deletes.parquet", metadata.location());
+    let size = bytes.len() as u64;
+    table
+        .file_io()
+        .new_output(&path)?
+        .write(bytes.into())
+        .await?;
+    let file = DataFileBuilder::default()
+        .content(DataContentType::EqualityDeletes)
+        .file_path(path)
+        .file_format(DataFileFormat::Parquet)
+        .partition(Struct::empty())
+        .partition_spec_id(metadata.default_partition_spec_id())
+        .record_count(1)
+        .file_size_in_bytes(size)
+        .equality_ids(Some(vec![key_id]))
+        .build()?;
+    let (snapshot_id, sequence) = (parent.snapshot_id() + 1, metadata.next_sequence_number());
+    let location = metadata.location();
+    let mut manifest = ManifestWriterBuilder::new(
+        table
+            .file_io()
+            .new_output(format!("{location}/metadata/engine-m0.avro"))?,
+        Some(snapshot_id),
+        metadata.current_schema().clone(),
+        metadata.default_partition_spec().as_ref().clone(),
+    )
+    .build_v2_deletes();
+    manifest.add_file(file, sequence)?;
+    let mut manifests = table
+        .manifest_list_reader(&parent)
+        .load()
+        .await?
+        .entries()
+        .to_vec();
+    manifests.push(manifest.write_manifest_file().await?);
+    let list_path = format!("{location}/metadata/engine-snap-{snapshot_id}.avro");
+    let mut list = ManifestListWriter::v2(
+        table.file_io().new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        Some(parent.snapshot_id()),
+        sequence,
+    );
+    list.add_manifests(manifests.into_iter())?;
+    list.close().await?;
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(Some(parent.snapshot_id()))
+        .with_sequence_number(sequence)
+        .with_timestamp_ms(metadata.last_updated_ms() + 1)
+        .with_manifest_list(list_path)
+        .with_schema_id(metadata.current_schema_id())
+        .with_summary(Summary {
+            operation: Operation::Delete,
+            additional_properties: HashMap::new(),
+        })
+        .build();
+    set_main(local, table, snapshot).await?;
+    Ok(parent.snapshot_id())
+}
+
+/// Adds `snapshot` and points `main` at it.
+async fn set_main(local: &Local, table: &Table, snapshot: Snapshot) -> TestResult {
+    let id = snapshot.snapshot_id();
+    let updates = vec![TableUpdate::AddSnapshot { snapshot }, main_at(id)];
+    local.swap.commit(table, Vec::new(), updates).await?;
+    Ok(())
+}
+
+fn main_at(snapshot_id: i64) -> TableUpdate {
+    TableUpdate::SetSnapshotRef {
+        ref_name: "main".to_owned(),
+        reference: SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_engines_equality_deletes_stop_the_mirror_and_lose_nothing() -> TestResult {
+    let local = Local::open().await?;
+    let naming = TableNaming {
+        mode: kfs_plan::mode::ModeSetting::parse("upsert", None)?,
+        ..TableNaming::default()
+    };
+    let name = naming.table_for("orders");
+    let ident = table_ident(&name);
+    local.put_records(
+        "orders",
+        vec![
+            keyed(0, "k1", Some("a")),
+            keyed(1, "k2", Some("b")),
+            keyed(2, "k1", Some("c")),
+        ],
+    )?;
+    local.run(&naming).await?;
+    let table = local.catalog.load_table(&ident).await?;
+    let ours = commit_equality_deletes(&local, &table, b"k2").await?;
+
+    // Our next commit cannot tell which rows the equality deletes delete: it stops
+    // with the reason, and its files stay pending.
+    local.put_records(
+        "orders",
+        vec![keyed(3, "k2", Some("d")), keyed(4, "k3", Some("e"))],
+    )?;
+    let stopped = local.run(&naming).await?;
+    let reason = stopped
+        .failed_tables
+        .get(&name.to_string())
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        reason.contains("does not read (equality deletes"),
+        "{stopped:?}"
+    );
+    assert!(stopped.left_work(), "{stopped:?}");
+    // Compaction leaves the table alone.
+    let compaction = local.compact(&name).await?;
+    assert!(compaction.skipped_for_deletes, "{compaction:?}");
+
+    // The other engine's snapshot rolled back: the pending commit lands, and the
+    // mirror holds each key's last change.
+    let table = local.catalog.load_table(&ident).await?;
+    local
+        .swap
+        .commit(&table, Vec::new(), vec![main_at(ours)])
+        .await?;
+    let landed = local.run(&naming).await?;
+    assert!(!landed.left_work(), "{landed:?}");
+    let expected: BTreeMap<(i32, i64), usize> =
+        [2, 3, 4].into_iter().map(|o| ((0, o), 1)).collect();
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    crate::row_deltas::readers_see(&local, &name.to_string(), [2, 3, 4].into_iter()).await
+}
