@@ -60,9 +60,10 @@ def field_text(value) -> bytes | None:
     return None
 
 
-def fields_key(obj, fields: list[str]):
-    """The key tuple of a JSON object's `fields`, or None when one is missing."""
-    if isinstance(obj, dict) and "schema" in obj and isinstance(obj.get("payload"), dict):
+def fields_key(obj, fields: list[str], wrapped: bool = False):
+    """The key tuple of a JSON object's `fields`, or None when one is missing; a
+    record key (`wrapped`) may come in the JSON converter's schema wrapper."""
+    if wrapped and isinstance(obj, dict) and "schema" in obj and isinstance(obj.get("payload"), dict):
         obj = obj["payload"]
     if not isinstance(obj, dict):
         return None
@@ -79,7 +80,7 @@ def record_key_fields(key: bytes | None, fields: list[str]):
     except ValueError:
         parsed = None
     if isinstance(parsed, dict):
-        return fields_key(parsed, fields)
+        return fields_key(parsed, fields, wrapped=True)
     if len(fields) != 1:
         return None
     text = field_text(parsed) if parsed is not None else None

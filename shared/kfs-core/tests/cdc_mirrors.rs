@@ -128,18 +128,27 @@ async fn mirrors_the_second_round(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_events_in_json_mirror_each_rows_last_image() -> TestResult {
-    json_events_mirrored(None).await
+    json_events_mirrored(None, None).await
 }
 
 /// Keyed by the `id` field (`upsert_key id`): the after image's `id`; a delete's,
 /// whose row holds no image, from its record key (Debezium's key object).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_events_in_json_mirror_by_the_id_field() -> TestResult {
-    json_events_mirrored(Some("id")).await
+    json_events_mirrored(Some("id"), None).await
 }
 
-/// The JSON events mirrored, keyed by `key` (`upsert_key`; `None`: the record key).
-async fn json_events_mirrored(key: Option<&str>) -> TestResult {
+/// Keyed by the record key, then by `id` (an operator set `kfs.upsert-key=id`
+/// between the commits): the key index of the record key's bytes is no index of the
+/// `id` keys, so the second commit reads the table and keys every row anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_keyed_anew_between_commits_keys_every_row_anew() -> TestResult {
+    json_events_mirrored(None, Some("id")).await
+}
+
+/// The JSON events mirrored, keyed by `key` (`upsert_key`; `None`: the record key),
+/// and after the first commit by `rekeyed` when given (the table property changed).
+async fn json_events_mirrored(key: Option<&str>, rekeyed: Option<&str>) -> TestResult {
     let local = Local::open().await?;
     let naming = TableNaming {
         value_format: ValueFormat::Json,
@@ -164,6 +173,20 @@ async fn json_events_mirrored(key: Option<&str>) -> TestResult {
         names(&local, &naming).await?,
         rows_of(&[(2, "cy"), (3, "anna"), (6, "dee")])
     );
+    if let Some(fields) = rekeyed {
+        use iceberg::transaction::{ApplyTransactionAction, Transaction};
+        let ident = table_ident(&naming.table_for(TOPIC));
+        let table = local.catalog.load_table(&ident).await?;
+        let tx = Transaction::new(&table);
+        let tx = tx
+            .update_table_properties()
+            .set(
+                kfs_plan::mode::UPSERT_KEY_PROPERTY.to_owned(),
+                fields.to_owned(),
+            )
+            .apply(tx)?;
+        tx.commit(&local.catalog).await?;
+    }
     local.put_records(
         TOPIC,
         vec![

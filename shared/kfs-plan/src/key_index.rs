@@ -28,21 +28,46 @@ pub const INDEX_PATH_PROPERTY: &str = "kfs.key-index";
 /// Table property naming the snapshot the key index describes.
 pub const INDEX_SNAPSHOT_PROPERTY: &str = "kfs.key-index-snapshot-id";
 
+/// Table property naming the key the index's keys were made by (the table's
+/// [`crate::mode::UPSERT_KEY_PROPERTY`] when it was written; absent: the record key,
+/// as every index before keys of fields).
+pub const INDEX_KEY_PROPERTY: &str = "kfs.key-index-key";
+
+/// The key a table's properties say its rows are keyed by (`key`: the record key).
+fn table_key(properties: &HashMap<String, String>) -> &str {
+    properties
+        .get(crate::mode::UPSERT_KEY_PROPERTY)
+        .map_or(crate::mode::RECORD_KEY, String::as_str)
+}
+
 /// The key index file `properties` name for the snapshot `current`, if any: an index
 /// of another snapshot (a compaction's or another engine's since) is no index of this
-/// one.
+/// one, nor is an index made by another key than the one the table names now (its
+/// `kfs.upsert-key` changed since).
 pub fn index_path(properties: &HashMap<String, String>, current: i64) -> Option<&str> {
     let snapshot = properties.get(INDEX_SNAPSHOT_PROPERTY)?;
-    (snapshot.parse::<i64>().ok()? == current)
+    let indexed_key = properties
+        .get(INDEX_KEY_PROPERTY)
+        .map_or(crate::mode::RECORD_KEY, String::as_str);
+    (snapshot.parse::<i64>().ok()? == current && indexed_key == table_key(properties))
         .then(|| properties.get(INDEX_PATH_PROPERTY).map(String::as_str))
         .flatten()
 }
 
-/// The properties that name `path` as the key index of the snapshot `snapshot_id`.
-pub fn index_properties(path: &str, snapshot_id: i64) -> Vec<(String, String)> {
+/// The properties that name `path` as the key index of the snapshot `snapshot_id`,
+/// made by the key the table's `properties` name.
+pub fn index_properties(
+    path: &str,
+    snapshot_id: i64,
+    properties: &HashMap<String, String>,
+) -> Vec<(String, String)> {
     vec![
         (INDEX_PATH_PROPERTY.to_owned(), path.to_owned()),
         (INDEX_SNAPSHOT_PROPERTY.to_owned(), snapshot_id.to_string()),
+        (
+            INDEX_KEY_PROPERTY.to_owned(),
+            table_key(properties).to_owned(),
+        ),
     ]
 }
 

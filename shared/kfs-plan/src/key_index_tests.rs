@@ -47,9 +47,10 @@ fn an_index_reads_back_what_it_holds() -> Result<(), String> {
 
 #[test]
 fn an_index_is_used_only_for_the_snapshot_it_names() {
-    let properties: HashMap<String, String> = index_properties("s3://b/t/metadata/i.puffin", 42)
-        .into_iter()
-        .collect();
+    let properties: HashMap<String, String> =
+        index_properties("s3://b/t/metadata/i.puffin", 42, &HashMap::new())
+            .into_iter()
+            .collect();
     assert_eq!(
         index_path(&properties, 42),
         Some("s3://b/t/metadata/i.puffin")
@@ -59,6 +60,20 @@ fn an_index_is_used_only_for_the_snapshot_it_names() {
     let mut broken = properties.clone();
     broken.insert(INDEX_SNAPSHOT_PROPERTY.to_owned(), "x".to_owned());
     assert_eq!(index_path(&broken, 42), None);
+    // Made by the record key: no index of a table keyed by fields since.
+    let mut rekeyed = properties.clone();
+    rekeyed.insert(crate::mode::UPSERT_KEY_PROPERTY.to_owned(), "id".to_owned());
+    assert_eq!(index_path(&rekeyed, 42), None);
+    let by_id: HashMap<String, String> = rekeyed
+        .clone()
+        .into_iter()
+        .chain(index_properties("i.puffin", 42, &rekeyed))
+        .collect();
+    assert_eq!(index_path(&by_id, 42), Some("i.puffin"));
+    // An index written before keys of fields named none: the record key's.
+    let mut older = properties.clone();
+    older.remove(INDEX_KEY_PROPERTY);
+    assert_eq!(index_path(&older, 42), Some("s3://b/t/metadata/i.puffin"));
 }
 
 #[test]

@@ -127,6 +127,8 @@ pub(crate) async fn index_updates(
     writer.add(blob, CompressionCodec::zstd_default()).await?;
     writer.close().await?;
     Ok(vec![TableUpdate::SetProperties {
-        updates: index_properties(&path, snapshot_id).into_iter().collect(),
+        updates: index_properties(&path, snapshot_id, metadata.properties())
+            .into_iter()
+            .collect(),
     }])
 }

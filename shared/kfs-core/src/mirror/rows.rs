@@ -58,7 +58,7 @@ impl KeyColumns {
                 return Err(kfs_catalog::fault::iceberg_error(
                     kfs_catalog::fault::ErrorKind::Config,
                     format!(
-                        "table {}: upsert_key field {field:?} is no column of the table (its columns: {}): no value written so far has it; its files stay pending until the table property {} names fields the values have",
+                        "table {}: upsert_key field {field:?} is no column of the table (its columns: {}): no value written so far has it; its files stay pending until a value brings the column, or the table property {} names fields the values have (the next commit keys every row anew)",
                         table.identifier(),
                         names.join(", "),
                         kfs_plan::mode::UPSERT_KEY_PROPERTY

@@ -95,6 +95,7 @@ pub async fn ensure_dead_letter_table(
         properties.remove(kfs_plan::mode::UPSERT_KEY_PROPERTY);
         properties.remove(kfs_plan::key_index::INDEX_PATH_PROPERTY);
         properties.remove(kfs_plan::key_index::INDEX_SNAPSHOT_PROPERTY);
+        properties.remove(kfs_plan::key_index::INDEX_KEY_PROPERTY);
         // Its own progress, not the table's: created after the table committed, it
         // would otherwise look rolled back past commits it never had.
         properties.retain(|key, _| !key.starts_with(kfs_plan::progress::PROGRESS_PREFIX));
