@@ -22,6 +22,18 @@ fn run(source: &Path, warehouse: &Path, args: &[&str]) {
     succeed(&mut command, "run");
 }
 
+/// One topic of one segment a partition, generated under `dir` with `args` (`gen`).
+fn one_segment(dir: &Path, args: &[&str]) -> std::path::PathBuf {
+    let source = dir.join("source");
+    let mut command = kfs();
+    command.arg("gen").arg("--out").arg(&source);
+    command
+        .args(["--topics", "1", "--segments", "1"])
+        .args(args);
+    succeed(&mut command, "gen");
+    source
+}
+
 /// Checks that the mirror in `mirror` reads as the fold of the log in `log` (with
 /// `args` for check_mirror.py).
 fn check_mirror(log: &Path, mirror: &Path, args: &[&str]) -> String {
@@ -128,20 +140,7 @@ fn mirrored_over_two_runs(mirror_args: &[&str], check_args: &[&str]) -> String {
 #[test]
 fn a_key_field_no_value_has_stops_the_commit_with_the_reason() {
     let dir = tempdir();
-    let source = dir.path().join("source");
-    succeed(
-        kfs().arg("gen").arg("--out").arg(&source).args([
-            "--topics",
-            "1",
-            "--segments",
-            "1",
-            "--records",
-            "50",
-            "--keys",
-            "10",
-        ]),
-        "gen --keys",
-    );
+    let source = one_segment(dir.path(), &["--records", "50", "--keys", "10"]);
     let out = output_of(
         kfs()
             .args(["run", "--quiet", "--source"])
@@ -162,18 +161,7 @@ fn a_key_field_no_value_has_stops_the_commit_with_the_reason() {
 #[test]
 fn a_mode_that_cannot_be_committed_is_refused_before_anything_is_written() {
     let dir = tempdir();
-    let source = dir.path().join("source");
-    succeed(
-        kfs().arg("gen").arg("--out").arg(&source).args([
-            "--topics",
-            "1",
-            "--segments",
-            "1",
-            "--records",
-            "10",
-        ]),
-        "gen",
-    );
+    let source = one_segment(dir.path(), &["--records", "10"]);
     let warehouse = dir.path().join("wh");
     for (args, reason) in [
         (&["--table-mode", "cdc"][..], "not value_format raw"),

@@ -19,19 +19,9 @@ use kfs_core::{TableSwap, table_ident};
 use kfs_plan::naming::TableNaming;
 
 use crate::local::{BoxError, Local, offsets};
+use crate::row_deltas::keyed;
 
 type TestResult = Result<(), BoxError>;
-
-/// A record of key `key` (value `None`: a tombstone) at `offset`.
-fn keyed(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecord {
-    kfs_segment::OwnedRecord {
-        offset,
-        timestamp_ms: 1_700_000_000_000 + offset,
-        key: Some(key.as_bytes().to_vec()),
-        value: value.map(|v| v.as_bytes().to_vec()),
-        headers: vec![],
-    }
-}
 
 /// Commits, as another engine would, an equality-delete file deleting the rows of
 /// key `key` (a delete snapshot on `main`); returns the snapshot it replaced.

@@ -57,6 +57,37 @@ async fn tick(local: &Local) -> Result<kfs_core::TickReport, BoxError> {
     .await?)
 }
 
+/// Every step of maintenance at once on `ident`, with no snapshot kept for its age
+/// and one manifest at most (the policy of [`eager_policy`] besides).
+async fn maintain_everything(
+    local: &Local,
+    ident: &TableIdent,
+    policy: &MaintenancePolicy,
+) -> Result<kfs_core::MaintenanceSummary, kfs_core::MaintenanceError> {
+    maintain_table(
+        &local.catalog,
+        &local.swap,
+        &local.ledger,
+        &storage(local),
+        ident,
+        policy,
+        None,
+        now_ms() + 60_000,
+    )
+    .await
+}
+
+/// [`eager_policy`] with compaction on, no snapshot kept for its age and one manifest
+/// at most: every step does something.
+fn thorough_policy() -> MaintenancePolicy {
+    MaintenancePolicy {
+        compact: true,
+        snapshot_retention: std::time::Duration::ZERO,
+        max_manifests: 1,
+        ..eager_policy()
+    }
+}
+
 async fn set_location(catalog: &dyn Catalog, ident: &TableIdent, location: &str) -> TestResult {
     let table = catalog.load_table(ident).await?;
     let tx = Transaction::new(&table);
@@ -225,25 +256,8 @@ async fn each_maintenance_step_is_turned_off_by_its_table_property() -> TestResu
         .to_owned();
     let stray = std::path::Path::new(&root).join("data/stray.parquet");
     std::fs::write(&stray, b"PAR1")?;
-    let policy = MaintenancePolicy {
-        compact: true,
-        snapshot_retention: std::time::Duration::ZERO,
-        max_manifests: 1,
-        ..eager_policy()
-    };
-    let maintain = || async {
-        maintain_table(
-            &local.catalog,
-            &local.swap,
-            &local.ledger,
-            &storage(&local),
-            &ident,
-            &policy,
-            None,
-            now_ms() + 60_000,
-        )
-        .await
-    };
+    let policy = thorough_policy();
+    let maintain = || maintain_everything(&local, &ident, &policy);
     for step in MaintenanceStep::ALL {
         set_property(&local.catalog, &ident, step.property(), "false").await?;
     }
@@ -342,23 +356,7 @@ async fn a_table_upgraded_to_format_v3_keeps_its_row_lineage() -> TestResult {
     // its own (10-14); the second its own.
     assert_eq!(current.row_range(), Some((15, 5)), "{current:?}");
     assert_eq!(upgraded.metadata().next_row_id(), 20);
-    let policy = MaintenancePolicy {
-        compact: true,
-        snapshot_retention: std::time::Duration::ZERO,
-        max_manifests: 1,
-        ..eager_policy()
-    };
-    let report = maintain_table(
-        &local.catalog,
-        &local.swap,
-        &local.ledger,
-        &storage(&local),
-        &ident,
-        &policy,
-        None,
-        now_ms() + 60_000,
-    )
-    .await?;
+    let report = maintain_everything(&local, &ident, &thorough_policy()).await?;
     // Compaction and manifest rewrites are off (a rewrite must carry `_row_id`);
     // expiry and orphan cleanup run.
     let off: Vec<String> = report.steps_off.iter().map(ToString::to_string).collect();

@@ -280,7 +280,7 @@ async fn a_row_delta_refuses_what_it_cannot_commit() -> TestResult {
 }
 
 /// A record of key `key` (value `None`: a tombstone) at `offset`.
-fn keyed(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecord {
+pub fn keyed(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecord {
     kfs_segment::OwnedRecord {
         offset,
         timestamp_ms: 1_700_000_000_000 + offset,
