@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python"))
-from check_mirror import fold, open_table  # noqa: E402
+from check_mirror import dead_letters, fold, open_table  # noqa: E402
 from verify_tables import open_duckdb  # noqa: E402
 
 
@@ -75,12 +75,21 @@ def main() -> None:
     parser.add_argument("--mirror-warehouse", required=True, type=Path)
     parser.add_argument("--table", required=True)
     parser.add_argument("--label", default="", help="what state the mirror is in")
+    parser.add_argument(
+        "--key-fields", help="the mirror's upsert_key: value fields (default: the record key)"
+    )
+    parser.add_argument(
+        "--dead-letters", action="store_true",
+        help="leave out the records the mirror's dead-letter table holds (a JSON mirror's)",
+    )
     args = parser.parse_args()
 
     log = open_table(args.log_warehouse, args.table).scan(
         selected_fields=("key", "value", "partition", "offset", "timestamp_ms")
     ).to_arrow()
-    expected, stats = fold(log)
+    skipped = dead_letters(args.mirror_warehouse, args.table) if args.dead_letters else frozenset()
+    key_fields = [f.strip() for f in args.key_fields.split(",")] if args.key_fields else None
+    expected, stats = fold(log, skipped, key_fields)
     mirror = open_table(args.mirror_warehouse, args.table)
     print(
         f"<!-- {args.label}: log of {stats['records']} records, {stats['keys']} keys; "

@@ -10,6 +10,11 @@ deletes.
     python3 scripts/upsert_bench.py --bin target/soak/kfs-iceberg \
         --records 1000000 --keys 100000 --batches 10
 
+With `--value-format json` the mirror's values are typed JSON columns (values that
+are no JSON object go to its dead-letter table and out of the fold), and with
+`--upsert-key customer` it is keyed by that value field (`gen --keys` values name
+their key as `customer`, a keyless record's a key at random from any partition).
+
 Prints: changes per second (wall) and per CPU-second (the CLI's children, so one
 core's worth), the mirror's cost against the log's (CPU ratio), its compute per
 million changes at Lambda's price for the CPU used, and each reader's result and time
@@ -58,11 +63,11 @@ def copy_batch(all_dir: Path, source: Path, upto: int) -> None:
                     shutil.copy(file, target / file.name)
 
 
-def readers(script: Path, log: Path, mirror: Path, label: str) -> None:
+def readers(script: Path, log: Path, mirror: Path, label: str, fold_args: list[str]) -> None:
     print(f"\n{label}:\n| reader | result | time |\n|---|---|---|", flush=True)
     subprocess.run(
         [sys.executable, str(script), "--log-warehouse", str(log), "--mirror-warehouse",
-         str(mirror), "--table", "kafscale.orders", "--label", label],
+         str(mirror), "--table", "kafscale.orders", "--label", label, *fold_args],
         check=False,
     )
 
@@ -76,6 +81,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--segments-per-batch", type=int, default=2)
     parser.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
+    parser.add_argument(
+        "--value-format", default="raw", choices=("raw", "json"),
+        help="the mirror's value format (the log stays raw: the reference)",
+    )
+    parser.add_argument(
+        "--upsert-key", help="the mirror's key of value fields (needs --value-format json)"
+    )
     args = parser.parse_args()
 
     work = args.dir or Path(tempfile.mkdtemp(prefix="upsert-bench-"))
@@ -90,13 +102,18 @@ def main() -> None:
          "--keys", str(args.keys), "--codec", "zstd"],
         check=True,
     )
+    mirror_args = ["--value-format", args.value_format]
+    fold_args = ["--dead-letters"] if args.value_format == "json" else []
+    if args.upsert_key:
+        mirror_args += ["--upsert-key", args.upsert_key]
+        fold_args += ["--key-fields", args.upsert_key]
     totals = {"append": [0.0, 0.0], "upsert": [0.0, 0.0]}
     for batch in range(1, args.batches + 1):
         copy_batch(all_dir, source, batch * args.segments_per_batch)
         for mode, warehouse in (("append", log), ("upsert", mirror)):
             wall, cpu = timed(
                 [binary, "run", "--quiet", "--source", str(source), "--warehouse",
-                 str(warehouse), "--table-mode", mode]
+                 str(warehouse), "--table-mode", mode, *(mirror_args if mode == "upsert" else [])]
             )
             totals[mode][0] += wall
             totals[mode][1] += cpu
@@ -115,10 +132,10 @@ def main() -> None:
         f"- compute per million changes at Lambda's price for that CPU: ${cost:.4f}"
     )
     script = Path(__file__).resolve().parent / "readers_matrix.py"
-    readers(script, log, mirror, "before compaction")
+    readers(script, log, mirror, "before compaction", fold_args)
     wall, _ = timed([binary, "compact", "--warehouse", str(mirror)])
     print(f"\ncompaction folded the deletes in {wall:.1f} s")
-    readers(script, log, mirror, "after compaction")
+    readers(script, log, mirror, "after compaction", fold_args)
     print(f"\n(work directory: {work})")
 
 

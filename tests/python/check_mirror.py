@@ -147,6 +147,14 @@ def fold(log, skipped: frozenset = frozenset(), key_fields=None) -> tuple[Counte
     return kept, stats
 
 
+def dead_letters(warehouse: Path, table: str) -> frozenset:
+    """The (partition, offset) of the records the mirror's dead-letter table holds."""
+    letters = open_table(warehouse, f"{table}__dlq").scan(
+        selected_fields=("partition", "offset")
+    ).to_arrow()
+    return frozenset(zip(letters["partition"].to_pylist(), letters["offset"].to_pylist()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--log-warehouse", required=True, type=Path)
@@ -168,10 +176,7 @@ def main() -> None:
     ).to_arrow()
     skipped: frozenset = frozenset()
     if args.dead_letters:
-        letters = open_table(args.mirror_warehouse, f"{args.table}__dlq").scan(
-            selected_fields=("partition", "offset")
-        ).to_arrow()
-        skipped = frozenset(zip(letters["partition"].to_pylist(), letters["offset"].to_pylist()))
+        skipped = dead_letters(args.mirror_warehouse, args.table)
         print(f"dead letters left out of the fold: {len(skipped)}")
     key_fields = [f.strip() for f in args.key_fields.split(",")] if args.key_fields else None
     expected, stats = fold(log, skipped, key_fields)
