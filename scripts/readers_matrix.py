@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python"))
-from check_mirror import dead_letters, fold, open_table  # noqa: E402
+from check_mirror import commit_offsets, dead_letters, event_order_note, fold, open_table  # noqa: E402
 from verify_tables import open_duckdb  # noqa: E402
 
 
@@ -89,11 +89,13 @@ def main() -> None:
     ).to_arrow()
     skipped = dead_letters(args.mirror_warehouse, args.table) if args.dead_letters else frozenset()
     key_fields = [f.strip() for f in args.key_fields.split(",")] if args.key_fields else None
-    expected, stats = fold(log, skipped, key_fields)
+    commits = commit_offsets(open_table(args.log_warehouse, args.table))
+    expected, stats = fold(log, skipped, key_fields, commits)
     mirror = open_table(args.mirror_warehouse, args.table)
     print(
         f"<!-- {args.label}: log of {stats['records']} records, {stats['keys']} keys; "
-        f"the fold keeps {sum(expected.values())} rows -->"
+        f"the fold keeps {sum(expected.values())} rows; "
+        f"{event_order_note(expected, fold(log, skipped, key_fields)[0])} -->"
     )
     failed = False
     for reader, read in READERS.items():

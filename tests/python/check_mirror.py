@@ -3,8 +3,12 @@
 with two independent readers: the log is a table of the same topic in append mode,
 read with pyiceberg; its records are folded here, per key, by the documented order
 (a partition's records in offset order; one key's records from two partitions by
-timestamp, then partition and offset); a record with a null value deletes its key, a
-record without a key is kept as it is. With `--key-fields F[,F...]` the key is those
+timestamp, then partition and offset, when a commit sees them together: the log's
+commits, which took the same segments as the mirror's, each folded against the
+key's live row, as the mirror commits); a record with a null value deletes its key, a
+record without a key is kept as it is. It also prints how many rows the whole log
+folded at once in event order would change (a key deleted in one commit and changed
+from another partition with an earlier timestamp in a later one). With `--key-fields F[,F...]` the key is those
 fields of the JSON value (each as text: strings as they are, integers in decimal,
 booleans), a tombstone's from its record key (a JSON object holding them, with or
 without the converter's schema wrapper; with one field a JSON scalar or the key's
@@ -22,6 +26,7 @@ naming the reader and the difference, when either reads other rows than the fold
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import sys
 import time
@@ -104,10 +109,28 @@ def keys_of(log, key_fields: list[str] | None) -> list:
     return found
 
 
-def fold(log, skipped: frozenset = frozenset(), key_fields=None) -> tuple[Counter, dict]:
+def commit_offsets(table) -> list[dict[int, int]]:
+    """The next offset per partition after each of `table`'s commits, oldest first
+    (its snapshots' `kfs.offsets`): where the log's commits, and so the mirror's (the
+    same segments run into both), split the records."""
+    found = []
+    for snapshot in sorted(table.metadata.snapshots, key=lambda s: s.sequence_number):
+        text = (snapshot.summary or {}).get("kfs.offsets")
+        if text:
+            found.append({int(p): int(o) for p, o in json.loads(text).items()})
+    return found
+
+
+def fold(log, skipped: frozenset = frozenset(), key_fields=None, commits=None) -> tuple[Counter, dict]:
     """The (partition, offset) rows the mirror of `log` (an Arrow table) holds, the
     records at `skipped` (partition, offset) left out: a record the mirror's table could
-    not hold went to its dead-letter table and changed nothing."""
+    not hold went to its dead-letter table and changed nothing.
+
+    With `commits` (`commit_offsets`), folded as the mirror commits: each commit's
+    changes of a key against the key's live row only (a key deleted by an earlier
+    commit keeps no row to compare with); without, the whole log at once, in event
+    order (what differs is a key's changes from two partitions that arrive in
+    different commits against their timestamps' order after a delete)."""
     if skipped:
         import pyarrow as pa
 
@@ -121,30 +144,55 @@ def fold(log, skipped: frozenset = frozenset(), key_fields=None) -> tuple[Counte
     partitions = log["partition"].to_pylist()
     offsets = log["offset"].to_pylist()
     stamps = log["timestamp_ms"].to_pylist()
-    order = sorted(range(len(keys)), key=lambda i: (partitions[i], offsets[i]))
-    last: dict[bytes, int] = {}
+    ends: dict[int, list[int]] = {}
+    for commit in commits or []:
+        for partition, end in commit.items():
+            ends.setdefault(partition, []).append(end)
+
+    def commit_of(i: int) -> int:
+        return bisect.bisect_right(ends.get(partitions[i], []), offsets[i])
+
     kept = Counter()
-    for i in order:
+    batches: dict[int, dict] = {}
+    for i in range(len(keys)):
         key = keys[i]
         if key is None:
             # A tombstone naming no key of a mirror keyed by fields deletes nothing.
             if not (key_fields and tombstones[i]):
                 kept[(partitions[i], offsets[i])] += 1
             continue
-        current = last.get(key)
-        change = (partitions[i], offsets[i], stamps[i])
-        if current is None or supersedes(change, (partitions[current], offsets[current], stamps[current])):
-            last[key] = i
-    for i in last.values():
-        if not tombstones[i]:
-            kept[(partitions[i], offsets[i])] += 1
+        batches.setdefault(commit_of(i), {}).setdefault(key, []).append(i)
+    live: dict = {}
+    for batch in sorted(batches):
+        for key, changes in batches[batch].items():
+            if key in live:
+                changes = changes + [live[key]]
+            winner = None
+            for i in sorted(changes, key=lambda i: (partitions[i], offsets[i])):
+                change = (partitions[i], offsets[i], stamps[i])
+                if winner is None or supersedes(
+                    change, (partitions[winner], offsets[winner], stamps[winner])
+                ):
+                    winner = i
+            if tombstones[winner]:
+                live.pop(key, None)
+            else:
+                live[key] = winner
+    for i in live.values():
+        kept[(partitions[i], offsets[i])] += 1
     stats = {
         "records": len(keys),
-        "keys": len(last),
+        "keys": len({k for k in keys if k is not None}),
         "tombstones": sum(tombstones),
         "keyless": sum(1 for k in keys if k is None),
     }
     return kept, stats
+
+
+def event_order_note(expected: Counter, in_event_order: Counter) -> str:
+    """How the fold as committed differs from the whole log's in event order."""
+    differ = sum((expected - in_event_order).values()) + sum((in_event_order - expected).values())
+    return f"rows that event order across commits would change: {differ}"
 
 
 def dead_letters(warehouse: Path, table: str) -> frozenset:
@@ -179,7 +227,9 @@ def main() -> None:
         skipped = dead_letters(args.mirror_warehouse, args.table)
         print(f"dead letters left out of the fold: {len(skipped)}")
     key_fields = [f.strip() for f in args.key_fields.split(",")] if args.key_fields else None
-    expected, stats = fold(log, skipped, key_fields)
+    commits = commit_offsets(open_table(args.log_warehouse, args.table))
+    expected, stats = fold(log, skipped, key_fields, commits)
+    print(event_order_note(expected, fold(log, skipped, key_fields)[0]))
     mirror = open_table(args.mirror_warehouse, args.table)
 
     seen = {}
