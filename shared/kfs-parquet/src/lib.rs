@@ -37,7 +37,8 @@ pub use properties::{
     COMPRESSION_CODEC_PROPERTY, COMPRESSION_LEVEL_PROPERTY, compression, writer_properties,
 };
 pub use vectors::{
-    VectorBlob, VectorError, deletion_vector, puffin_of_vectors, vector_delete_file,
+    VectorBlob, VectorError, deletion_vector, puffin_of_vectors, read_deletion_vector,
+    vector_delete_file,
 };
 #[cfg(any(test, feature = "test-support"))]
 pub use writer::testing;

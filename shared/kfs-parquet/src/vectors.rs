@@ -1,8 +1,10 @@
 //! Deletion vectors (Iceberg v3 merge-on-read deletes): the positions of a data file's
 //! deleted rows as a `deletion-vector-v1` blob (a 64-bit Roaring bitmap in the portable
 //! format, framed by its length, magic and CRC-32), in a Puffin file whose footer
-//! names each blob's data file and cardinality. Pure bytes: writing the file and
-//! recording it in a manifest are the caller's.
+//! names each blob's data file and cardinality; and reading a blob back, another
+//! engine's too ([`read_deletion_vector`]: run containers as well, every length,
+//! order and the CRC checked, never more positions than its data file has rows).
+//! Pure bytes: writing the file and recording it in a manifest are the caller's.
 //!
 //! The bitmap: the count of 32-bit buckets (u64 LE), then for each bucket in ascending
 //! order its key (the positions' high 32 bits, u32 LE, at most 2^31 - 1 as Java and
@@ -19,6 +21,10 @@ const PUFFIN_MAGIC: &[u8; 4] = b"PFA1";
 const VECTOR_MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
 /// The cookie of a 32-bit Roaring bitmap without run containers.
 const SERIAL_COOKIE_NO_RUNCONTAINER: u32 = 12_346;
+/// The cookie (low 16 bits) of a 32-bit Roaring bitmap with run containers.
+const SERIAL_COOKIE: u32 = 12_347;
+/// Below this many containers a bitmap with run containers has no offsets.
+const NO_OFFSET_THRESHOLD: usize = 4;
 /// Most values of an array container.
 const ARRAY_MAX: usize = 4_096;
 /// The `_pos` metadata column the blobs describe.
@@ -40,6 +46,24 @@ pub enum VectorError {
     /// A vector deletes nothing.
     #[error("{0}: a deletion vector must delete a row")]
     Empty(String),
+    /// A blob that is no deletion vector.
+    #[error("{file}: deletion vector, at byte {at}: {reason}")]
+    Malformed {
+        /// The data file.
+        file: String,
+        /// Where in the blob.
+        at: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A vector deleting more rows than its data file has.
+    #[error("{file}: a deletion vector of more than the file's {limit} rows")]
+    TooMany {
+        /// The data file.
+        file: String,
+        /// Its rows.
+        limit: u64,
+    },
 }
 
 /// Where a deletion vector sits in its Puffin file: what its manifest entry records
@@ -135,6 +159,219 @@ fn container_bytes(cardinality: usize) -> usize {
         2 * cardinality
     } else {
         8 * 1024
+    }
+}
+
+/// The positions the `deletion-vector-v1` blob `blob` of the data file `file`
+/// deletes, ascending; refuses a blob whose framing, CRC, bitmap or order is broken
+/// (naming the byte), and one deleting more than `max_positions` (the data file's
+/// rows), before it takes memory for them.
+pub fn read_deletion_vector(
+    file: &str,
+    blob: &[u8],
+    max_positions: u64,
+) -> Result<Vec<i64>, VectorError> {
+    let mut framing = Cursor::new(file, blob, 0);
+    let length = u32::from_be_bytes(framing.array()?) as usize;
+    if blob.len().checked_sub(8) != Some(length) {
+        return Err(framing.fail(
+            0,
+            format!(
+                "its length says {length} bytes of vector, the blob holds {}",
+                blob.len()
+            ),
+        ));
+    }
+    let vector = &blob[4..4 + length];
+    let crc = u32::from_be_bytes(Cursor::new(file, &blob[4 + length..], 4 + length).array()?);
+    if crc != crc32fast::hash(vector) {
+        return Err(framing.fail(4 + length, "the CRC does not match".into()));
+    }
+    let mut at = Cursor::new(file, vector, 4);
+    if at.array::<4>()? != VECTOR_MAGIC {
+        return Err(at.fail(0, "no deletion vector magic".into()));
+    }
+    let buckets = u64::from_le_bytes(at.array()?);
+    let mut positions = Vec::new();
+    let mut previous: Option<u32> = None;
+    for _ in 0..buckets {
+        let key_at = at.position();
+        let key = u32::from_le_bytes(at.array()?);
+        if u64::from(key) > MAX_KEY || previous.is_some_and(|p| key <= p) {
+            return Err(at.fail(key_at, format!("bucket key {key} out of order or range")));
+        }
+        previous = Some(key);
+        read_roaring32(&mut at, u64::from(key) << 32, &mut positions, max_positions)?;
+    }
+    if at.left() > 0 {
+        return Err(at.fail(
+            at.position(),
+            format!("{} bytes after the bitmap", at.left()),
+        ));
+    }
+    Ok(positions)
+}
+
+/// Reads one portable 32-bit Roaring bitmap at `at`, its values under `high`, onto
+/// `out` (at most `max` in all).
+fn read_roaring32(
+    at: &mut Cursor<'_>,
+    high: u64,
+    out: &mut Vec<i64>,
+    max: u64,
+) -> Result<(), VectorError> {
+    let start = at.position();
+    let cookie = u32::from_le_bytes(at.array()?);
+    let (count, runs) = if cookie == SERIAL_COOKIE_NO_RUNCONTAINER {
+        (u32::from_le_bytes(at.array()?) as usize, None)
+    } else if cookie & 0xFFFF == SERIAL_COOKIE {
+        let count = (cookie >> 16) as usize + 1;
+        (count, Some(at.take(count.div_ceil(8))?))
+    } else {
+        return Err(at.fail(start, format!("no Roaring cookie ({cookie})")));
+    };
+    if count > 1 << 16 {
+        return Err(at.fail(start, format!("{count} containers")));
+    }
+    let header = at.take(4 * count)?;
+    let offsets = match runs.is_none() || count >= NO_OFFSET_THRESHOLD {
+        true => Some(at.take(4 * count)?),
+        false => None,
+    };
+    let u16_of = |bytes: &[u8], i: usize| u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]);
+    let mut previous: Option<u16> = None;
+    for c in 0..count {
+        let (key, cardinality) = (
+            u16_of(header, 2 * c),
+            usize::from(u16_of(header, 2 * c + 1)) + 1,
+        );
+        if previous.is_some_and(|p| key <= p) {
+            return Err(at.fail(start, format!("container key {key} out of order")));
+        }
+        previous = Some(key);
+        if let Some(offsets) = offsets {
+            let said = u32::from_le_bytes([
+                offsets[4 * c],
+                offsets[4 * c + 1],
+                offsets[4 * c + 2],
+                offsets[4 * c + 3],
+            ]);
+            if said as usize != at.position() - start {
+                return Err(at.fail(
+                    at.position(),
+                    format!("container {c} is not where its offset ({said}) says"),
+                ));
+            }
+        }
+        if (out.len() + cardinality) as u64 > max {
+            return Err(VectorError::TooMany {
+                file: at.file.to_owned(),
+                limit: max,
+            });
+        }
+        let base = high | u64::from(key) << 16;
+        let is_run = runs.is_some_and(|bits| bits[c / 8] >> (c % 8) & 1 == 1);
+        let values = match (is_run, cardinality <= ARRAY_MAX) {
+            (true, _) => run_container(at, cardinality)?,
+            (false, true) => {
+                let bytes = at.take(2 * cardinality)?;
+                (0..cardinality).map(|i| u16_of(bytes, i)).collect()
+            }
+            (false, false) => {
+                let words = at.take(8 * 1024)?;
+                (0..1 << 16)
+                    .filter(|v: &usize| words[v / 8] >> (v % 8) & 1 == 1)
+                    .map(|v| v as u16)
+                    .collect::<Vec<u16>>()
+            }
+        };
+        if values.len() != cardinality || values.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(at.fail(at.position(), format!("container {c} holds {} values out of order or not the {cardinality} its header says", values.len())));
+        }
+        // Positions are below 2^63: the bucket key is at most 2^31 - 1.
+        out.extend(values.into_iter().map(|low| (base | u64::from(low)) as i64));
+    }
+    Ok(())
+}
+
+/// The values of a run container at `at`: its runs (start, length - 1), ascending,
+/// apart, each within the container, `cardinality` values in all (its header's: a
+/// run container's runs may claim no more, so it never inflates past 65,536 values).
+fn run_container(at: &mut Cursor<'_>, cardinality: usize) -> Result<Vec<u16>, VectorError> {
+    let runs = usize::from(u16::from_le_bytes(at.array()?));
+    let pairs = at.take(4 * runs)?;
+    let mut values: Vec<u16> = Vec::with_capacity(cardinality);
+    for run in pairs.chunks_exact(4) {
+        let start = u32::from(u16::from_le_bytes([run[0], run[1]]));
+        let last = start + u32::from(u16::from_le_bytes([run[2], run[3]]));
+        let apart = values
+            .last()
+            .is_none_or(|previous| u32::from(*previous) < start);
+        let fits = values.len() + ((last - start) as usize) < cardinality;
+        if last > u32::from(u16::MAX) || !apart || !fits {
+            return Err(at.fail(
+                at.position(),
+                format!("a run {start}..={last} out of order, past the container or its {cardinality} values"),
+            ));
+        }
+        values.extend((start..=last).map(|v| v as u16));
+    }
+    Ok(values)
+}
+
+/// A reader of a blob's bytes that names the byte of what it cannot read.
+struct Cursor<'a> {
+    file: &'a str,
+    bytes: &'a [u8],
+    at: usize,
+    /// Where `bytes` start in the blob (errors name the blob's byte).
+    base: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of `bytes`, which begin at byte `base` of the blob.
+    fn new(file: &'a str, bytes: &'a [u8], base: usize) -> Self {
+        Self {
+            file,
+            bytes,
+            at: 0,
+            base,
+        }
+    }
+
+    fn position(&self) -> usize {
+        self.at
+    }
+
+    fn left(&self) -> usize {
+        self.bytes.len().saturating_sub(self.at)
+    }
+
+    fn fail(&self, at: usize, reason: String) -> VectorError {
+        VectorError::Malformed {
+            file: self.file.to_owned(),
+            at: self.base + at,
+            reason,
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], VectorError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(self.fail(self.at, format!("{n} bytes wanted, {} left", self.left())));
+        };
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], VectorError> {
+        let mut array = [0u8; N];
+        array.copy_from_slice(self.take(N)?);
+        Ok(array)
     }
 }
 

@@ -1,67 +1,8 @@
 use super::*;
 
-/// The positions the 32-bit bitmap at the start of `bytes` holds, read back by the
-/// format's rules (a reader of our own, checked against pyiceberg's below), and the
-/// bytes it took.
-fn read_roaring32(bytes: &[u8]) -> (Vec<u32>, usize) {
-    let u32_at =
-        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
-    assert_eq!(u32_at(0), SERIAL_COOKIE_NO_RUNCONTAINER);
-    let containers = u32_at(4) as usize;
-    let mut values = Vec::new();
-    let mut end = 8 + 8 * containers;
-    for c in 0..containers {
-        let key = u32::from(u16_at(8 + 4 * c));
-        let cardinality = usize::from(u16_at(10 + 4 * c)) + 1;
-        let offset = u32_at(8 + 4 * containers + 4 * c) as usize;
-        assert_eq!(offset, end, "container {c} not where its offset says");
-        if cardinality <= ARRAY_MAX {
-            for i in 0..cardinality {
-                values.push(key << 16 | u32::from(u16_at(offset + 2 * i)));
-            }
-        } else {
-            for word in 0..1024 {
-                let at = offset + 8 * word;
-                let mut bits = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
-                while bits != 0 {
-                    let bit = bits.trailing_zeros();
-                    values.push(key << 16 | (word as u32 * 64 + bit));
-                    bits &= bits - 1;
-                }
-            }
-            assert_eq!(
-                values.iter().filter(|v| *v >> 16 == key).count(),
-                cardinality
-            );
-        }
-        end = offset + container_bytes(cardinality);
-    }
-    (values, end)
-}
-
-/// The positions of a `deletion-vector-v1` blob, checking its framing.
+/// The positions of a `deletion-vector-v1` blob, read by [`read_deletion_vector`].
 fn read_vector(blob: &[u8]) -> Vec<i64> {
-    let length = u32::from_be_bytes(blob[0..4].try_into().unwrap_or_default()) as usize;
-    assert_eq!(blob.len(), 4 + length + 4, "length prefix");
-    let vector = &blob[4..4 + length];
-    assert_eq!(vector[0..4], VECTOR_MAGIC);
-    let crc = u32::from_be_bytes(blob[4 + length..].try_into().unwrap_or_default());
-    assert_eq!(crc, crc32fast::hash(vector), "CRC over magic and vector");
-    let buckets = u64::from_le_bytes(vector[4..12].try_into().unwrap_or_default());
-    let mut at = 12;
-    let mut positions = Vec::new();
-    for _ in 0..buckets {
-        let key = u32::from_le_bytes(vector[at..at + 4].try_into().unwrap_or_default());
-        let (low, used) = read_roaring32(&vector[at + 4..]);
-        positions.extend(
-            low.into_iter()
-                .map(|l| (i64::from(key) << 32) | i64::from(l)),
-        );
-        at += 4 + used;
-    }
-    assert_eq!(at, vector.len(), "trailing bytes");
-    positions
+    read_deletion_vector("f", blob, u64::MAX).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -206,5 +147,92 @@ proptest::proptest! {
         let positions: BTreeSet<i64> = low.into_iter().chain(high).collect();
         let blob = deletion_vector("f", &positions).unwrap_or_else(|e| panic!("{e}"));
         proptest::prop_assert_eq!(read_vector(&blob), positions.into_iter().collect::<Vec<_>>());
+    }
+}
+
+/// Another engine's vector: pyroaring's `BitMap64` (CRoaring's portable format), run
+/// containers included (a run of 100,000 positions), a bitmap container and a
+/// second bucket, framed as Java frames it, is read back whole.
+#[test]
+fn another_engines_vector_with_run_containers_reads_back() -> Result<(), Box<dyn std::error::Error>>
+{
+    let script = r#"
+import sys, zlib
+from pyroaring import BitMap64
+b = BitMap64(range(0, 100000))
+b.update(range(140000, 200000, 2))
+b.update([(1 << 32) + 5, (1 << 32) + 70000])
+b.run_optimize()
+vector = bytes([0xD1, 0xD3, 0x39, 0x64]) + b.serialize()
+blob = len(vector).to_bytes(4, "big") + vector + zlib.crc32(vector).to_bytes(4, "big")
+sys.stdout.write(blob.hex())
+"#;
+    let output = std::process::Command::new("python3")
+        .args(["-c", script])
+        .output()?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let hex = String::from_utf8(output.stdout)?;
+    let blob: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+        .collect::<Result<_, _>>()?;
+    let expected: Vec<i64> = (0..100_000)
+        .chain((140_000..200_000).step_by(2))
+        .chain([(1 << 32) + 5, (1 << 32) + 70_000])
+        .collect();
+    assert_eq!(read_deletion_vector("f", &blob, 200_000)?, expected);
+    // More positions than the data file has rows: refused before they are read.
+    let too_many = read_deletion_vector("f", &blob, 1_000);
+    assert!(
+        matches!(too_many, Err(VectorError::TooMany { limit: 1_000, .. })),
+        "{too_many:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_broken_vector_names_its_byte() {
+    let blob =
+        deletion_vector("f", &BTreeSet::from([1, 2, 70_000])).unwrap_or_else(|e| panic!("{e}"));
+    let mut flipped = blob.clone();
+    flipped[9] ^= 0xFF;
+    let crc = read_deletion_vector("d.parquet", &flipped, 10)
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        crc.as_deref(),
+        Some(
+            format!(
+                "d.parquet: deletion vector, at byte {}: the CRC does not match",
+                blob.len() - 4
+            )
+            .as_str()
+        )
+    );
+    for cut in 0..blob.len() {
+        assert!(
+            read_deletion_vector("f", &blob[..cut], 10).is_err(),
+            "cut at {cut}"
+        );
+    }
+}
+
+proptest::proptest! {
+    /// Any bytes are read or refused, never a panic; every truncation of a vector is
+    /// refused.
+    #[test]
+    fn any_bytes_are_read_or_refused(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..400)) {
+        let _ = read_deletion_vector("f", &bytes, 1 << 20);
+        // With a valid frame around them too, so the bitmap itself is reached.
+        let mut vector = VECTOR_MAGIC.to_vec();
+        vector.extend_from_slice(&bytes);
+        let mut framed = (vector.len() as u32).to_be_bytes().to_vec();
+        framed.extend_from_slice(&vector);
+        framed.extend_from_slice(&crc32fast::hash(&vector).to_be_bytes());
+        let _ = read_deletion_vector("f", &framed, 1 << 20);
     }
 }
