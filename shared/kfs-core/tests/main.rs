@@ -28,3 +28,4 @@ mod row_deltas;
 mod runs;
 mod safety;
 mod simulation;
+mod vector_readers;

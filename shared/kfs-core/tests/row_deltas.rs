@@ -239,6 +239,8 @@ pub async fn readers_see(
         .arg("--offsets")
         .arg(offsets.join(","))
         .output()?;
+    // Each reader's result, measured ones too (`--nocapture`).
+    println!("{}", String::from_utf8_lossy(&output.stdout));
     assert!(
         output.status.success(),
         "{}{}",

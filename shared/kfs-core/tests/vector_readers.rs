@@ -1,0 +1,147 @@
+//! Which readers apply deletion vectors, measured: a table of ours upgraded to format
+//! v3 (as another engine would), appended to, then a delete snapshot of one Puffin
+//! file holding a deletion vector for each of its two data files (written by
+//! `kfs_parquet::puffin_of_vectors`, the v3 delete manifest and manifest list of
+//! iceberg-rust 0.10, row lineage carried). pyiceberg and DuckDB must read the rows
+//! the vectors leave; `scripts/readers_matrix.py`'s other readers are measured by
+//! hand (docs/design/upserts.md#readers).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use iceberg::spec::{
+    FormatVersion, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
+    SnapshotReference, SnapshotRetention, Summary,
+};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, TableUpdate};
+use kfs_core::{TableSwap, live_entries, table_ident};
+use kfs_plan::naming::TableNaming;
+
+use crate::local::{BoxError, Local};
+
+type TestResult = Result<(), BoxError>;
+
+const VALUES: [&str; 10] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+
+/// Commits, as an engine writing deletion vectors would, one Puffin file of a vector
+/// per data file of `vectors` (positions to delete) as a v3 delete snapshot.
+async fn commit_vectors(
+    local: &Local,
+    table: &Table,
+    vectors: &BTreeMap<String, BTreeSet<i64>>,
+) -> TestResult {
+    let metadata = table.metadata();
+    let parent = metadata.current_snapshot().ok_or("no snapshot")?.clone();
+    let (bytes, blobs) = kfs_parquet::puffin_of_vectors(vectors)?;
+    let location = metadata.location();
+    let path = format!("{location}/data/engine-vectors.puffin");
+    let size = bytes.len() as u64;
+    table
+        .file_io()
+        .new_output(&path)?
+        .write(bytes.into())
+        .await?;
+    let (snapshot_id, sequence) = (parent.snapshot_id() + 1, metadata.next_sequence_number());
+    let mut manifest = ManifestWriterBuilder::new(
+        table
+            .file_io()
+            .new_output(format!("{location}/metadata/engine-dv-m0.avro"))?,
+        Some(snapshot_id),
+        metadata.current_schema().clone(),
+        metadata.default_partition_spec().as_ref().clone(),
+    )
+    .build_v3_deletes();
+    let spec_id = metadata.default_partition_spec_id();
+    for blob in &blobs {
+        let entry = kfs_parquet::vector_delete_file(
+            &path,
+            size,
+            blob,
+            spec_id,
+            iceberg::spec::Struct::empty(),
+        )?;
+        manifest.add_file(entry, sequence)?;
+    }
+    let mut manifests = table
+        .manifest_list_reader(&parent)
+        .load()
+        .await?
+        .entries()
+        .to_vec();
+    manifests.push(manifest.write_manifest_file().await?);
+    let list_path = format!("{location}/metadata/engine-snap-{snapshot_id}.avro");
+    let first_row_id = metadata.next_row_id();
+    let mut list = ManifestListWriter::v3(
+        table.file_io().new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        Some(parent.snapshot_id()),
+        sequence,
+        Some(first_row_id),
+    );
+    list.add_manifests(manifests.into_iter())?;
+    let assigned = list.next_row_id().unwrap_or(first_row_id) - first_row_id;
+    list.close().await?;
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(Some(parent.snapshot_id()))
+        .with_sequence_number(sequence)
+        .with_timestamp_ms(metadata.last_updated_ms() + 1)
+        .with_manifest_list(list_path)
+        .with_schema_id(metadata.current_schema_id())
+        .with_row_range(first_row_id, assigned)
+        .with_summary(Summary {
+            operation: Operation::Delete,
+            additional_properties: HashMap::new(),
+        })
+        .build();
+    let updates = vec![
+        TableUpdate::AddSnapshot { snapshot },
+        TableUpdate::SetSnapshotRef {
+            ref_name: "main".to_owned(),
+            reference: SnapshotReference::new(
+                snapshot_id,
+                SnapshotRetention::branch(None, None, None),
+            ),
+        },
+    ];
+    local.swap.commit(table, Vec::new(), updates).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyiceberg_and_duckdb_apply_deletion_vectors() -> TestResult {
+    let local = Local::open().await?;
+    let naming = TableNaming::default();
+    let name = naming.table_for("orders");
+    let ident = table_ident(&name);
+    local.put("orders", 0, &VALUES, 1)?;
+    local.run(&naming).await?;
+    let table = local.catalog.load_table(&ident).await?;
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .upgrade_table_version()
+        .set_format_version(FormatVersion::V3)
+        .apply(tx)?;
+    tx.commit(&local.catalog).await?;
+    local.put("orders", 10, &VALUES, 1)?;
+    local.run(&naming).await?;
+    let table = local.catalog.load_table(&ident).await?;
+    // The first commit's file holds offsets 0-9 at positions 0-9, the second's 10-19.
+    let mut files: Vec<(i64, String)> = live_entries(&table)
+        .await?
+        .iter()
+        .map(|e| (e.sequence_number().unwrap_or(0), e.file_path().to_owned()))
+        .collect();
+    files.sort();
+    let [(_, first), (_, second)] = files.as_slice() else {
+        return Err(format!("two data files expected: {files:?}").into());
+    };
+    let vectors = BTreeMap::from([
+        (first.clone(), BTreeSet::from([1, 3])),
+        (second.clone(), BTreeSet::from([0, 9])),
+    ]);
+    commit_vectors(&local, &table, &vectors).await?;
+    let left = (0..20).filter(|o| ![1, 3, 10, 19].contains(o));
+    crate::row_deltas::readers_see(&local, &name.to_string(), left).await
+}
