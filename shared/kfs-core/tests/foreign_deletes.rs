@@ -9,12 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::{LargeBinaryArray, RecordBatch};
-use iceberg::spec::{
-    DataContentType, DataFileBuilder, DataFileFormat, ManifestListWriter, ManifestWriterBuilder,
-    Operation, Snapshot, SnapshotReference, SnapshotRetention, Struct, Summary,
-};
+use iceberg::Catalog;
+use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Struct};
 use iceberg::table::Table;
-use iceberg::{Catalog, TableUpdate};
 use kfs_core::{TableSwap, table_ident};
 use kfs_plan::naming::TableNaming;
 
@@ -31,7 +28,6 @@ async fn commit_equality_deletes(
     key: &[u8],
 ) -> Result<i64, BoxError> {
     let metadata = table.metadata();
-    let parent = metadata.current_snapshot().ok_or("no snapshot")?.clone();
     let key_id = metadata
         .current_schema()
         .field_by_name("key")
@@ -50,13 +46,8 @@ async fn commit_equality_deletes(
     let mut writer = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None)?;
     writer.write(&batch)?;
     writer.close()?;
-    let path = format!("{}/data/engine-eq-deletes.parquet", metadata.location());
-    let size = bytes.len() as u64;
-    table
-        .file_io()
-        .new_output(&path)?
-        .write(bytes.into())
-        .await?;
+    let (path, size) =
+        crate::local::engine::write_file(table, "engine-eq-deletes.parquet", bytes).await?;
     let file = DataFileBuilder::default()
         .content(DataContentType::EqualityDeletes)
         .file_path(path)
@@ -67,63 +58,7 @@ async fn commit_equality_deletes(
         .file_size_in_bytes(size)
         .equality_ids(Some(vec![key_id]))
         .build()?;
-    let (snapshot_id, sequence) = (parent.snapshot_id() + 1, metadata.next_sequence_number());
-    let location = metadata.location();
-    let mut manifest = ManifestWriterBuilder::new(
-        table
-            .file_io()
-            .new_output(format!("{location}/metadata/engine-m0.avro"))?,
-        Some(snapshot_id),
-        metadata.current_schema().clone(),
-        metadata.default_partition_spec().as_ref().clone(),
-    )
-    .build_v2_deletes();
-    manifest.add_file(file, sequence)?;
-    let mut manifests = table
-        .manifest_list_reader(&parent)
-        .load()
-        .await?
-        .entries()
-        .to_vec();
-    manifests.push(manifest.write_manifest_file().await?);
-    let list_path = format!("{location}/metadata/engine-snap-{snapshot_id}.avro");
-    let mut list = ManifestListWriter::v2(
-        table.file_io().new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        Some(parent.snapshot_id()),
-        sequence,
-    );
-    list.add_manifests(manifests.into_iter())?;
-    list.close().await?;
-    let snapshot = Snapshot::builder()
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(Some(parent.snapshot_id()))
-        .with_sequence_number(sequence)
-        .with_timestamp_ms(metadata.last_updated_ms() + 1)
-        .with_manifest_list(list_path)
-        .with_schema_id(metadata.current_schema_id())
-        .with_summary(Summary {
-            operation: Operation::Delete,
-            additional_properties: HashMap::new(),
-        })
-        .build();
-    set_main(local, table, snapshot).await?;
-    Ok(parent.snapshot_id())
-}
-
-/// Adds `snapshot` and points `main` at it.
-async fn set_main(local: &Local, table: &Table, snapshot: Snapshot) -> TestResult {
-    let id = snapshot.snapshot_id();
-    let updates = vec![TableUpdate::AddSnapshot { snapshot }, main_at(id)];
-    local.swap.commit(table, Vec::new(), updates).await?;
-    Ok(())
-}
-
-fn main_at(snapshot_id: i64) -> TableUpdate {
-    TableUpdate::SetSnapshotRef {
-        ref_name: "main".to_owned(),
-        reference: SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
-    }
+    crate::local::engine::commit_deletes(local, table, vec![file]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +108,11 @@ async fn another_engines_equality_deletes_stop_the_mirror_and_lose_nothing() -> 
     let table = local.catalog.load_table(&ident).await?;
     local
         .swap
-        .commit(&table, Vec::new(), vec![main_at(ours)])
+        .commit(
+            &table,
+            Vec::new(),
+            vec![crate::local::engine::main_at(ours)],
+        )
         .await?;
     let landed = local.run(&naming).await?;
     assert!(!landed.left_work(), "{landed:?}");

@@ -6,16 +6,13 @@
 //! the vectors leave; `scripts/readers_matrix.py`'s other readers are measured by
 //! hand (docs/design/upserts.md#readers).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
-use iceberg::spec::{
-    FormatVersion, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
-    SnapshotReference, SnapshotRetention, Summary,
-};
+use iceberg::Catalog;
+use iceberg::spec::FormatVersion;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, TableUpdate};
-use kfs_core::{TableSwap, live_entries, table_ident};
+use kfs_core::{live_entries, table_ident};
 use kfs_plan::naming::TableNaming;
 
 use crate::local::{BoxError, Local};
@@ -32,80 +29,21 @@ async fn commit_vectors(
     vectors: &BTreeMap<String, BTreeSet<i64>>,
 ) -> TestResult {
     let metadata = table.metadata();
-    let parent = metadata.current_snapshot().ok_or("no snapshot")?.clone();
     let (bytes, blobs) = kfs_parquet::puffin_of_vectors(vectors)?;
-    let location = metadata.location();
-    let path = format!("{location}/data/engine-vectors.puffin");
-    let size = bytes.len() as u64;
-    table
-        .file_io()
-        .new_output(&path)?
-        .write(bytes.into())
-        .await?;
-    let (snapshot_id, sequence) = (parent.snapshot_id() + 1, metadata.next_sequence_number());
-    let mut manifest = ManifestWriterBuilder::new(
-        table
-            .file_io()
-            .new_output(format!("{location}/metadata/engine-dv-m0.avro"))?,
-        Some(snapshot_id),
-        metadata.current_schema().clone(),
-        metadata.default_partition_spec().as_ref().clone(),
-    )
-    .build_v3_deletes();
+    let (path, size) =
+        crate::local::engine::write_file(table, "engine-vectors.puffin", bytes).await?;
     let spec_id = metadata.default_partition_spec_id();
+    let mut deletes = Vec::new();
     for blob in &blobs {
-        let entry = kfs_parquet::vector_delete_file(
+        deletes.push(kfs_parquet::vector_delete_file(
             &path,
             size,
             blob,
             spec_id,
             iceberg::spec::Struct::empty(),
-        )?;
-        manifest.add_file(entry, sequence)?;
+        )?);
     }
-    let mut manifests = table
-        .manifest_list_reader(&parent)
-        .load()
-        .await?
-        .entries()
-        .to_vec();
-    manifests.push(manifest.write_manifest_file().await?);
-    let list_path = format!("{location}/metadata/engine-snap-{snapshot_id}.avro");
-    let first_row_id = metadata.next_row_id();
-    let mut list = ManifestListWriter::v3(
-        table.file_io().new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        Some(parent.snapshot_id()),
-        sequence,
-        Some(first_row_id),
-    );
-    list.add_manifests(manifests.into_iter())?;
-    let assigned = list.next_row_id().unwrap_or(first_row_id) - first_row_id;
-    list.close().await?;
-    let snapshot = Snapshot::builder()
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(Some(parent.snapshot_id()))
-        .with_sequence_number(sequence)
-        .with_timestamp_ms(metadata.last_updated_ms() + 1)
-        .with_manifest_list(list_path)
-        .with_schema_id(metadata.current_schema_id())
-        .with_row_range(first_row_id, assigned)
-        .with_summary(Summary {
-            operation: Operation::Delete,
-            additional_properties: HashMap::new(),
-        })
-        .build();
-    let updates = vec![
-        TableUpdate::AddSnapshot { snapshot },
-        TableUpdate::SetSnapshotRef {
-            ref_name: "main".to_owned(),
-            reference: SnapshotReference::new(
-                snapshot_id,
-                SnapshotRetention::branch(None, None, None),
-            ),
-        },
-    ];
-    local.swap.commit(table, Vec::new(), updates).await?;
+    crate::local::engine::commit_deletes(local, table, deletes).await?;
     Ok(())
 }
 

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod engine;
+
 use std::collections::BTreeMap;
 
 use futures::TryStreamExt;
