@@ -3,8 +3,8 @@
 //! file holding a deletion vector for each of its two data files (written by
 //! `kfs_parquet::puffin_of_vectors`, the v3 delete manifest and manifest list of
 //! iceberg-rust 0.10, row lineage carried). pyiceberg and DuckDB must read the rows
-//! the vectors leave; `scripts/readers_matrix.py`'s other readers are measured by
-//! hand (docs/design/upserts.md#readers).
+//! the vectors leave; Daft and ClickHouse (chDB) are measured when installed
+//! (`check_deletes.py` prints their result: docs/design/upserts.md#readers).
 
 use std::collections::{BTreeMap, BTreeSet};
 
