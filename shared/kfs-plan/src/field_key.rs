@@ -32,7 +32,7 @@ pub fn encode<T: AsRef<[u8]>>(parts: impl IntoIterator<Item = Option<T>>) -> Opt
 
 /// The text a JSON scalar keys by: strings as they are, integers in decimal, booleans;
 /// `None` for null, fractions, arrays and objects (no key field holds them).
-pub fn json_text(value: &Value) -> Option<Vec<u8>> {
+fn json_text(value: &Value) -> Option<Vec<u8>> {
     match value {
         Value::String(text) => Some(text.as_bytes().to_vec()),
         Value::Number(number) if number.is_i64() || number.is_u64() => {
