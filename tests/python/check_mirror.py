@@ -12,7 +12,8 @@ from another partition with an earlier timestamp in a later one). With `--key-fi
 fields of the JSON value (each as text: strings as they are, integers in decimal,
 booleans), a tombstone's from its record key (a JSON object holding them, with or
 without the converter's schema wrapper; with one field a JSON scalar or the key's
-bytes); a value without them is kept, a tombstone naming no key is no row. The
+bytes, unless binary: a NUL byte); a value without them is kept, a tombstone naming
+no key is no row (the converter sends it to the dead-letter table). The
 mirror is read with pyiceberg
 (`scan().to_arrow()`, which applies position deletes) and DuckDB's iceberg extension.
 
@@ -89,7 +90,10 @@ def record_key_fields(key: bytes | None, fields: list[str]):
     if len(fields) != 1:
         return None
     text = field_text(parsed) if parsed is not None else None
-    return (text if text is not None else key,)
+    if text is not None:
+        return (text,)
+    # A binary key (a NUL byte: a registry frame, a serialized number) names none.
+    return None if b"\0" in key else (key,)
 
 
 def keys_of(log, key_fields: list[str] | None) -> list:
@@ -157,7 +161,8 @@ def fold(log, skipped: frozenset = frozenset(), key_fields=None, commits=None) -
     for i in range(len(keys)):
         key = keys[i]
         if key is None:
-            # A tombstone naming no key of a mirror keyed by fields deletes nothing.
+            # A tombstone naming no key of a mirror keyed by fields deletes nothing
+            # (a dead letter since the converter refuses it; before, deleted).
             if not (key_fields and tombstones[i]):
                 kept[(partitions[i], offsets[i])] += 1
             continue

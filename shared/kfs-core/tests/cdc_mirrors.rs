@@ -99,19 +99,27 @@ fn rows_of(rows: &[(i64, &str)]) -> BTreeMap<i64, String> {
 
 /// Checks the mirror after the second round of events (the same in every format):
 /// each key's last image, the message, truncate and non-event records (offsets 10,
-/// 11, 12; the last refused for `no_event`) in the dead-letter table, every reader
+/// 11, 12; the last refused for `no_event`) in the dead-letter table, and, when
+/// `keyed_by_fields`, the delete whose key names none of them (offset 14), every reader
 /// reading exactly those rows, before and after a compaction that leaves no delete
 /// file.
 async fn mirrors_the_second_round(
     local: &Local,
     naming: &TableNaming,
-    no_event: &str,
+    (no_event, keyed_by_fields): (&str, bool),
 ) -> TestResult {
     let name = naming.table_for(TOPIC);
     let rows = rows_of(&[(3, "anna"), (9, "bo again"), (13, "dee two")]);
     assert_eq!(names(local, naming).await?, rows);
     let letters = dead_letter_reasons(&local.catalog, &name).await?;
-    assert_eq!(letters.keys().copied().collect::<Vec<_>>(), [10, 11, 12]);
+    let refused: &[i64] = match keyed_by_fields {
+        true => &[10, 11, 12, 14],
+        false => &[10, 11, 12],
+    };
+    assert_eq!(letters.keys().copied().collect::<Vec<_>>(), refused);
+    if keyed_by_fields {
+        assert!(letters[&14].contains("names no row"), "{letters:?}");
+    }
     assert!(letters[&10].contains("op m"), "{letters:?}");
     assert!(letters[&11].contains("truncate"), "{letters:?}");
     assert!(letters[&12].contains(no_event), "{letters:?}");
@@ -199,11 +207,23 @@ async fn json_events_mirrored(key: Option<&str>, rekeyed: Option<&str>) -> TestR
             event(11, 1, "t", None, None, false),
             record(12, 1, Some("{\"id\": 1}".into())),
             event(13, 4, "u", Some("dee"), Some("dee two"), false),
+            // A tombstone whose key holds no `id`: keyed by `id`, a dead letter (it
+            // would delete nothing); keyed by the record key, a key with no row.
+            kfs_segment::OwnedRecord {
+                key: Some(br#"{"other":1}"#.to_vec()),
+                ..record(14, 1, None)
+            },
         ],
     )?;
     let report = local.run(&naming).await?;
     assert!(!report.left_work(), "{report:?}");
-    mirrors_the_second_round(&local, &naming, "no Debezium change event").await
+    let keyed_by_fields = key.or(rekeyed).is_some();
+    mirrors_the_second_round(
+        &local,
+        &naming,
+        ("no Debezium change event", keyed_by_fields),
+    )
+    .await
 }
 
 /// Debezium's Avro envelope of the `customers` table (as its Avro converter registers
@@ -240,6 +260,10 @@ const ENVELOPE: &str = r#"{"type": "record", "name": "Envelope", "namespace": "d
 /// Debezium's Avro key of the `customers` table: its primary key.
 const KEY: &str = r#"{"type": "record", "name": "Key", "namespace": "dbserver1.inventory.customers",
   "fields": [{"name": "id", "type": "int"}], "connect.name": "dbserver1.inventory.customers.Key"}"#;
+
+/// A key of the topic that holds no `id`.
+const OTHER_KEY: &str =
+    r#"{"type": "record", "name": "OtherKey", "fields": [{"name": "other", "type": "int"}]}"#;
 
 /// A row's fields on the topic of `customers` with schema id 1, keyed by `id`
 /// (schema id 2), with the optional value of `envelope`.
@@ -346,6 +370,11 @@ async fn avro_events_mirrored(key: Option<&str>) -> TestResult {
             RegisteredSchema::new(SchemaKind::Avro, text),
         );
     }
+    // Schema 4: a key without `id`.
+    registry.register(
+        SchemaId::Confluent(4),
+        RegisteredSchema::new(SchemaKind::Avro, OTHER_KEY),
+    );
     // Schema 3: a row of the table written without its envelope.
     registry.register(
         SchemaId::Confluent(3),
@@ -394,6 +423,17 @@ async fn avro_events_mirrored(key: Option<&str>) -> TestResult {
         apache_avro::types::Value::Record(vec![("id".into(), apache_avro::types::Value::Int(1))]),
     )?);
     not_an_envelope.value = Some(value);
+    // A tombstone whose decoded key holds no `id`: keyed by `id`, a dead letter.
+    let mut other_key = avro_record(14, 1, None)?;
+    let mut framed_key = vec![0, 0, 0, 0, 4];
+    framed_key.extend(apache_avro::to_avro_datum(
+        &apache_avro::Schema::parse_str(OTHER_KEY)?,
+        apache_avro::types::Value::Record(vec![(
+            "other".into(),
+            apache_avro::types::Value::Int(1),
+        )]),
+    )?);
+    other_key.key = Some(framed_key);
     local.put_records(
         TOPIC,
         vec![
@@ -406,9 +446,10 @@ async fn avro_events_mirrored(key: Option<&str>) -> TestResult {
             avro_event(11, 1, "t", (None, None))?,
             not_an_envelope,
             avro_event(13, 4, "u", (Some("dee"), Some("dee two")))?,
+            other_key,
         ],
     )?;
     let report = local.run_config(&config).await?;
     assert!(!report.left_work(), "{report:?}");
-    mirrors_the_second_round(&local, naming, "no Debezium envelope").await
+    mirrors_the_second_round(&local, naming, ("no Debezium envelope", key.is_some())).await
 }

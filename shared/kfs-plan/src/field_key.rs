@@ -8,8 +8,11 @@
 //! the record key ([`from_record_key`]): a JSON object key holding every field (with
 //! or without the JSON converter's `schema`/`payload` wrapper, as Debezium keys its
 //! events), or, with one key field, the key itself: a JSON string or integer, else
-//! its bytes as text (Flink's `raw` key format). The host reads the columns and a
-//! decoded registry key's fields; this module only encodes. Pure, no I/O.
+//! its bytes as text (Flink's `raw` key format). A key holding a NUL byte is binary,
+//! not text (a registry frame begins with one, as do most serialized numbers): it
+//! names no key, and the converter sends such a delete to the dead-letter table. The
+//! host reads the columns and a decoded registry key's fields; this module only
+//! encodes. Pure, no I/O.
 
 use serde_json::Value;
 
@@ -44,7 +47,8 @@ fn json_text(value: &Value) -> Option<Vec<u8>> {
 }
 
 /// The key that the record key `key` names for a mirror keyed by `fields` (see the
-/// module's rule), or `None` when it names none (an object key without every field).
+/// module's rule), or `None` when it names none (an object key without every field,
+/// a binary key).
 pub fn from_record_key(key: &[u8], fields: &[String]) -> Option<Vec<u8>> {
     let parsed: Option<Value> = serde_json::from_slice(key).ok();
     if let Some(Value::Object(object)) = &parsed {
@@ -57,6 +61,7 @@ pub fn from_record_key(key: &[u8], fields: &[String]) -> Option<Vec<u8>> {
     match fields {
         [_] => match parsed.as_ref().and_then(json_text) {
             Some(text) => encode([Some(text)]),
+            None if key.contains(&0) => None,
             None => encode([Some(key)]),
         },
         _ => None,
@@ -113,6 +118,9 @@ mod tests {
         assert_eq!(from_record_key(b"7", &two), None);
         assert_eq!(from_record_key(br#"{"id":7.5}"#, &by_id), None);
         assert_eq!(from_record_key(br#"{"other":7}"#, &by_id), None);
+        // A binary key (a registry frame, a serialized long) names no key.
+        assert_eq!(from_record_key(&[0, 0, 0, 0, 7, 14], &by_id), None);
+        assert_eq!(from_record_key(&7i64.to_be_bytes(), &by_id), None);
         assert_eq!(json_text(&serde_json::json!(true)), Some(b"true".to_vec()));
         assert_eq!(json_text(&serde_json::json!([1])), None);
     }

@@ -224,10 +224,11 @@ pub(crate) fn decode_into(
     })
 }
 
-/// How a JSON table reads its values: its columns declared or grown, its caps, and
+/// How a JSON table reads its values: its columns declared or grown, its caps,
 /// whether they are Debezium change events (a `cdc` table: the `after` image's fields
-/// are the columns).
-#[derive(Debug, Clone, Copy)]
+/// are the columns), and, for a mirror keyed by value fields, how a delete names its
+/// key.
+#[derive(Debug, Clone)]
 pub struct JsonReading {
     /// The columns were declared: fields without one are not written.
     pub declared: bool,
@@ -235,6 +236,9 @@ pub struct JsonReading {
     pub caps: kfs_values::json::ColumnCaps,
     /// The values are Debezium change events.
     pub cdc: bool,
+    /// The mirror's key fields, when it is keyed by value fields: a delete naming no
+    /// key is refused (for the dead-letter table).
+    deletes: Option<crate::mirror::DeleteKeys>,
 }
 
 /// What a value's row holds: its fields, and for a change event the `after` image
@@ -251,20 +255,34 @@ impl JsonReading {
             declared: crate::table::declared_columns(table),
             caps: kfs_values::json::ColumnCaps::of(table),
             cdc: crate::table::reads_changes(table),
+            deletes: crate::mirror::DeleteKeys::of(table),
         }
     }
 
-    /// The fields of the record value `value` (see [`ValueFields`]), or why it has none.
+    /// The fields of the record `record`'s value (see [`ValueFields`]), or why it has
+    /// none (a delete that names no key of a mirror keyed by fields among the reasons).
     pub(crate) fn fields(
         &self,
-        value: Option<&[u8]>,
+        record: &kfs_segment::Record<'_>,
     ) -> Result<ValueFields, kfs_values::json::Rejection> {
-        match self.cdc {
-            true => {
-                kfs_values::json::parse_change(value).map(|(fields, image)| (fields, Some(image)))
-            }
-            false => kfs_values::json::parse_value(value).map(|fields| (fields, None)),
+        let fields = match self.cdc {
+            true => kfs_values::json::parse_change(record.value)
+                .map(|(fields, image)| (fields, Some(image)))?,
+            false => kfs_values::json::parse_value(record.value).map(|fields| (fields, None))?,
+        };
+        let deletes = match &fields.1 {
+            Some(image) => image.is_none(),
+            None => record.value.is_none(),
+        };
+        if deletes
+            && let Some(reason) = self
+                .deletes
+                .as_ref()
+                .and_then(|keys| keys.unnamed(record.key, None))
+        {
+            return Err(kfs_values::json::Rejection(reason));
         }
+        Ok(fields)
     }
 }
 
@@ -289,7 +307,7 @@ pub fn scan_json_segment(
     let mut rejected = 0u64;
     decode_records(segment, key, limits, |record| {
         let absorbed = reading
-            .fields(record.value)
+            .fields(record)
             .and_then(|(value, _)| evolving.absorb(&value));
         if absorbed.is_err() {
             rejected += 1;

@@ -2,7 +2,8 @@
 //! framing names its writer schema ([`WriterSchemas`], resolved before the
 //! segment is converted); a value that decodes becomes a row of the table's payload
 //! columns, any other record a dead letter with the reason (no framing, an unknown
-//! schema id, a schema the table cannot absorb, a payload that does not decode).
+//! schema id, a schema the table cannot absorb, a payload that does not decode, a
+//! delete naming no key of a mirror keyed by fields).
 
 use super::route::{PushError, RecordRouter, Routed, RoutedRows};
 use crate::table::arrow_schema;
@@ -33,6 +34,9 @@ pub(crate) struct RegistryRouter {
     /// The values are Debezium change events (a `cdc` table): a row is the `after`
     /// image, and a delete's row is null with a null `value`, the tombstone.
     changes: bool,
+    /// The mirror's key fields, when it is keyed by value fields: a delete naming no
+    /// key is a dead letter.
+    deletes: Option<crate::mirror::DeleteKeys>,
 }
 
 impl RegistryRouter {
@@ -72,6 +76,7 @@ impl RegistryRouter {
             key_writers,
             key_column,
             changes: crate::table::reads_changes(table),
+            deletes: crate::mirror::DeleteKeys::of(table),
         })
     }
 
@@ -114,6 +119,17 @@ impl RecordRouter for RegistryRouter {
             .row(record.value)
             .and_then(|row| Ok((row, self.key_cell(record.key)?)))
         {
+            Ok(((None, _), (key, _)))
+                if let Some(reason) = self.deletes.as_ref().and_then(|keys| {
+                    let decoded = self
+                        .key_column
+                        .as_ref()
+                        .map(|(key_type, _)| (&key, key_type));
+                    keys.unnamed(record.key, decoded)
+                }) =>
+            {
+                self.out.refuse((topic, partition), record, &reason)
+            }
             Ok(((row, value_bytes), (key, key_bytes))) => {
                 // A tombstone or a delete (no row): null payload columns and a null value.
                 let written = Record {

@@ -269,19 +269,16 @@ impl JsonRouter {
 
 impl RecordRouter for JsonRouter {
     fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError> {
-        let parsed = self
-            .reading
-            .fields(record.value)
-            .and_then(|(value, image)| {
-                let value = if self.reading.declared {
-                    kfs_values::json::project(&value, self.schema.as_struct().fields())
-                } else {
-                    value
-                };
-                kfs_values::json::fits(&self.schema, &value)?;
-                let value = kfs_values::json::conform(value, self.schema.as_struct().fields());
-                Ok((value, image))
-            });
+        let parsed = self.reading.fields(record).and_then(|(value, image)| {
+            let value = if self.reading.declared {
+                kfs_values::json::project(&value, self.schema.as_struct().fields())
+            } else {
+                value
+            };
+            kfs_values::json::fits(&self.schema, &value)?;
+            let value = kfs_values::json::conform(value, self.schema.as_struct().fields());
+            Ok((value, image))
+        });
         match parsed {
             Ok((value, image)) => {
                 match image {

@@ -7,8 +7,8 @@
 //! `kfs_plan::changes::fold`'s. Only keys that the commit's
 //! new files hold are looked up; rows that live delete files already delete are not
 //! deleted again. A record without a key is not a change of any key: it is kept; a
-//! tombstone that names no key of a mirror keyed by fields deletes nothing and is
-//! deleted itself.
+//! tombstone that names no key of a mirror keyed by fields is a dead letter since the
+//! converter refuses it ([`named`]); one in a file written before is deleted itself.
 //!
 //! The keys' live rows come from the key index of the snapshot the commit is planned
 //! on ([`index`]: a Puffin file the previous mirror commit wrote), so a
@@ -17,9 +17,11 @@
 //! every live data file is read once and the index is built again.
 
 mod index;
+mod named;
 mod rows;
 
 pub(crate) use index::index_updates;
+pub(crate) use named::DeleteKeys;
 use rows::{KeyColumns, Row, read_rows};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -259,6 +259,32 @@ fn record_key(column: &dyn Array, row: usize) -> std::result::Result<Option<&[u8
     }
 }
 
+/// Whether the cells of `data_type` key a row ([`cell_text`] gives them a text).
+pub(super) fn keys_by(data_type: &DataType) -> bool {
+    use DataType::*;
+    matches!(
+        data_type,
+        Utf8 | LargeUtf8
+            | Utf8View
+            | Binary
+            | LargeBinary
+            | FixedSizeBinary(_)
+            | Boolean
+            | Int8
+            | Int16
+            | Int32
+            | Int64
+            | UInt8
+            | UInt16
+            | UInt32
+            | UInt64
+            | Date32
+            | Date64
+            | Timestamp(..)
+            | Decimal128(..)
+    )
+}
+
 /// The text a key field's cell keys by ([`kfs_plan::field_key`]): integers, dates and
 /// timestamps in decimal (days, the column's unit), strings and bytes as they are,
 /// booleans; `None` for a null and for a type no key is made of (fractions, nested:
@@ -305,5 +331,43 @@ fn cell_text(column: &dyn Array, row: usize) -> Option<Vec<u8>> {
                 .value_as_string(row),
         ),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{
+        BooleanArray, Date32Array, Decimal128Array, Float64Array, ListArray, StringArray,
+        Time64MicrosecondArray, TimestampMicrosecondArray, UInt8Array,
+    };
+    use std::sync::Arc;
+
+    #[test]
+    fn the_types_that_key_a_row_are_those_given_a_text()
+    -> std::result::Result<(), arrow_schema::ArrowError> {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec!["a"])),
+            Arc::new(BooleanArray::from(vec![true])),
+            Arc::new(Int32Array::from(vec![7])),
+            Arc::new(UInt8Array::from(vec![7])),
+            Arc::new(Date32Array::from(vec![7])),
+            Arc::new(TimestampMicrosecondArray::from(vec![7])),
+            Arc::new(Decimal128Array::from(vec![725]).with_precision_and_scale(5, 2)?),
+            Arc::new(Float64Array::from(vec![0.5])),
+            Arc::new(Time64MicrosecondArray::from(vec![7])),
+            Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+                Some(vec![Some(1)]),
+            ])),
+        ];
+        for column in &columns {
+            assert_eq!(
+                keys_by(column.data_type()),
+                cell_text(column.as_ref(), 0).is_some(),
+                "{}",
+                column.data_type()
+            );
+        }
+        Ok(())
     }
 }
