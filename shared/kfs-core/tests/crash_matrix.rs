@@ -31,6 +31,8 @@
 //! its first segments committed before the faulty tick: every commit is a row delta
 //! deleting what it supersedes, and after recovery the table also reads (with its
 //! deletes applied) as the fold of every record, each key's last row once.
+//! A fifth runs the fourth with the changes in JSON, the mirror keyed by their `id`
+//! field.
 //!
 //! Invariants after recovery: every record of every segment is in the table exactly
 //! once (record count, no data file registered twice, the watermarks at the end of
@@ -66,6 +68,9 @@ enum Trigger {
     /// records (updates within a segment and across segments, tombstones, keys
     /// inserted again): after recovery the table also reads as their fold.
     Mirror,
+    /// [`Trigger::Mirror`] with the changes in JSON and the mirror keyed by their
+    /// `id` field (`upsert_key id`).
+    FieldMirror,
 }
 
 /// The table the wake-ups name.
@@ -85,18 +90,19 @@ async fn case_of(
     let ledger = SqliteLedger::open(&dir.path().join("ledger.db"))
         .await
         .map_err(|e| text(&e))?;
-    let mirror = trigger == Trigger::Mirror;
+    let (kind, naming) = match trigger {
+        Trigger::Mirror => (faults::Records::Keyed, faults::upsert_naming()?),
+        Trigger::FieldMirror => (faults::Records::FieldKeyed, faults::field_key_naming()?),
+        _ => (faults::Records::Plain, Default::default()),
+    };
+    let mirror = kind != faults::Records::Plain;
     // A mirror's first segments are committed before the faulty tick, so that its
     // commit deletes rows of an earlier one.
     let source = match mirror {
-        true => faults::keyed_source(1),
+        true => faults::keyed_source(1, kind),
         false => source(),
     }
     .map_err(|e| text(&e))?;
-    let naming = match mirror {
-        true => faults::upsert_naming()?,
-        false => Default::default(),
-    };
     let faults = Faults::new(step, mode, occurrence);
     let faults = match outside {
         true => faults.with_outside_commit(dir.path()),
@@ -111,7 +117,7 @@ async fn case_of(
             .tick(&etcd_caught_up(), CrossCheckPolicy::default(), None)
             .await
             .map_err(|e| format!("the first commit: {}", e.message))?;
-        faults::put_keyed_segments(&source, 1..faults::SEGMENTS).map_err(|e| text(&e))?;
+        faults::put_keyed_segments(&source, 1..faults::SEGMENTS, kind).map_err(|e| text(&e))?;
     }
     let maintenance = MaintenancePolicy {
         max_snapshots: Some(1),
@@ -221,15 +227,27 @@ async fn every_fault_at_every_step_recovers_to_exactly_once() -> TestResult {
 /// first snapshot reached.
 #[tokio::test]
 async fn every_fault_at_every_step_of_a_mirror_recovers_to_its_fold_exactly_once() -> TestResult {
-    let occurrences = |step| match step {
+    run_matrix(Trigger::Mirror, STEPS.into_iter(), mirror_occurrences).await
+}
+
+/// The mirror's matrix with its changes in JSON, keyed by their `id` field: each
+/// key's row found by the column's text, a tombstone's by its JSON record key.
+#[tokio::test]
+async fn every_fault_at_every_step_of_a_mirror_keyed_by_a_field_recovers_to_its_fold_exactly_once()
+-> TestResult {
+    run_matrix(Trigger::FieldMirror, STEPS.into_iter(), mirror_occurrences).await
+}
+
+/// The occurrences of each step a mirror's matrix faults.
+fn mirror_occurrences(step: Step) -> &'static [usize] {
+    match step {
         Step::TableCreate => &[][..],
         // One file only the first snapshot reached: its manifest list.
         Step::FileDelete => &[1],
         // The row delta, then the compaction that folds its deletes.
         Step::CompactionCommit => &[1, 2],
         step => tick_occurrences(step),
-    };
-    run_matrix(Trigger::Mirror, STEPS.into_iter(), occurrences).await
+    }
 }
 
 #[tokio::test]

@@ -35,7 +35,9 @@
 //! - in a third of the seeds the table is in upsert mode and the segments carry keyed
 //!   records (four keys per partition: updates within a segment and across segments,
 //!   tombstones, keys inserted again), so every commit is a row delta deleting what it
-//!   supersedes, raced by the other processes' commits and compactions
+//!   supersedes, raced by the other processes' commits and compactions; in odd seeds
+//!   the changes are JSON values keyed by their `id` field (`upsert_key id`, a
+//!   tombstone's key from its JSON record key) instead of by the record key
 //!   (`KFS_SIM_KEYED=1`: in every seed).
 //!
 //! After every round no partition watermark has moved backwards; after quiescence
@@ -181,12 +183,18 @@ async fn simulate(seed: u64) -> SeedOutcome {
     // commit a row delta deleting what it supersedes.
     // (`KFS_SIM_KEYED=1`: every seed, for a soak of the mirror alone.)
     let keyed = rng.below(3) == 0 || std::env::var_os("KFS_SIM_KEYED").is_some();
-    let kind = match keyed {
-        true => {
+    // Half the mirrors (odd seeds) are keyed by a JSON value field instead of the
+    // record key: the same changes, each key's row found by its `id` column.
+    let kind = match (keyed, seed % 2 == 1) {
+        (true, false) => {
             naming = faults::upsert_naming()?;
             Records::Keyed
         }
-        false => Records::Plain,
+        (true, true) => {
+            naming = faults::field_key_naming()?;
+            Records::FieldKeyed
+        }
+        (false, _) => Records::Plain,
     };
     let collider: Option<(&str, &str)> = match rng.below(4) {
         0 => None,
@@ -495,7 +503,7 @@ async fn simulate(seed: u64) -> SeedOutcome {
     }
     let catalog = open_catalog(dir.path()).await?;
     let late = check(&catalog, &ledger).await?;
-    Ok((fired, late, kind == Records::Keyed))
+    Ok((fired, late, kind != Records::Plain))
 }
 
 /// Seeds run on two threads, each with a single-threaded runtime running two seeds at

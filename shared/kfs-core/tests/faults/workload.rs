@@ -74,6 +74,10 @@ pub enum Records {
     /// Four keys per partition ([`mirror_key`]) with [`mirror_value`]s: updates within
     /// a segment and across segments, tombstones, keys inserted again.
     Keyed,
+    /// [`Records::Keyed`]'s changes in JSON, for a mirror keyed by the value field
+    /// `id` ([`field_key_naming`]): each value `{"id": key, "v": offset}`, its record
+    /// key `{"id": key}` as Debezium keys its events (a tombstone's key from it).
+    FieldKeyed,
 }
 
 /// `count` records from `base` of `partition`, of `kind`.
@@ -89,6 +93,18 @@ pub fn records_of(
             let mut records = simple_records(base, count, mirror_value);
             for record in &mut records {
                 record.key = Some(mirror_key(partition, record.offset).into_bytes());
+            }
+            records
+        }
+        Records::FieldKeyed => {
+            let key = |offset| serde_json::json!({"id": mirror_key(partition, offset)});
+            let mut records = simple_records(base, count, |offset| {
+                let mut value = key(offset);
+                value["v"] = serde_json::json!(offset);
+                mirror_value(offset).map(|_| value.to_string().into_bytes())
+            });
+            for record in &mut records {
+                record.key = Some(key(record.offset).to_string().into_bytes());
             }
             records
         }
@@ -238,22 +254,27 @@ pub fn mirror_value(offset: i64) -> Option<Vec<u8>> {
 }
 
 /// The first `segments` segments of each partition of the keyed workload (the
-/// layout of [`source`]): records of [`mirror_key`] with [`mirror_value`], for tables
-/// in upsert mode.
-pub fn keyed_source(segments: i64) -> Result<MemorySource, kfs_segment::EncodeError> {
+/// layout of [`source`]): records of [`mirror_key`] with [`mirror_value`] (as `kind`
+/// has them), for tables in upsert mode.
+pub fn keyed_source(
+    segments: i64,
+    kind: Records,
+) -> Result<MemorySource, kfs_segment::EncodeError> {
     let source = MemorySource::default();
-    put_keyed_segments(&source, 0..segments)?;
+    put_keyed_segments(&source, 0..segments, kind)?;
     Ok(source)
 }
 
-/// Uploads the keyed workload's segments `indices` of each partition.
+/// Uploads the keyed workload's segments `indices` of each partition, of `kind`
+/// ([`Records::Keyed`] or [`Records::FieldKeyed`]).
 pub fn put_keyed_segments(
     source: &MemorySource,
     indices: std::ops::Range<i64>,
+    kind: Records,
 ) -> Result<(), kfs_segment::EncodeError> {
     for partition in 0..PARTITIONS {
         for index in indices.clone() {
-            put_feed_segment(source, "ns", "orders", partition, index, Records::Keyed)?;
+            put_feed_segment(source, "ns", "orders", partition, index, kind)?;
         }
     }
     Ok(())
@@ -263,6 +284,16 @@ pub fn put_keyed_segments(
 pub fn upsert_naming() -> Result<TableNaming, String> {
     Ok(TableNaming {
         mode: kfs_plan::mode::ModeSetting::parse("upsert", None)?,
+        ..TableNaming::default()
+    })
+}
+
+/// The naming of the keyed workload in JSON ([`Records::FieldKeyed`]): its table a
+/// JSON mirror keyed by the value field `id`.
+pub fn field_key_naming() -> Result<TableNaming, String> {
+    Ok(TableNaming {
+        value_format: kfs_plan::naming::ValueFormat::Json,
+        mode: kfs_plan::mode::ModeSetting::parse("upsert", Some("id"))?,
         ..TableNaming::default()
     })
 }
@@ -283,11 +314,9 @@ pub async fn check_mirror(
             }
         }
     }
-    let expected: std::collections::BTreeMap<(i32, i64), usize> = last
-        .into_values()
-        .filter(|(_, offset)| mirror_value(*offset).is_some())
-        .map(|at| (at, 1))
-        .collect();
+    last.retain(|_, (_, offset)| mirror_value(*offset).is_some());
+    let expected: std::collections::BTreeMap<(i32, i64), usize> =
+        last.values().map(|at| (*at, 1)).collect();
     let name = TableNaming::default().table_for("orders");
     let seen = crate::local::offsets(catalog, &name).await?;
     if seen != expected {
@@ -295,16 +324,32 @@ pub async fn check_mirror(
             "the mirror reads {seen:?}, the fold of its records says {expected:?}"
         ));
     }
-    check_key_index(catalog, &name).await
+    let index = check_key_index(catalog, &name).await?;
+    // Each live key is indexed by the key it is mirrored by: the record key, or the
+    // text of its `id` field (`kfs_plan::field_key`), never the other.
+    let by_field = index.0;
+    for key in last.keys() {
+        let indexed_key = match by_field {
+            true => kfs_plan::field_key::encode([Some(key.as_bytes())]).unwrap_or_default(),
+            false => key.clone().into_bytes(),
+        };
+        if index.1.rows_of(&indexed_key).is_empty() {
+            return Err(format!(
+                "key {key} is live but not indexed by its {} key",
+                if by_field { "field" } else { "record" }
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that the key index the mirror's last commit left (when the table is still
 /// at that commit's snapshot) holds exactly the live keyed rows a read of every data
-/// file finds.
+/// file finds; returns whether the table is keyed by value fields, and the index.
 async fn check_key_index(
     catalog: &dyn Catalog,
     name: &kfs_plan::naming::TableName,
-) -> Result<(), String> {
+) -> Result<(bool, kfs_plan::key_index::KeyIndex), String> {
     let table = catalog
         .load_table(&table_ident(name))
         .await
@@ -325,7 +370,12 @@ async fn check_key_index(
             read.index.keys()
         ));
     }
-    Ok(())
+    let by_field = table
+        .metadata()
+        .properties()
+        .get(kfs_plan::mode::UPSERT_KEY_PROPERTY)
+        .is_some_and(|key| key != kfs_plan::mode::RECORD_KEY);
+    Ok((by_field, indexed.index))
 }
 
 /// The table's watermarks, if the table exists yet.
