@@ -453,3 +453,75 @@ async fn avro_events_mirrored(key: Option<&str>) -> TestResult {
     assert!(!report.left_work(), "{report:?}");
     mirrors_the_second_round(&local, naming, ("no Debezium envelope", key.is_some())).await
 }
+
+/// A JSON record at `offset` with the record key `key` and `value` (`None`: a
+/// tombstone).
+fn json_record(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecord {
+    kfs_segment::OwnedRecord {
+        key: Some(key.as_bytes().to_vec()),
+        ..record(offset, 0, value.map(str::to_owned))
+    }
+}
+
+/// The JSON records `records` mirrored in upsert mode keyed by the value field `key`:
+/// the mirror's `name` by offset, and the dead letters' offsets.
+async fn upserted_by(
+    key: &str,
+    records: Vec<kfs_segment::OwnedRecord>,
+) -> Result<(BTreeMap<i64, String>, Vec<i64>), BoxError> {
+    let local = Local::open().await?;
+    let naming = TableNaming {
+        value_format: ValueFormat::Json,
+        mode: kfs_plan::mode::ModeSetting::parse("upsert", Some(key))?,
+        ..TableNaming::default()
+    };
+    naming.validate()?;
+    local.put_records(TOPIC, records)?;
+    let report = local.run(&naming).await?;
+    assert!(!report.left_work(), "{report:?}");
+    let letters = dead_letter_reasons(&local.catalog, &naming.table_for(TOPIC)).await?;
+    Ok((
+        names(&local, &naming).await?,
+        letters.keys().copied().collect(),
+    ))
+}
+
+/// A key field named like a record column (`offset`, whose column is `value_offset`)
+/// keys by the value's field, not the record's offset; a tombstone whose key holds
+/// no such field is a dead letter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_field_named_like_a_record_column_keys_by_the_values_field() -> TestResult {
+    let (rows, letters) = upserted_by(
+        "offset",
+        vec![
+            json_record(0, r#"{"offset":1}"#, Some(r#"{"offset":1,"name":"a"}"#)),
+            json_record(1, r#"{"offset":2}"#, Some(r#"{"offset":2,"name":"b"}"#)),
+            json_record(2, r#"{"offset":1}"#, Some(r#"{"offset":1,"name":"a2"}"#)),
+            json_record(3, r#"{"offset":2}"#, None),
+            json_record(4, r#"{"id":2}"#, None),
+        ],
+    )
+    .await?;
+    assert_eq!(rows, rows_of(&[(2, "a2")]));
+    assert_eq!(letters, [4]);
+    Ok(())
+}
+
+/// A key field holding fractions (a `double` column) keys no row: each value is kept
+/// as it came, and a tombstone naming a fraction is a dead letter (it would delete
+/// nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_field_of_fractions_keys_no_row_and_its_tombstones_are_dead_letters() -> TestResult {
+    let (rows, letters) = upserted_by(
+        "ratio",
+        vec![
+            json_record(0, r#"{"ratio":0.5}"#, Some(r#"{"ratio":0.5,"name":"x"}"#)),
+            json_record(1, r#"{"ratio":0.5}"#, Some(r#"{"ratio":0.5,"name":"y"}"#)),
+            json_record(2, r#"{"ratio":0.5}"#, None),
+        ],
+    )
+    .await?;
+    assert_eq!(rows, rows_of(&[(0, "x"), (1, "y")]));
+    assert_eq!(letters, [2]);
+    Ok(())
+}
