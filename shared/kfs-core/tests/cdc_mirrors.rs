@@ -454,20 +454,12 @@ async fn avro_events_mirrored(key: Option<&str>) -> TestResult {
     mirrors_the_second_round(&local, naming, ("no Debezium envelope", key.is_some())).await
 }
 
-/// A JSON record at `offset` with the record key `key` and `value` (`None`: a
-/// tombstone).
-fn json_record(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecord {
-    kfs_segment::OwnedRecord {
-        key: Some(key.as_bytes().to_vec()),
-        ..record(offset, 0, value.map(str::to_owned))
-    }
-}
-
-/// The JSON records `records` mirrored in upsert mode keyed by the value field `key`:
-/// the mirror's `name` by offset, and the dead letters' offsets.
+/// JSON records (offset, record key, value; `None`: a tombstone) mirrored in upsert
+/// mode keyed by the value field `key`: the mirror's `name` by offset, and the dead
+/// letters' offsets.
 async fn upserted_by(
     key: &str,
-    records: Vec<kfs_segment::OwnedRecord>,
+    records: &[(i64, &str, Option<&str>)],
 ) -> Result<(BTreeMap<i64, String>, Vec<i64>), BoxError> {
     let local = Local::open().await?;
     let naming = TableNaming {
@@ -476,7 +468,13 @@ async fn upserted_by(
         ..TableNaming::default()
     };
     naming.validate()?;
-    local.put_records(TOPIC, records)?;
+    let records = records
+        .iter()
+        .map(|(offset, key, value)| kfs_segment::OwnedRecord {
+            key: Some(key.as_bytes().to_vec()),
+            ..record(*offset, 0, value.map(str::to_owned))
+        });
+    local.put_records(TOPIC, records.collect())?;
     let report = local.run(&naming).await?;
     assert!(!report.left_work(), "{report:?}");
     let letters = dead_letter_reasons(&local.catalog, &naming.table_for(TOPIC)).await?;
@@ -491,14 +489,15 @@ async fn upserted_by(
 /// no such field is a dead letter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_field_named_like_a_record_column_keys_by_the_values_field() -> TestResult {
+    let (one, two) = (r#"{"offset":1}"#, r#"{"offset":2}"#);
     let (rows, letters) = upserted_by(
         "offset",
-        vec![
-            json_record(0, r#"{"offset":1}"#, Some(r#"{"offset":1,"name":"a"}"#)),
-            json_record(1, r#"{"offset":2}"#, Some(r#"{"offset":2,"name":"b"}"#)),
-            json_record(2, r#"{"offset":1}"#, Some(r#"{"offset":1,"name":"a2"}"#)),
-            json_record(3, r#"{"offset":2}"#, None),
-            json_record(4, r#"{"id":2}"#, None),
+        &[
+            (0, one, Some(r#"{"offset":1,"name":"a"}"#)),
+            (1, two, Some(r#"{"offset":2,"name":"b"}"#)),
+            (2, one, Some(r#"{"offset":1,"name":"a2"}"#)),
+            (3, two, None),
+            (4, r#"{"id":2}"#, None),
         ],
     )
     .await?;
@@ -512,16 +511,16 @@ async fn a_key_field_named_like_a_record_column_keys_by_the_values_field() -> Te
 /// nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_field_of_fractions_keys_no_row_and_its_tombstones_are_dead_letters() -> TestResult {
+    let half = r#"{"ratio":0.5}"#;
     let (rows, letters) = upserted_by(
         "ratio",
-        vec![
-            json_record(0, r#"{"ratio":0.5}"#, Some(r#"{"ratio":0.5,"name":"x"}"#)),
-            json_record(1, r#"{"ratio":0.5}"#, Some(r#"{"ratio":0.5,"name":"y"}"#)),
-            json_record(2, r#"{"ratio":0.5}"#, None),
+        &[
+            (0, half, Some(r#"{"ratio":0.5,"name":"x"}"#)),
+            (1, half, Some(r#"{"ratio":0.5,"name":"y"}"#)),
+            (2, half, None),
         ],
     )
     .await?;
-    assert_eq!(rows, rows_of(&[(0, "x"), (1, "y")]));
-    assert_eq!(letters, [2]);
+    assert_eq!((rows, letters), (rows_of(&[(0, "x"), (1, "y")]), vec![2]));
     Ok(())
 }

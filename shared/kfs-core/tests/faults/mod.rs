@@ -7,11 +7,13 @@
 
 #![allow(dead_code, missing_docs)] // each test uses part of it
 
+mod mirror;
 pub mod outside;
 mod process;
 mod workload;
 mod wrappers;
 
+pub use mirror::*;
 pub use process::*;
 pub use workload::*;
 pub use wrappers::*;
