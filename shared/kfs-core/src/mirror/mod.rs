@@ -140,14 +140,17 @@ pub(crate) async fn carried_index(
     (removed, added): (&BTreeSet<String>, &[DataFile]),
     snapshot: (i64, i64),
 ) -> Result<Vec<iceberg::TableUpdate>> {
-    if !crate::table::mode_of(table).is_ok_and(|mode| mode.mirrors()) {
+    let Some(mode) = crate::table::mode_of(table)
+        .ok()
+        .filter(|mode| mode.mirrors())
+    else {
         return Ok(Vec::new());
-    }
+    };
     let Some(mut index) = index::load(table).await? else {
         return Ok(Vec::new());
     };
     index.remove_files(removed);
-    let key_columns = KeyColumns::of(table)?;
+    let key_columns = KeyColumns::of_mode(table, mode)?;
     for file in added {
         for (key, row) in read_rows(table, file.file_path(), &key_columns).await?.rows {
             index.insert(key, &row);

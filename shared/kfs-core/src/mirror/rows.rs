@@ -40,7 +40,11 @@ pub(super) enum KeyColumns {
 impl KeyColumns {
     /// How `table`'s rows are keyed; refuses key fields the table has no column for.
     pub(super) fn of(table: &Table) -> Result<Self> {
-        let mode = crate::table::mode_of(table)?;
+        Self::of_mode(table, crate::table::mode_of(table)?)
+    }
+
+    /// How `table`'s rows are keyed by `mode` (the table's, read by the caller).
+    pub(super) fn of_mode(table: &Table, mode: kfs_plan::mode::ModeSetting) -> Result<Self> {
         if mode.key_fields.is_empty() {
             return Ok(Self::Record);
         }
