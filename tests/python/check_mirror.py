@@ -12,7 +12,7 @@ from another partition with an earlier timestamp in a later one). With `--key-fi
 fields of the JSON value (each as text: strings as they are, integers in decimal,
 booleans), a tombstone's from its record key (a JSON object holding them, with or
 without the converter's schema wrapper; with one field a JSON scalar or the key's
-bytes, unless binary: a NUL byte); a value without them is kept, a tombstone naming
+bytes, if UTF-8 without control characters); a value without them is kept, a tombstone naming
 no key is no row (the converter sends it to the dead-letter table). The
 mirror is read with pyiceberg
 (`scan().to_arrow()`, which applies position deletes) and DuckDB's iceberg extension.
@@ -31,6 +31,7 @@ import bisect
 import json
 import sys
 import time
+import unicodedata
 from collections import Counter
 from pathlib import Path
 
@@ -92,8 +93,13 @@ def record_key_fields(key: bytes | None, fields: list[str]):
     text = field_text(parsed) if parsed is not None else None
     if text is not None:
         return (text,)
-    # A binary key (a NUL byte: a registry frame, a serialized number) names none.
-    return None if b"\0" in key else (key,)
+    # A raw key names a text field as UTF-8 without control characters; a binary key
+    # (a registry frame, a serialized number) names none.
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if any(unicodedata.category(c) == "Cc" for c in text) else (key,)
 
 
 def keys_of(log, key_fields: list[str] | None) -> list:

@@ -207,11 +207,11 @@ async fn json_events_mirrored(key: Option<&str>, rekeyed: Option<&str>) -> TestR
             event(11, 1, "t", None, None, false),
             record(12, 1, Some("{\"id\": 1}".into())),
             event(13, 4, "u", Some("dee"), Some("dee two"), false),
-            // A tombstone whose key holds no `id`: keyed by `id`, a dead letter (it
-            // would delete nothing); keyed by the record key, a key with no row.
+            // A delete whose key holds no `id`: keyed by `id`, a dead letter (it would
+            // delete nothing); keyed by the record key, a key with no row.
             kfs_segment::OwnedRecord {
                 key: Some(br#"{"other":1}"#.to_vec()),
-                ..record(14, 1, None)
+                ..event(14, 1, "d", Some("anna"), None, false)
             },
         ],
     )?;

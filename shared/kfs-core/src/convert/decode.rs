@@ -228,7 +228,7 @@ pub(crate) fn decode_into(
 /// whether they are Debezium change events (a `cdc` table: the `after` image's fields
 /// are the columns), and, for a mirror keyed by value fields, how a delete names its
 /// key.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JsonReading {
     /// The columns were declared: fields without one are not written.
     pub declared: bool,
@@ -238,7 +238,7 @@ pub struct JsonReading {
     pub cdc: bool,
     /// The mirror's key fields, when it is keyed by value fields: a delete naming no
     /// key is refused (for the dead-letter table).
-    deletes: Option<crate::mirror::DeleteKeys>,
+    delete_keys: Option<crate::mirror::DeleteKeys>,
 }
 
 /// What a value's row holds: its fields, and for a change event the `after` image
@@ -255,7 +255,7 @@ impl JsonReading {
             declared: crate::table::declared_columns(table),
             caps: kfs_values::json::ColumnCaps::of(table),
             cdc: crate::table::reads_changes(table),
-            deletes: crate::mirror::DeleteKeys::of(table),
+            delete_keys: crate::mirror::DeleteKeys::of(table),
         }
     }
 
@@ -276,7 +276,7 @@ impl JsonReading {
         };
         if deletes
             && let Some(reason) = self
-                .deletes
+                .delete_keys
                 .as_ref()
                 .and_then(|keys| keys.unnamed(record.key, None))
         {

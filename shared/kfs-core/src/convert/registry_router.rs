@@ -36,7 +36,7 @@ pub(crate) struct RegistryRouter {
     changes: bool,
     /// The mirror's key fields, when it is keyed by value fields: a delete naming no
     /// key is a dead letter.
-    deletes: Option<crate::mirror::DeleteKeys>,
+    delete_keys: Option<crate::mirror::DeleteKeys>,
 }
 
 impl RegistryRouter {
@@ -76,7 +76,7 @@ impl RegistryRouter {
             key_writers,
             key_column,
             changes: crate::table::reads_changes(table),
-            deletes: crate::mirror::DeleteKeys::of(table),
+            delete_keys: crate::mirror::DeleteKeys::of(table),
         })
     }
 
@@ -89,6 +89,17 @@ impl RegistryRouter {
             (Some(value), false) => decode_framed(&self.writers, value, (&self.payload_type, true))
                 .map(|(row, bytes)| (Some(row), bytes)),
         }
+    }
+
+    /// Why a delete whose record key is `key` (decoded: `decoded`) names no key of a
+    /// mirror keyed by fields; `None` when it names one, or the mirror is keyed by the
+    /// record key.
+    fn unnamed_delete(&self, key: Option<&[u8]>, decoded: &Cell) -> Option<String> {
+        let decoded_type = self
+            .key_column
+            .as_ref()
+            .map(|(key_type, _)| (decoded, key_type));
+        self.delete_keys.as_ref()?.unnamed(key, decoded_type)
     }
 
     /// The `key_fields` cell of `key` (null when keys are not decoded, or the key is
@@ -119,18 +130,12 @@ impl RecordRouter for RegistryRouter {
             .row(record.value)
             .and_then(|row| Ok((row, self.key_cell(record.key)?)))
         {
-            Ok(((None, _), (key, _)))
-                if let Some(reason) = self.deletes.as_ref().and_then(|keys| {
-                    let decoded = self
-                        .key_column
-                        .as_ref()
-                        .map(|(key_type, _)| (&key, key_type));
-                    keys.unnamed(record.key, decoded)
-                }) =>
-            {
-                self.out.refuse((topic, partition), record, &reason)
-            }
             Ok(((row, value_bytes), (key, key_bytes))) => {
+                if row.is_none()
+                    && let Some(reason) = self.unnamed_delete(record.key, &key)
+                {
+                    return self.out.refuse((topic, partition), record, &reason);
+                }
                 // A tombstone or a delete (no row): null payload columns and a null value.
                 let written = Record {
                     value: row.is_some().then_some(record.value).flatten(),

@@ -31,6 +31,7 @@ pub(super) async fn convert_json_segment(
         let schema = table.metadata().current_schema().clone();
         let last_column_id = table.metadata().last_column_id();
         let reading = crate::convert::JsonReading::of(&table);
+        let reading_scanned = reading.clone();
         let scanned = {
             let reader = crate::convert::StreamReader::new(passes.open().await?);
             let key = input.key.clone();
@@ -61,6 +62,12 @@ pub(super) async fn convert_json_segment(
                     })));
                 }
             }
+        }
+        // The table read anew by the schema change (an operator may have changed its
+        // key meanwhile) reads its values as the scan did, or it is scanned again: the
+        // scan's count of refusals decides whether the dead-letter table is opened.
+        if crate::convert::JsonReading::of(&table) != reading_scanned {
+            return Ok(Attempt::Raced(Box::new(table)));
         }
         let dead_letter_table = if scan.rejected > 0 {
             Some(open_dead_letter_table(access, &target.name, &table).await?)

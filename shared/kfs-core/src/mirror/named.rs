@@ -7,13 +7,16 @@
 
 use arrow_schema::DataType;
 use iceberg::table::Table;
+use kfs_plan::field_key::FieldKind;
 use kfs_values::cells::Cell;
 
 /// How the deletes of a mirror keyed by value fields name their key.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DeleteKeys {
     /// The key fields, as configured.
     fields: Vec<String>,
+    /// What their columns hold (empty before the columns exist: text).
+    kinds: Vec<FieldKind>,
 }
 
 impl DeleteKeys {
@@ -21,9 +24,15 @@ impl DeleteKeys {
     /// (a mirror keyed by the record key: a delete with a key names it).
     pub(crate) fn of(table: &Table) -> Option<Self> {
         let mode = crate::table::mode_of(table).ok()?;
-        (!mode.key_fields.is_empty()).then_some(Self {
-            fields: mode.key_fields,
-        })
+        if mode.key_fields.is_empty() {
+            return None;
+        }
+        let fields = mode.key_fields.clone();
+        let kinds = match super::rows::KeyColumns::of_mode(table, mode) {
+            Ok(super::rows::KeyColumns::Fields { kinds, .. }) => kinds,
+            _ => Vec::new(),
+        };
+        Some(Self { fields, kinds })
     }
 
     /// Why a delete whose record key is `key` names no key of the mirror, `decoded`
@@ -44,7 +53,7 @@ impl DeleteKeys {
                         cells
                             .get(at)
                             .is_some_and(|cell| !matches!(cell, Cell::Null))
-                            && super::rows::keys_by(types[at].data_type())
+                            && super::rows::kind_of(types[at].data_type()) != FieldKind::Unkeyed
                     })
             });
             if named {
@@ -57,12 +66,17 @@ impl DeleteKeys {
                 "a delete without a record key names no row of a mirror keyed by the value fields {fields}"
             ));
         };
-        if kfs_plan::field_key::from_record_key(key, &self.fields).is_some() {
+        if kfs_plan::field_key::from_record_key(key, &self.fields, &self.kinds).is_some() {
             return None;
         }
-        Some(format!(
-            "a delete whose record key names no row of a mirror keyed by the value fields {fields}: the key must hold them (a JSON object of every key field, a decoded registry key's fields, or with one key field its text); a binary key, such as a registry frame, needs key_format registry"
-        ))
+        Some(match decoded {
+            Some(_) => format!(
+                "a delete whose decoded key lacks a value of the key fields {fields} (null, missing, or a type no key is made of) names no row of the mirror keyed by them"
+            ),
+            None => format!(
+                "a delete whose record key names no row of a mirror keyed by the value fields {fields}: the key must hold them as their columns do (a JSON object of every key field, or with one key field its text: an integer's digits, true or false, text without control characters); a binary key, such as a registry frame, needs key_format registry"
+            ),
+        })
     }
 }
 
@@ -74,6 +88,7 @@ mod tests {
     fn by(fields: &[&str]) -> DeleteKeys {
         DeleteKeys {
             fields: fields.iter().map(|f| (*f).to_owned()).collect(),
+            kinds: Vec::new(),
         }
     }
 

@@ -12,7 +12,7 @@ use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StructAr
 use arrow_schema::{DataType, TimeUnit};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
-use kfs_plan::field_key;
+use kfs_plan::field_key::{self, FieldKind};
 use kfs_plan::key_index::IndexedRow;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -34,6 +34,8 @@ pub(super) enum KeyColumns {
         fields: Vec<String>,
         /// The top-level column of each.
         columns: Vec<String>,
+        /// What each column holds: which record keys can name it.
+        kinds: Vec<FieldKind>,
     },
 }
 
@@ -49,10 +51,11 @@ impl KeyColumns {
             return Ok(Self::Record);
         }
         let schema = table.metadata().current_schema();
-        let mut columns = Vec::new();
+        let arrow = crate::table::arrow_schema(schema)?;
+        let (mut columns, mut kinds) = (Vec::new(), Vec::new());
         for field in &mode.key_fields {
             let column = kfs_values::layout::column_for(field, true).into_owned();
-            if schema.field_by_name(&column).is_none() {
+            let Ok(held) = arrow.field_with_name(&column) else {
                 let names: Vec<&str> = schema
                     .as_struct()
                     .fields()
@@ -68,12 +71,14 @@ impl KeyColumns {
                         kfs_plan::mode::UPSERT_KEY_PROPERTY
                     ),
                 ));
-            }
+            };
+            kinds.push(kind_of(held.data_type()));
             columns.push(column);
         }
         Ok(Self::Fields {
             fields: mode.key_fields,
             columns,
+            kinds,
         })
     }
 
@@ -192,6 +197,8 @@ struct RowKeys<'a> {
     record: &'a dyn Array,
     /// The key fields (empty: keyed by the record key).
     fields: &'a [String],
+    /// What their columns hold.
+    kinds: &'a [FieldKind],
     /// The key fields' columns (`None`: the file has no such column).
     values: Vec<Option<&'a ArrayRef>>,
     /// The decoded record key (`key_fields`), when the file has it.
@@ -200,10 +207,15 @@ struct RowKeys<'a> {
 
 impl<'a> RowKeys<'a> {
     fn new(batch: &'a RecordBatch, keys: &'a KeyColumns, record: &'a dyn Array) -> Self {
-        let (fields, values) = match keys {
-            KeyColumns::Record => (&[][..], Vec::new()),
-            KeyColumns::Fields { fields, columns } => (
+        let (fields, kinds, values) = match keys {
+            KeyColumns::Record => (&[][..], &[][..], Vec::new()),
+            KeyColumns::Fields {
+                fields,
+                columns,
+                kinds,
+            } => (
                 fields.as_slice(),
+                kinds.as_slice(),
                 columns.iter().map(|c| batch.column_by_name(c)).collect(),
             ),
         };
@@ -213,6 +225,7 @@ impl<'a> RowKeys<'a> {
         Self {
             record,
             fields,
+            kinds,
             values,
             decoded,
         }
@@ -239,7 +252,7 @@ impl<'a> RowKeys<'a> {
                 return Ok(Some(key));
             }
         }
-        Ok(record.and_then(|key| field_key::from_record_key(key, self.fields)))
+        Ok(record.and_then(|key| field_key::from_record_key(key, self.fields, self.kinds)))
     }
 
     /// The key of the cells `parts` (`None`: no such column).
@@ -263,30 +276,18 @@ fn record_key(column: &dyn Array, row: usize) -> std::result::Result<Option<&[u8
     }
 }
 
-/// Whether the cells of `data_type` key a row ([`cell_text`] gives them a text).
-pub(super) fn keys_by(data_type: &DataType) -> bool {
+/// What the cells of `data_type` key a row by ([`cell_text`] gives every kind but
+/// [`FieldKind::Unkeyed`] a text, one a cell of that kind could have).
+pub(super) fn kind_of(data_type: &DataType) -> FieldKind {
     use DataType::*;
-    matches!(
-        data_type,
-        Utf8 | LargeUtf8
-            | Utf8View
-            | Binary
-            | LargeBinary
-            | FixedSizeBinary(_)
-            | Boolean
-            | Int8
-            | Int16
-            | Int32
-            | Int64
-            | UInt8
-            | UInt16
-            | UInt32
-            | UInt64
-            | Date32
-            | Date64
-            | Timestamp(..)
-            | Decimal128(..)
-    )
+    match data_type {
+        Utf8 | LargeUtf8 | Utf8View | Decimal128(..) => FieldKind::Text,
+        Binary | LargeBinary | FixedSizeBinary(_) => FieldKind::Bytes,
+        Boolean => FieldKind::Boolean,
+        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 | Date32 | Date64
+        | Timestamp(..) => FieldKind::Integer,
+        _ => FieldKind::Unkeyed,
+    }
 }
 
 /// The text a key field's cell keys by ([`kfs_plan::field_key`]): integers, dates and
@@ -342,22 +343,41 @@ fn cell_text(column: &dyn Array, row: usize) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
     use arrow_array::{
-        BooleanArray, Date32Array, Decimal128Array, Float64Array, ListArray, StringArray,
-        Time64MicrosecondArray, TimestampMicrosecondArray, UInt8Array,
+        BinaryArray, BooleanArray, Date32Array, Date64Array, Decimal128Array, FixedSizeBinaryArray,
+        Float32Array, Float64Array, Int8Array, Int16Array, LargeBinaryArray, LargeStringArray,
+        ListArray, StringArray, StringViewArray, Time64MicrosecondArray, TimestampMicrosecondArray,
+        TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray, UInt8Array,
+        UInt16Array, UInt32Array, UInt64Array,
     };
     use std::sync::Arc;
 
     #[test]
-    fn the_types_that_key_a_row_are_those_given_a_text()
+    fn the_types_that_key_a_row_are_those_given_a_text_of_their_kind()
     -> std::result::Result<(), arrow_schema::ArrowError> {
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(vec!["a"])),
+            Arc::new(LargeStringArray::from(vec!["a"])),
+            Arc::new(StringViewArray::from(vec!["a"])),
+            Arc::new(BinaryArray::from(vec![&b"\0a"[..]])),
+            Arc::new(LargeBinaryArray::from(vec![&b"\0a"[..]])),
+            Arc::new(FixedSizeBinaryArray::try_from_iter([[0u8, 7]].into_iter())?),
             Arc::new(BooleanArray::from(vec![true])),
+            Arc::new(Int8Array::from(vec![-7])),
+            Arc::new(Int16Array::from(vec![7])),
             Arc::new(Int32Array::from(vec![7])),
+            Arc::new(Int64Array::from(vec![i64::MIN])),
             Arc::new(UInt8Array::from(vec![7])),
-            Arc::new(Date32Array::from(vec![7])),
+            Arc::new(UInt16Array::from(vec![7])),
+            Arc::new(UInt32Array::from(vec![7])),
+            Arc::new(UInt64Array::from(vec![u64::MAX])),
+            Arc::new(Date32Array::from(vec![-7])),
+            Arc::new(Date64Array::from(vec![7])),
+            Arc::new(TimestampSecondArray::from(vec![7])),
+            Arc::new(TimestampMillisecondArray::from(vec![7])),
             Arc::new(TimestampMicrosecondArray::from(vec![7])),
+            Arc::new(TimestampNanosecondArray::from(vec![7])),
             Arc::new(Decimal128Array::from(vec![725]).with_precision_and_scale(5, 2)?),
+            Arc::new(Float32Array::from(vec![0.5])),
             Arc::new(Float64Array::from(vec![0.5])),
             Arc::new(Time64MicrosecondArray::from(vec![7])),
             Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
@@ -365,12 +385,17 @@ mod tests {
             ])),
         ];
         for column in &columns {
+            let kind = kind_of(column.data_type());
+            let text = cell_text(column.as_ref(), 0);
             assert_eq!(
-                keys_by(column.data_type()),
-                cell_text(column.as_ref(), 0).is_some(),
+                kind != FieldKind::Unkeyed,
+                text.is_some(),
                 "{}",
                 column.data_type()
             );
+            if let Some(text) = text {
+                assert!(kind.holds(&text), "{}: {text:?}", column.data_type());
+            }
         }
         Ok(())
     }
