@@ -5,10 +5,12 @@ read with pyiceberg; its records are folded here, per key, by the documented ord
 (a partition's records in offset order; one key's records from two partitions by
 timestamp, then partition and offset, when a commit sees them together: the log's
 commits, which took the same segments as the mirror's, each folded against the
-key's live row, as the mirror commits); a record with a null value deletes its key, a
+key's live row or, keyed by fields, the marker of its delete (for a day), as the
+mirror commits); a record with a null value deletes its key, a
 record without a key is kept as it is. It also prints how many rows the whole log
-folded at once in event order would change (a key deleted in one commit and changed
-from another partition with an earlier timestamp in a later one). With `--key-fields F[,F...]` the key is those
+folded at once in event order would change (keyed by the record key: a key deleted in
+one commit and changed from another partition with an earlier timestamp in a later
+one). With `--key-fields F[,F...]` the key is those
 fields of the JSON value (each as text: strings as they are, integers in decimal,
 booleans), a tombstone's from its record key (a JSON object holding them, with or
 without the converter's schema wrapper; with one field a JSON scalar or the key's
@@ -102,6 +104,11 @@ def record_key_fields(key: bytes | None, fields: list[str]):
     return None if any(unicodedata.category(c) == "Cc" for c in text) else (key,)
 
 
+# How long a mirror keyed by fields keeps a deleted key's marker behind a commit's
+# newest change (`kfs_plan::key_index::MARKER_RETENTION_MS`).
+MARKER_RETENTION_MS = 24 * 60 * 60 * 1000
+
+
 def keys_of(log, key_fields: list[str] | None) -> list:
     """Each record's key: its record key, or its key fields' (see the module)."""
     keys = log["key"].to_pylist()
@@ -137,10 +144,11 @@ def fold(log, skipped: frozenset = frozenset(), key_fields=None, commits=None) -
     not hold went to its dead-letter table and changed nothing.
 
     With `commits` (`commit_offsets`), folded as the mirror commits: each commit's
-    changes of a key against the key's live row only (a key deleted by an earlier
-    commit keeps no row to compare with); without, the whole log at once, in event
-    order (what differs is a key's changes from two partitions that arrive in
-    different commits against their timestamps' order after a delete)."""
+    changes of a key against the key's live row, or keyed by fields its delete's
+    marker (a key deleted by an earlier commit keeps no row to compare with); without,
+    the whole log at once, in event order (what differs is a key's changes from two
+    partitions that arrive in different commits against their timestamps' order after
+    a delete, or after a marker's day)."""
     if skipped:
         import pyarrow as pa
 
@@ -175,6 +183,7 @@ def fold(log, skipped: frozenset = frozenset(), key_fields=None, commits=None) -
         batches.setdefault(commit_of(i), {}).setdefault(key, []).append(i)
     live: dict = {}
     for batch in sorted(batches):
+        newest = max(stamps[i] for changes in batches[batch].values() for i in changes)
         for key, changes in batches[batch].items():
             if key in live:
                 changes = changes + [live[key]]
@@ -185,12 +194,17 @@ def fold(log, skipped: frozenset = frozenset(), key_fields=None, commits=None) -
                     change, (partitions[winner], offsets[winner], stamps[winner])
                 ):
                     winner = i
-            if tombstones[winner]:
+            if tombstones[winner] and not key_fields:
                 live.pop(key, None)
             else:
+                # Keyed by fields, a delete stays as the key's marker (for a day).
                 live[key] = winner
+        if key_fields:
+            cutoff = newest - MARKER_RETENTION_MS
+            live = {k: i for k, i in live.items() if not tombstones[i] or stamps[i] >= cutoff}
     for i in live.values():
-        kept[(partitions[i], offsets[i])] += 1
+        if not tombstones[i]:
+            kept[(partitions[i], offsets[i])] += 1
     stats = {
         "records": len(keys),
         "keys": len({k for k in keys if k is not None}),

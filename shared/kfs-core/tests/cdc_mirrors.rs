@@ -524,3 +524,41 @@ async fn a_key_field_of_fractions_keys_no_row_and_its_tombstones_are_dead_letter
     assert_eq!((rows, letters), (rows_of(&[(0, "x"), (1, "y")]), vec![2]));
     Ok(())
 }
+
+/// A key of a field changed from two partitions, a commit apart: the delete committed
+/// first (partition 1, the latest timestamp then) is kept as a marker, so a change of
+/// the key committed later with an earlier timestamp (partition 0) is ordered against
+/// it and applied as event order says (not at all); a change after the delete is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_orders_a_later_committed_change_of_its_key_from_another_partition() -> TestResult
+{
+    let local = Local::open().await?;
+    let naming = TableNaming {
+        value_format: ValueFormat::Json,
+        mode: kfs_plan::mode::ModeSetting::parse("upsert", Some("id"))?,
+        ..TableNaming::default()
+    };
+    let change = |offset: i64, at_ms: i64, name: Option<&str>| kfs_segment::OwnedRecord {
+        offset,
+        timestamp_ms: 1_700_000_000_000 + at_ms,
+        key: Some(br#"{"id":1}"#.to_vec()),
+        value: name.map(|name| format!(r#"{{"id":1,"name":"{name}"}}"#).into_bytes()),
+        headers: vec![],
+    };
+    local.put_records_at(TOPIC, 0, vec![change(0, 100, Some("a"))])?;
+    local.put_records_at(TOPIC, 1, vec![change(0, 300, None)])?;
+    local.run(&naming).await?;
+    assert_eq!(names(&local, &naming).await?, rows_of(&[]));
+    // Partition 0's next change is older than the delete: event order deletes it.
+    local.put_records_at(TOPIC, 0, vec![change(1, 200, Some("c"))])?;
+    local.run(&naming).await?;
+    assert_eq!(names(&local, &naming).await?, rows_of(&[]));
+    // Through a compaction (the marker kept, its row rewritten away), a newer change
+    // of partition 1 applies.
+    local.compact(&naming.table_for(TOPIC)).await?;
+    local.put_records_at(TOPIC, 1, vec![change(1, 400, Some("d"))])?;
+    let report = local.run(&naming).await?;
+    assert!(!report.left_work(), "{report:?}");
+    assert_eq!(names(&local, &naming).await?, rows_of(&[(1, "d")]));
+    Ok(())
+}

@@ -3,6 +3,13 @@
 //! by (partition, offset, timestamp) and whether it is a tombstone. A commit that
 //! finds its keys' rows here reads no data file but its own new ones.
 //!
+//! A tombstone's row is a *marker*: a deleted key's last change, which a mirror keyed
+//! by value fields keeps (a key's changes may come from several partitions), so that
+//! a change of the key committed later is ordered against the delete rather than
+//! applied as the key's first. It names the deleted tombstone row, or no file
+//! ([`MARKER_FILE`]) once a compaction rewrote that row away; markers older than
+//! [`MARKER_RETENTION_MS`] behind a commit's newest change are let go.
+//!
 //! Pure logic: the index as data, its blob encoding (what the committer stores in a
 //! Puffin file beside the table, blob type [`BLOB_TYPE`], named with the snapshot it
 //! describes by the table's properties [`INDEX_PATH_PROPERTY`] and
@@ -70,6 +77,14 @@ pub fn index_properties(
         ),
     ]
 }
+
+/// The file a marker names once its tombstone row is rewritten away: none.
+pub const MARKER_FILE: &str = "";
+
+/// How long (by record timestamps) a marker is kept behind the newest change a commit
+/// applies: a day, as Kafka keeps a compacted topic's tombstones
+/// (`delete.retention.ms`). A change older than that against a delete is applied.
+pub const MARKER_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// The encoding's version byte.
 const VERSION: u8 = 1;
@@ -139,7 +154,8 @@ impl KeyIndex {
         self.rows.remove(key);
     }
 
-    /// Forgets every row that lies in one of `files` (rewritten away by a compaction).
+    /// Forgets every row that lies in one of `files` (rewritten away by a compaction);
+    /// a marker there is kept, naming no file ([`MARKER_FILE`]).
     pub fn remove_files(&mut self, files: &std::collections::BTreeSet<String>) {
         let gone: std::collections::HashSet<u32> = files
             .iter()
@@ -148,10 +164,34 @@ impl KeyIndex {
         if gone.is_empty() {
             return;
         }
+        let no_file = self.file_number(MARKER_FILE);
         self.rows.retain(|_, rows| {
-            rows.retain(|slot| !gone.contains(&slot.file));
+            rows.retain_mut(|slot| match (gone.contains(&slot.file), slot.tombstone) {
+                (false, _) => true,
+                (true, true) => {
+                    (slot.file, slot.position) = (no_file, 0);
+                    true
+                }
+                (true, false) => false,
+            });
             !rows.is_empty()
         });
+    }
+
+    /// Lets go of the markers older than `cutoff_ms` (a record timestamp).
+    pub fn forget_markers_before(&mut self, cutoff_ms: i64) {
+        self.rows.retain(|_, rows| {
+            rows.retain(|slot| !slot.tombstone || slot.timestamp_ms >= cutoff_ms);
+            !rows.is_empty()
+        });
+    }
+
+    /// The index without its markers: the live rows alone (what a read of the table's
+    /// files finds).
+    pub fn live(&self) -> Self {
+        let mut live = self.clone();
+        live.forget_markers_before(i64::MAX);
+        live
     }
 
     /// How many keys have live rows.

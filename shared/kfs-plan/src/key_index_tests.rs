@@ -33,9 +33,25 @@ fn an_index_reads_back_what_it_holds() -> Result<(), String> {
     assert_eq!((decoded.keys(), decoded.rows()), (3, 4));
     let mut rewritten = index.clone();
     rewritten.remove_files(&["s3://b/t/data/1.parquet".to_owned()].into_iter().collect());
-    assert_eq!(rewritten.rows_of(b"b").len(), 1);
+    // The live row in the file is forgotten; the marker (a tombstone) is kept, naming
+    // no file.
+    let b = rewritten.rows_of(b"b");
+    assert_eq!(b.len(), 2);
+    assert!(
+        b.iter()
+            .any(|r| r.tombstone && r.file == MARKER_FILE && r.offset == 12)
+    );
     assert!(rewritten.rows_of(b"a").is_empty());
-    assert_eq!((rewritten.keys(), rewritten.rows()), (2, 2));
+    assert_eq!((rewritten.keys(), rewritten.rows()), (2, 3));
+    assert_eq!(
+        listed(&KeyIndex::decode(&rewritten.encode())?),
+        listed(&rewritten)
+    );
+    // Markers are let go of by age, and left out of the live rows.
+    let mut aged = rewritten.clone();
+    aged.forget_markers_before(1_700_000_000_000 + 13);
+    assert_eq!((aged.keys(), aged.rows()), (2, 2));
+    assert_eq!(rewritten.live().encode(), aged.encode());
     index.remove(b"b");
     assert!(index.rows_of(b"b").is_empty());
     // A file no row lies in any more is not written.

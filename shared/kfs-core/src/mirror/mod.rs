@@ -31,7 +31,7 @@ use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 use kfs_parquet::PositionDeletes;
 use kfs_plan::changes::{Action, Change, fold};
-use kfs_plan::key_index::KeyIndex;
+use kfs_plan::key_index::{KeyIndex, MARKER_RETENTION_MS};
 
 /// What a commit to a mirror changes besides its new files.
 #[derive(Debug, Default)]
@@ -64,6 +64,8 @@ pub async fn supersede_with(
     indexed: bool,
 ) -> Result<Superseded> {
     let key_columns = KeyColumns::of(table)?;
+    // A key of fields may change in several partitions: its delete is kept as a marker.
+    let markers = matches!(key_columns, KeyColumns::Fields { .. });
     let mut rows: Vec<Row> = Vec::new();
     let mut deletes = PositionDeletes::new();
     let added_paths: BTreeSet<&str> = added.iter().map(DataFile::file_path).collect();
@@ -77,6 +79,8 @@ pub async fn supersede_with(
                 .extend(read.keyless_tombstones);
         }
     }
+    // Rows past `fresh` are the index's: their deletes are in the table already.
+    let fresh = rows.len();
     let keys: HashSet<Vec<u8>> = rows.iter().map(|(key, _)| key.clone()).collect();
     let found = match indexed {
         true => index::load(table).await?,
@@ -105,22 +109,31 @@ pub async fn supersede_with(
         timestamp_ms: row.timestamp_ms,
         source: None,
     });
+    // Each key's last change: its live row, or (keyed by fields) its delete's marker.
     let winners: BTreeSet<usize> = fold(changes)
         .into_values()
         .filter_map(|change| match change.action {
-            Action::Upsert(at) if !rows[at].1.tombstone => Some(at),
+            Action::Upsert(at) if markers || !rows[at].1.tombstone => Some(at),
             _ => None,
         })
         .collect();
+    let newest = rows[..fresh].iter().map(|(_, row)| row.timestamp_ms).max();
     for key in &keys {
         index.remove(key);
     }
     for (at, (key, row)) in rows.into_iter().enumerate() {
-        if winners.contains(&at) {
+        // A marker's row is deleted already; a tombstone, a row superseded, is deleted.
+        let marker = at >= fresh && row.tombstone;
+        let wins = winners.contains(&at);
+        if wins {
             index.insert(key, &row);
-        } else {
+        }
+        if !marker && (!wins || row.tombstone) {
             deletes.entry(row.file).or_default().insert(row.position);
         }
+    }
+    if let Some(newest) = newest.filter(|_| markers) {
+        index.forget_markers_before(newest.saturating_sub(MARKER_RETENTION_MS));
     }
     Ok(Superseded {
         deletes,

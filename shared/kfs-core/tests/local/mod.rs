@@ -110,6 +110,17 @@ impl Local {
         self.put_records_in("ns", topic, base, records)
     }
 
+    /// Uploads a segment of `topic` partition `partition` holding `records` as they are.
+    pub fn put_records_at(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: Vec<kfs_segment::OwnedRecord>,
+    ) -> Result<SegmentKey, BoxError> {
+        let base = records.first().map_or(0, |r| r.offset);
+        self.put_segment(("ns", topic, partition), base, records)
+    }
+
     fn put_records_in(
         &self,
         namespace: &str,
@@ -117,10 +128,19 @@ impl Local {
         base: i64,
         records: Vec<kfs_segment::OwnedRecord>,
     ) -> Result<SegmentKey, BoxError> {
+        self.put_segment((namespace, topic, 0), base, records)
+    }
+
+    fn put_segment(
+        &self,
+        (namespace, topic, partition): (&str, &str, i32),
+        base: i64,
+        records: Vec<kfs_segment::OwnedRecord>,
+    ) -> Result<SegmentKey, BoxError> {
         let key = SegmentKey {
             namespace: namespace.into(),
             topic: topic.into(),
-            partition: 0,
+            partition,
             base_offset: base,
         };
         let segment = encode_records(records, Compression::Zstd)?;
