@@ -7,7 +7,7 @@ use super::passes::{SegmentPasses, scanning};
 use super::schema_race::{Attempt, Evolved, evolve, racing};
 use super::target::{Conversion, TopicTable, open_dead_letter_table};
 use crate::convert::{
-    ConvertError, SegmentInput, ValueColumns, convert_segment, scan_json_segment,
+    ConvertError, JsonReading, SegmentInput, ValueColumns, convert_segment, scan_json_segment,
 };
 use crate::error::PipelineError;
 use crate::source::{SegmentSource, SourceObject};
@@ -30,8 +30,8 @@ pub(super) async fn convert_json_segment(
     racing(&target.name, target.table.clone(), async |mut table| {
         let schema = table.metadata().current_schema().clone();
         let last_column_id = table.metadata().last_column_id();
-        let reading = crate::convert::JsonReading::of(&table);
-        let reading_scanned = reading.clone();
+        let reading = JsonReading::of(&table);
+        let scanned_with = reading.clone();
         let scanned = {
             let reader = crate::convert::StreamReader::new(passes.open().await?);
             let key = input.key.clone();
@@ -46,6 +46,12 @@ pub(super) async fn convert_json_segment(
         };
         if let Some(evolved) = &scan.evolved {
             match evolve(access, &target.name, &table, evolved.clone()).await? {
+                // The table read anew (an operator may have changed its key meanwhile)
+                // reads its values as the scan did, or it is scanned again: the scan's
+                // count of refusals decides whether the dead-letter table is opened.
+                Evolved::Updated(updated) if JsonReading::of(&updated) != scanned_with => {
+                    return Ok(Attempt::Raced(Box::new(updated)));
+                }
                 Evolved::Updated(updated) => table = updated,
                 // Another converter changed the schema first: scan against its schema.
                 Evolved::Raced(now) => return Ok(Attempt::Raced(now)),
@@ -62,12 +68,6 @@ pub(super) async fn convert_json_segment(
                     })));
                 }
             }
-        }
-        // The table read anew by the schema change (an operator may have changed its
-        // key meanwhile) reads its values as the scan did, or it is scanned again: the
-        // scan's count of refusals decides whether the dead-letter table is opened.
-        if crate::convert::JsonReading::of(&table) != reading_scanned {
-            return Ok(Attempt::Raced(Box::new(table)));
         }
         let dead_letter_table = if scan.rejected > 0 {
             Some(open_dead_letter_table(access, &target.name, &table).await?)
