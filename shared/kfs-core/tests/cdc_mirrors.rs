@@ -66,6 +66,15 @@ fn record(offset: i64, id: i64, value: Option<String>) -> kfs_segment::OwnedReco
 
 /// The `name` column of the mirror, by offset.
 async fn names(local: &Local, naming: &TableNaming) -> Result<BTreeMap<i64, String>, BoxError> {
+    text_by_offset(local, naming, "name").await
+}
+
+/// The text column `column` of the mirror, by offset (a null as the empty text).
+async fn text_by_offset(
+    local: &Local,
+    naming: &TableNaming,
+    column: &str,
+) -> Result<BTreeMap<i64, String>, BoxError> {
     use arrow_array::cast::AsArray;
     let table = local
         .catalog
@@ -73,7 +82,7 @@ async fn names(local: &Local, naming: &TableNaming) -> Result<BTreeMap<i64, Stri
         .await?;
     let batches: Vec<arrow_array::RecordBatch> = table
         .scan()
-        .select(["offset", "name"])
+        .select(["offset", column])
         .build()?
         .to_arrow()
         .await?
@@ -102,15 +111,22 @@ fn rows_of(rows: &[(i64, &str)]) -> BTreeMap<i64, String> {
 /// 11, 12; the last refused for `no_event`) in the dead-letter table, and, when
 /// `keyed_by_fields`, the delete whose key names none of them (offset 14), every reader
 /// reading exactly those rows, before and after a compaction that leaves no delete
-/// file.
+/// file. Each row holds its event's source position (`lsn` `lsn_base` + its offset).
 async fn mirrors_the_second_round(
     local: &Local,
     naming: &TableNaming,
     (no_event, keyed_by_fields): (&str, bool),
+    lsn_base: i64,
 ) -> TestResult {
     let name = naming.table_for(TOPIC);
     let rows = rows_of(&[(3, "anna"), (9, "bo again"), (13, "dee two")]);
     assert_eq!(names(local, naming).await?, rows);
+    let positions: BTreeMap<i64, String> = rows
+        .keys()
+        .map(|offset| (*offset, format!("lsn:{}", lsn_base + offset)))
+        .collect();
+    let column = kfs_values::layout::SOURCE_POSITION_COLUMN;
+    assert_eq!(text_by_offset(local, naming, column).await?, positions);
     let letters = dead_letter_reasons(&local.catalog, &name).await?;
     let refused: &[i64] = match keyed_by_fields {
         true => &[10, 11, 12, 14],
@@ -222,6 +238,7 @@ async fn json_events_mirrored(key: Option<&str>, rekeyed: Option<&str>) -> TestR
         &local,
         &naming,
         ("no Debezium change event", keyed_by_fields),
+        1000,
     )
     .await
 }
@@ -451,7 +468,8 @@ async fn avro_events_mirrored(key: Option<&str>) -> TestResult {
     )?;
     let report = local.run_config(&config).await?;
     assert!(!report.left_work(), "{report:?}");
-    mirrors_the_second_round(&local, naming, ("no Debezium envelope", key.is_some())).await
+    let refused = ("no Debezium envelope", key.is_some());
+    mirrors_the_second_round(&local, naming, refused, 24_000_000).await
 }
 
 /// JSON records (offset, record key, value; `None`: a tombstone) mirrored in upsert

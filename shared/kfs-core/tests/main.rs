@@ -28,4 +28,5 @@ mod row_deltas;
 mod runs;
 mod safety;
 mod simulation;
+mod source_positions;
 mod vector_readers;

@@ -6,10 +6,12 @@
 //!
 //! Order. Changes of one partition apply in offset order (Kafka's own). Changes of one
 //! key from different partitions (a producer that re-keyed or re-partitioned) apply in
-//! the order of their source positions when both envelopes carry one (PostgreSQL's
-//! `lsn`, MySQL's binlog `file`, `pos` and `row`), else of their record timestamps,
-//! else of partition and offset. A batch is folded in its canonical order (partition,
-//! then offset), so every committer folds the same batch into the same result.
+//! the order of their source positions when both envelopes carry one of the same kind
+//! (PostgreSQL's `lsn`, MySQL's binlog `file`, `pos` and `row`), else of their record
+//! timestamps, else of partition and offset. A batch is folded in its canonical order
+//! (partition, then offset), so every committer folds the same batch into the same
+//! result. A mirror keeps each row's position in its `__source_position` column, in
+//! the text form [`SourcePosition::text`] writes and [`SourcePosition::parse`] reads.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -58,6 +60,56 @@ pub struct Change<K, V> {
     pub source: Option<SourcePosition>,
 }
 
+impl SourcePosition {
+    /// The position's text, as a mirror's `__source_position` column holds it:
+    /// `lsn:<lsn>`, or `binlog:<file>:<pos>:<row>`.
+    pub fn text(&self) -> String {
+        match self {
+            Self::Lsn(lsn) => format!("lsn:{lsn}"),
+            Self::Binlog { file, pos, row } => format!("binlog:{file}:{pos}:{row}"),
+        }
+    }
+
+    /// The position [`Self::text`] wrote; `Err` says why `text` is none (the file of a
+    /// binlog position may hold any character: its numbers are read from the end).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let number = |digits: &str| {
+            digits
+                .parse::<u64>()
+                .map_err(|_| format!("source position {text:?}: {digits:?} is no number"))
+        };
+        if let Some(lsn) = text.strip_prefix("lsn:") {
+            return Ok(Self::Lsn(number(lsn)?));
+        }
+        let binlog = text
+            .strip_prefix("binlog:")
+            .ok_or_else(|| format!("source position {text:?}: neither lsn: nor binlog:"))?;
+        let mut parts = binlog.rsplitn(3, ':');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(row), Some(pos), Some(file)) => Ok(Self::Binlog {
+                file: file.to_owned(),
+                pos: number(pos)?,
+                row: number(row)?,
+            }),
+            _ => Err(format!(
+                "source position {text:?}: a binlog position is file:pos:row"
+            )),
+        }
+    }
+
+    /// The order of two positions of the same kind (two log sequence numbers, two
+    /// binlog positions); `None` for positions of different databases' kinds, which
+    /// tell nothing of each other's order.
+    pub fn order(&self, other: &Self) -> Option<Ordering> {
+        match (self, other) {
+            (Self::Lsn(_), Self::Lsn(_)) | (Self::Binlog { .. }, Self::Binlog { .. }) => {
+                Some(self.cmp(other))
+            }
+            _ => None,
+        }
+    }
+}
+
 impl<K, V> Change<K, V> {
     /// Whether `self` applies after `earlier`, a change of the same key (see the
     /// module's order).
@@ -66,7 +118,7 @@ impl<K, V> Change<K, V> {
             return self.offset > earlier.offset;
         }
         let by_source = match (&self.source, &earlier.source) {
-            (Some(a), Some(b)) => a.cmp(b),
+            (Some(a), Some(b)) => a.order(b).unwrap_or(Ordering::Equal),
             _ => Ordering::Equal,
         };
         by_source
@@ -78,14 +130,25 @@ impl<K, V> Change<K, V> {
 
 /// The last change of each key among `changes`, folded in their canonical order
 /// (partition, then offset): the mirror's rows after applying them, a `Delete` for
-/// each key whose last change deletes it.
+/// each key whose last change deletes it. A change without a source position stands
+/// where its partition's previous change of the key stood (Debezium's tombstone, a
+/// null value after a delete event, takes its delete's position), and comes out of the
+/// fold with that position.
 pub fn fold<K: Ord + Clone, V>(
     changes: impl IntoIterator<Item = Change<K, V>>,
 ) -> BTreeMap<K, Change<K, V>> {
     let mut ordered: Vec<Change<K, V>> = changes.into_iter().collect();
     ordered.sort_by_key(|c| (c.partition, c.offset));
     let mut last: BTreeMap<K, Change<K, V>> = BTreeMap::new();
-    for change in ordered {
+    let mut positions: BTreeMap<(i32, K), SourcePosition> = BTreeMap::new();
+    for mut change in ordered {
+        let previous = (change.partition, change.key.clone());
+        match &change.source {
+            Some(source) => {
+                positions.insert(previous, source.clone());
+            }
+            None => change.source = positions.get(&previous).cloned(),
+        }
         match last.get(&change.key) {
             Some(current) if !change.supersedes(current) => {}
             _ => {
@@ -213,19 +276,33 @@ impl<R: Clone> Envelope<R> {
     }
 }
 
+/// What a change event leaves its key with: the row, and where the event stands in
+/// its source database's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangedRow<C> {
+    /// The row made from its `after` image; `None`: the event deletes the key.
+    pub row: Option<C>,
+    /// The envelope's source position, when it has one.
+    pub source: Option<SourcePosition>,
+}
+
 /// The row a change event leaves its key with, made by `row` from its `after` image
-/// (`None`: the event deletes the key), whatever the format `read` the envelope from;
-/// a value that is no envelope, a message or a truncate event is refused with the
-/// reason ([`Envelope::row_action`]).
+/// (`None`: the event deletes the key), with its source position, whatever the format
+/// `read` the envelope from; a value that is no envelope, a message or a truncate
+/// event is refused with the reason ([`Envelope::row_action`]).
 pub fn row_after<R: Clone, C>(
     read: Result<Envelope<R>, String>,
     row: impl FnOnce(R) -> Result<C, String>,
-) -> Result<Option<C>, String> {
+) -> Result<ChangedRow<C>, String> {
     let envelope = read.map_err(|e| format!("value is no Debezium change event: {e}"))?;
-    match envelope.row_action()? {
-        Action::Upsert(after) => row(after).map(Some),
-        Action::Delete => Ok(None),
-    }
+    let row = match envelope.row_action()? {
+        Action::Upsert(after) => Some(row(after)?),
+        Action::Delete => None,
+    };
+    Ok(ChangedRow {
+        row,
+        source: envelope.source,
+    })
 }
 
 /// Reads a Debezium value envelope (as the JSON converter writes it, with or without

@@ -60,7 +60,84 @@ fn across_partitions_the_source_position_then_the_timestamp_decide() {
         row,
     };
     assert!(binlog("mysql-bin.000002", 4, 0) > binlog("mysql-bin.000001", 900, 3));
+    // Positions of two kinds (two databases) tell nothing: the timestamps decide.
+    let (mut pg, mut my) = (change(1, Some(1), 0, 7), change(1, Some(2), 1, 3));
+    pg.source = Some(SourcePosition::Lsn(u64::MAX));
+    my.source = Some(binlog("mysql-bin.000001", 1, 0));
+    my.timestamp_ms = pg.timestamp_ms + 1;
+    assert!(my.supersedes(&pg) && !pg.supersedes(&my));
     assert!(binlog("mysql-bin.000001", 900, 3) > binlog("mysql-bin.000001", 900, 2));
+}
+
+/// Debezium's tombstone after a delete event has no source position: it stands at the
+/// delete's, so a change of another partition between the two positions loses to it
+/// whatever its timestamp, and one before the delete wins over neither.
+#[test]
+fn a_change_without_a_position_stands_at_its_partitions_previous_one() {
+    let at = |mut change: Change<u8, u32>, lsn: Option<u64>, ts: i64| {
+        change.source = lsn.map(SourcePosition::Lsn);
+        change.timestamp_ms = ts;
+        change
+    };
+    let delete = at(change(1, None, 1, 0), Some(300), 10);
+    let tombstone = at(change(1, None, 1, 1), None, 10);
+    let between = at(change(1, Some(7), 0, 5), Some(250), 99);
+    let folded = fold(vec![between.clone(), delete.clone(), tombstone.clone()]);
+    let last = folded
+        .get(&1)
+        .map(|c| (c.partition, c.offset, c.source.clone()));
+    assert_eq!(last, Some((1, 1, Some(SourcePosition::Lsn(300)))));
+    // Whose delete lost (an older position), its tombstone loses too.
+    let after = at(change(1, Some(8), 0, 5), Some(400), 0);
+    let folded = fold(vec![after, delete, tombstone]);
+    assert_eq!(
+        folded.get(&1).map(|c| c.action.clone()),
+        Some(Action::Upsert(8))
+    );
+    // Another key's position is not inherited.
+    let other = at(change(2, None, 1, 2), None, 10);
+    let folded = fold(vec![between, other]);
+    assert_eq!(folded.get(&2).and_then(|c| c.source.clone()), None);
+}
+
+#[test]
+fn a_source_position_reads_back_from_its_text() {
+    let binlog = SourcePosition::Binlog {
+        file: "bin:log.000001".into(),
+        pos: 154,
+        row: 2,
+    };
+    assert_eq!(binlog.text(), "binlog:bin:log.000001:154:2");
+    assert_eq!(SourcePosition::parse(&binlog.text()), Ok(binlog));
+    assert_eq!(SourcePosition::parse("lsn:7"), Ok(SourcePosition::Lsn(7)));
+    for bad in [
+        "",
+        "lsn:",
+        "lsn:-1",
+        "lsn:x",
+        "binlog:f:1",
+        "binlog:f:x:1",
+        "scn:5",
+    ] {
+        assert!(SourcePosition::parse(bad).is_err(), "{bad:?}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn every_source_position_reads_back_from_its_text(
+        lsn in any::<u64>(), file in ".*", pos in any::<u64>(), row in any::<u64>(),
+    ) {
+        let lsn = SourcePosition::Lsn(lsn);
+        prop_assert_eq!(SourcePosition::parse(&lsn.text()), Ok(lsn));
+        let binlog = SourcePosition::Binlog { file, pos, row };
+        prop_assert_eq!(SourcePosition::parse(&binlog.text()), Ok(binlog));
+    }
+
+    #[test]
+    fn no_text_makes_parse_panic(text in ".*") {
+        let _ = SourcePosition::parse(&text);
+    }
 }
 
 #[test]

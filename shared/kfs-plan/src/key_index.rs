@@ -1,6 +1,6 @@
 //! The mirror's key index: every live keyed row of a mirror table at one snapshot, by
 //! key: the data file and position it lies at, and what the fold of changes orders it
-//! by (partition, offset, timestamp) and whether it is a tombstone. A commit that
+//! by (partition, offset, timestamp, source position) and whether it is a tombstone. A commit that
 //! finds its keys' rows here reads no data file but its own new ones.
 //!
 //! A tombstone's row is a *marker*: a deleted key's last change, which a mirror keyed
@@ -17,11 +17,15 @@
 //! hostile or broken blob is refused with the byte position and the reason, never a
 //! panic or an allocation its bytes do not justify.
 //!
-//! Encoding (version 1; integers as LEB128 varints, signed ones zig-zag): the version
+//! Encoding (version 2; integers as LEB128 varints, signed ones zig-zag): the version
 //! byte, the count of files and each file's path (length, UTF-8 bytes), the count of
 //! keys, then per key in byte order: the key (length, bytes), its count of rows, and
-//! per row: file number, position, partition, offset, timestamp and the tombstone
-//! flag (0 or 1).
+//! per row: file number, position, partition, offset, timestamp, the tombstone flag
+//! (0 or 1) and the source position: 0 for none, 1 and a log sequence number, or 2
+//! and a binlog position (file as length and UTF-8 bytes, position, row). Version 1,
+//! which an older build wrote, is the same without source positions; it still reads.
+
+use crate::changes::SourcePosition;
 
 use std::collections::HashMap;
 
@@ -87,7 +91,10 @@ pub const MARKER_FILE: &str = "";
 pub const MARKER_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// The encoding's version byte.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+
+/// The version before source positions, still read.
+const VERSION_WITHOUT_SOURCES: u8 = 1;
 
 /// A live keyed row of a mirror table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,10 +111,12 @@ pub struct IndexedRow {
     pub timestamp_ms: i64,
     /// Its value is null: the key's tombstone.
     pub tombstone: bool,
+    /// Its change's source position, when its envelope had one.
+    pub source: Option<SourcePosition>,
 }
 
 /// A row as the index holds it: its file by number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Slot {
     file: u32,
     position: i64,
@@ -115,6 +124,7 @@ struct Slot {
     offset: i64,
     timestamp_ms: i64,
     tombstone: bool,
+    source: Option<SourcePosition>,
 }
 
 /// The live keyed rows of a mirror table at one snapshot, by key.
@@ -136,6 +146,7 @@ impl KeyIndex {
             offset: row.offset,
             timestamp_ms: row.timestamp_ms,
             tombstone: row.tombstone,
+            source: row.source.clone(),
         });
     }
 
@@ -239,6 +250,20 @@ impl KeyIndex {
                 put(&mut out, zigzag(slot.offset));
                 put(&mut out, zigzag(slot.timestamp_ms));
                 out.push(u8::from(slot.tombstone));
+                match &slot.source {
+                    None => out.push(0),
+                    Some(SourcePosition::Lsn(lsn)) => {
+                        out.push(1);
+                        put(&mut out, *lsn);
+                    }
+                    Some(SourcePosition::Binlog { file, pos, row }) => {
+                        out.push(2);
+                        put(&mut out, file.len() as u64);
+                        out.extend_from_slice(file.as_bytes());
+                        put(&mut out, *pos);
+                        put(&mut out, *row);
+                    }
+                }
             }
         }
         out
@@ -249,11 +274,12 @@ impl KeyIndex {
     pub fn decode(blob: &[u8]) -> Result<Self, String> {
         let mut reader = Reader { blob, at: 0 };
         let version = reader.byte()?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_WITHOUT_SOURCES {
             return Err(format!(
-                "key index version {version} at byte 0 (this build reads {VERSION})"
+                "key index version {version} at byte 0 (this build reads {VERSION_WITHOUT_SOURCES} and {VERSION})"
             ));
         }
+        let sources = version == VERSION;
         let mut index = Self::default();
         // Every file takes a byte at least, every key two, every row six.
         for _ in 0..reader.count(1)? {
@@ -276,7 +302,7 @@ impl KeyIndex {
             }
             let mut rows = Vec::with_capacity(count);
             for _ in 0..count {
-                rows.push(reader.slot(index.files.len())?);
+                rows.push(reader.slot(index.files.len(), sources)?);
             }
             if index.rows.insert(key, rows).is_some() {
                 return Err(format!("key index repeats a key (at byte {})", reader.at));
@@ -300,6 +326,7 @@ impl KeyIndex {
             offset: slot.offset,
             timestamp_ms: slot.timestamp_ms,
             tombstone: slot.tombstone,
+            source: slot.source.clone(),
         }
     }
 
@@ -484,7 +511,8 @@ impl Reader<'_> {
         Ok(bytes)
     }
 
-    fn slot(&mut self, files: usize) -> Result<Slot, String> {
+    /// A row; its source position after it when the version has `sources`.
+    fn slot(&mut self, files: usize, sources: bool) -> Result<Slot, String> {
         let start = self.at;
         let file = self.varint()?;
         let file = u32::try_from(file)
@@ -505,6 +533,10 @@ impl Reader<'_> {
                 ));
             }
         };
+        let source = match sources {
+            true => self.source()?,
+            false => None,
+        };
         Ok(Slot {
             file,
             position,
@@ -512,6 +544,28 @@ impl Reader<'_> {
             offset,
             timestamp_ms,
             tombstone,
+            source,
+        })
+    }
+
+    /// A row's source position: its kind's byte, then its fields.
+    fn source(&mut self) -> Result<Option<SourcePosition>, String> {
+        let start = self.at;
+        Ok(match self.byte()? {
+            0 => None,
+            1 => Some(SourcePosition::Lsn(self.varint()?)),
+            2 => {
+                let file = std::str::from_utf8(self.bytes()?)
+                    .map_err(|e| format!("key index binlog file at byte {start}: {e}"))?
+                    .to_owned();
+                let (pos, row) = (self.varint()?, self.varint()?);
+                Some(SourcePosition::Binlog { file, pos, row })
+            }
+            other => {
+                return Err(format!(
+                    "key index row at byte {start}: source position kind {other}, not 0, 1 or 2"
+                ));
+            }
         })
     }
 }

@@ -9,6 +9,7 @@ fn row(file: &str, position: i64, offset: i64, tombstone: bool) -> IndexedRow {
         offset,
         timestamp_ms: 1_700_000_000_000 + offset,
         tombstone,
+        source: None,
     }
 }
 
@@ -28,9 +29,20 @@ fn an_index_reads_back_what_it_holds() -> Result<(), String> {
     index.insert(b"b".to_vec(), &row("s3://b/t/data/2.parquet", 4, 11, false));
     index.insert(b"b".to_vec(), &row("s3://b/t/data/1.parquet", 7, 12, true));
     index.insert(Vec::new(), &row("s3://b/t/data/3.parquet", -1, -5, false));
+    let mut sourced = row("s3://b/t/data/2.parquet", 5, 13, false);
+    sourced.source = Some(SourcePosition::Binlog {
+        file: "mysql-bin.000003".into(),
+        pos: 154,
+        row: 1,
+    });
+    index.insert(b"c".to_vec(), &sourced);
+    sourced.source = Some(SourcePosition::Lsn(u64::MAX));
+    index.insert(b"d".to_vec(), &sourced);
     let decoded = KeyIndex::decode(&index.encode())?;
     assert_eq!(listed(&decoded), listed(&index));
-    assert_eq!((decoded.keys(), decoded.rows()), (3, 4));
+    assert_eq!((decoded.keys(), decoded.rows()), (5, 6));
+    index.remove(b"c");
+    index.remove(b"d");
     let mut rewritten = index.clone();
     rewritten.remove_files(&["s3://b/t/data/1.parquet".to_owned()].into_iter().collect());
     // The live row in the file is forgotten; the marker (a tombstone) is kept, naming
@@ -137,16 +149,50 @@ fn a_broken_blob_says_where_and_why() {
     );
 }
 
+#[test]
+fn an_index_an_older_build_wrote_reads_without_source_positions() -> Result<(), String> {
+    // Version 1: one file `f`, key `k` with one row (file 0, position 2, partition 0,
+    // offset 5, timestamp 3, a tombstone).
+    let blob = [1, 1, 1, b'f', 1, 1, b'k', 1, 0, 4, 0, 10, 6, 1];
+    let index = KeyIndex::decode(&blob)?;
+    let mut expected = row("f", 2, 5, true);
+    (expected.partition, expected.timestamp_ms) = (0, 3);
+    assert_eq!(index.rows_of(b"k"), vec![expected]);
+    let mut unknown_kind = KeyIndex::default();
+    unknown_kind.insert(b"k".to_vec(), &row("f", 0, 1, false));
+    let mut bytes = unknown_kind.encode();
+    if let Some(kind) = bytes.last_mut() {
+        *kind = 3;
+    }
+    assert!(
+        KeyIndex::decode(&bytes)
+            .err()
+            .unwrap_or_default()
+            .contains("source position kind 3")
+    );
+    Ok(())
+}
+
+/// Any source position, or none.
+fn any_source() -> impl Strategy<Value = Option<SourcePosition>> {
+    prop_oneof![
+        Just(None),
+        any::<u64>().prop_map(|lsn| Some(SourcePosition::Lsn(lsn))),
+        (".{0,12}", any::<u64>(), any::<u64>())
+            .prop_map(|(file, pos, row)| Some(SourcePosition::Binlog { file, pos, row })),
+    ]
+}
+
 proptest! {
     #[test]
     fn any_index_round_trips(
         rows in proptest::collection::vec(
-            (proptest::collection::vec(any::<u8>(), 0..8), 0u8..4, any::<i64>(), any::<i32>(), any::<i64>(), any::<i64>(), any::<bool>()),
+            (proptest::collection::vec(any::<u8>(), 0..8), 0u8..4, any::<i64>(), any::<i32>(), any::<i64>(), (any::<i64>(), any::<bool>(), any_source())),
             0..40,
         )
     ) {
         let mut index = KeyIndex::default();
-        for (key, file, position, partition, offset, timestamp_ms, tombstone) in rows {
+        for (key, file, position, partition, offset, (timestamp_ms, tombstone, source)) in rows {
             index.insert(key, &IndexedRow {
                 file: format!("data/{file}.parquet"),
                 position,
@@ -154,6 +200,7 @@ proptest! {
                 offset,
                 timestamp_ms,
                 tombstone,
+                source,
             });
         }
         let decoded = KeyIndex::decode(&index.encode());

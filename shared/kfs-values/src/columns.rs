@@ -1,5 +1,6 @@
 //! Arrow columns of the topic table's record columns (id, topic, partition, offset,
-//! timestamps, key, value, headers), built from decoded records.
+//! timestamps, key, value, headers, and a `cdc` table's source positions), built from
+//! decoded records.
 
 use arrow_array::GenericByteArray;
 use arrow_array::builder::{
@@ -44,6 +45,8 @@ pub struct RecordColumns {
     /// layout, which cannot hold them.
     header_key_bytes: Option<LargeBinaryBuilder>,
     timestamp_us: Vec<Option<i64>>,
+    /// The changes' source positions, when the table has their column.
+    source_positions: Option<StringBuilder>,
     /// Whether `timestamp` may be null (the current layout; an older one requires it).
     timestamp_nullable: bool,
     has_value: bool,
@@ -77,6 +80,10 @@ impl RecordColumns {
         let header_key_bytes = header_entry_fields
             .find(crate::layout::HEADER_KEY_BYTES)
             .map(|_| LargeBinaryBuilder::new());
+        let source_positions = schema
+            .field_with_name(crate::layout::SOURCE_POSITION_COLUMN)
+            .ok()
+            .map(|_| StringBuilder::new());
         Ok(Self {
             has_value,
             timestamp_nullable,
@@ -95,6 +102,7 @@ impl RecordColumns {
             header_keys: StringBuilder::new(),
             header_values: LargeBinaryBuilder::new(),
             timestamp_us: Vec::with_capacity(ROWS_PER_BATCH),
+            source_positions,
             rows: 0,
             bytes: 0,
         })
@@ -115,6 +123,18 @@ impl RecordColumns {
     /// older layout refuses (with the reason) a header key that is not UTF-8 or a
     /// timestamp beyond microseconds, before anything is appended.
     pub fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), String> {
+        self.push_change(topic, partition, record, None)
+    }
+
+    /// [`Self::push`], a change event's record with its source position (kept when the
+    /// table has the column, [`crate::layout::SOURCE_POSITION_COLUMN`]).
+    pub fn push_change(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        record: &Record<'_>,
+        source: Option<&kfs_plan::changes::SourcePosition>,
+    ) -> Result<(), String> {
         let micros = record.timestamp_ms.checked_mul(1000);
         if micros.is_none() && !self.timestamp_nullable {
             return Err(format!(
@@ -174,6 +194,9 @@ impl RecordColumns {
             }
             + header_bytes;
         self.timestamp_us.push(micros);
+        if let Some(positions) = &mut self.source_positions {
+            positions.append_option(source.map(kfs_plan::changes::SourcePosition::text));
+        }
         self.rows += 1;
         Ok(())
     }
@@ -240,6 +263,12 @@ impl RecordColumns {
         ]);
         if !self.has_value {
             record_columns.remove("value");
+        }
+        if let Some(positions) = &mut self.source_positions {
+            record_columns.insert(
+                crate::layout::SOURCE_POSITION_COLUMN,
+                Arc::new(positions.finish()),
+            );
         }
         let mut other = other.into_iter();
         let mut columns = Vec::with_capacity(self.schema.fields().len());

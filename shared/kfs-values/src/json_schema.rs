@@ -103,12 +103,13 @@ impl JsonSchemaWriter {
     /// into the row of the table's payload `columns` its `after` image gives, `None`
     /// for a delete, with the items the value holds (at most); a message or truncate
     /// event, a value that is no envelope, or an image holding a property its schema
-    /// does not declare is refused with the reason.
+    /// does not declare is refused with the reason. The
+    /// row comes with the envelope's source position.
     pub fn decode_change(
         &self,
         payload: &[u8],
         columns: &DataType,
-    ) -> Result<(Option<Cell>, u64), String> {
+    ) -> Result<(kfs_plan::changes::ChangedRow<Cell>, u64), String> {
         let (value, items) = read(payload)?;
         kfs_plan::changes::row_after(kfs_plan::changes::envelope(&value), |after| {
             let (Value::Object(properties), Some((_, Shape::Struct(declared)))) =

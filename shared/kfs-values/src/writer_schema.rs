@@ -9,6 +9,7 @@ use crate::protobuf::{MessageSelector, ProtobufWriter};
 use crate::registry::SchemaId;
 use arrow_array::ArrayRef;
 use arrow_schema::DataType;
+use kfs_plan::changes::ChangedRow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -89,15 +90,15 @@ impl WriterSchema {
     }
 
     /// Decodes a payload, a Debezium change event, into the row of the table's
-    /// payload `columns` its `after` image gives (`None`: the event deletes its key),
-    /// with the items it holds; a message or truncate event, or a value that is no
+    /// payload `columns` its `after` image gives (`None`: the event deletes its key)
+    /// and its source position, with the items it holds; a message or truncate event, or a value that is no
     /// envelope, is refused with the reason.
     pub fn decode_change(
         &self,
         id: &SchemaId,
         payload: &[u8],
         columns: &DataType,
-    ) -> Result<(Option<Cell>, u64), String> {
+    ) -> Result<(ChangedRow<Cell>, u64), String> {
         match self {
             Self::Avro(avro) => avro.decode_change(payload, columns),
             Self::JsonSchema(json) => json.decode_change(payload, columns),
@@ -253,7 +254,7 @@ fn columns_of(
         .iter()
         .map(|value| match changes {
             true => decode_framed_change(&writers, value, &row_type)
-                .map(|(cell, _)| cell.unwrap_or(Cell::Null)),
+                .map(|(changed, _)| changed.row.unwrap_or(Cell::Null)),
             false => decode_framed(&writers, value, (&row_type, true)).map(|(cell, _)| cell),
         })
         .collect::<Result<_, _>>()?;
@@ -294,13 +295,14 @@ pub fn decode_framed(
 }
 
 /// A framed Debezium change event decoded with the writer schema it names into the
-/// row of the table's payload `columns` its `after` image gives (`None`: a delete),
-/// with the bytes counted for it as for any value; or why not.
+/// row of the table's payload `columns` its `after` image gives (`None`: a delete)
+/// and its source position, with the bytes counted for it as for any value; or why
+/// not.
 pub fn decode_framed_change(
     writers: &WriterSchemas,
     value: &[u8],
     columns: &DataType,
-) -> Result<(Option<Cell>, usize), String> {
+) -> Result<(ChangedRow<Cell>, usize), String> {
     framed(writers, value, |writer, id, payload| {
         writer.decode_change(id, payload, columns)
     })

@@ -108,11 +108,15 @@ fn debezium_events_in_every_registry_format_mirror_their_after_image() -> Result
         let (_, row) = crate::cells::new_table_row(shape)?;
         let writers = WriterSchemas::from([(id, Ok(writer))]);
         for op in ["c", "u", "r"] {
-            let (cell, _) = decode_framed_change(&writers, &event(kind, op), &row)?;
-            assert_eq!(cell, Some(Cell::Struct(expected.clone())), "{kind:?} {op}");
+            let (changed, _) = decode_framed_change(&writers, &event(kind, op), &row)?;
+            assert_eq!(
+                changed.row,
+                Some(Cell::Struct(expected.clone())),
+                "{kind:?} {op}"
+            );
         }
         let (deleted, _) = decode_framed_change(&writers, &event(kind, "d"), &row)?;
-        assert_eq!(deleted, None, "{kind:?}");
+        assert_eq!(deleted.row, None, "{kind:?}");
         for (op, reason) in [("m", "op m"), ("t", "truncate"), ("x", "op")] {
             let refused = decode_framed_change(&writers, &event(kind, op), &row)
                 .err()
@@ -155,6 +159,7 @@ fn a_protobuf_message_that_is_no_envelope_refuses_only_its_values() -> Result<()
     assert!(
         decode_framed_change(&writers, &event(SchemaKind::Protobuf, "u"), &columns)?
             .0
+            .row
             .is_some()
     );
     let refused = decode_framed_change(&writers, &row, &columns)

@@ -241,11 +241,12 @@ pub struct JsonReading {
     delete_keys: Option<crate::mirror::DeleteKeys>,
 }
 
-/// What a value's row holds: its fields, and for a change event the `after` image
-/// the `value` column holds instead of the envelope (`Some(None)`: a delete).
+/// What a value's row holds: its fields, and for a change event the rest of it (the
+/// `after` image the `value` column holds instead of the envelope, `None` for a
+/// delete, and the source position; its fields moved to the first).
 pub(crate) type ValueFields = (
     serde_json::Map<String, serde_json::Value>,
-    Option<Option<Vec<u8>>>,
+    Option<kfs_values::json::Change>,
 );
 
 impl JsonReading {
@@ -267,11 +268,11 @@ impl JsonReading {
     ) -> Result<ValueFields, kfs_values::json::Rejection> {
         let fields = match self.cdc {
             true => kfs_values::json::parse_change(record.value)
-                .map(|(fields, image)| (fields, Some(image)))?,
+                .map(|mut change| (std::mem::take(&mut change.fields), Some(change)))?,
             false => kfs_values::json::parse_value(record.value).map(|fields| (fields, None))?,
         };
         let deletes = match &fields.1 {
-            Some(image) => image.is_none(),
+            Some(change) => change.image.is_none(),
             None => record.value.is_none(),
         };
         if deletes

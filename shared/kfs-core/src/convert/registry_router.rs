@@ -10,6 +10,7 @@ use crate::table::arrow_schema;
 use arrow_array::ArrayRef;
 use arrow_schema::{DataType, Fields};
 use iceberg::table::Table;
+use kfs_plan::changes::ChangedRow;
 use kfs_segment::Record;
 use kfs_values::ROWS_PER_BATCH;
 use kfs_values::cells::{Cell, column};
@@ -80,14 +81,22 @@ impl RegistryRouter {
         })
     }
 
-    /// The row of `value` and the bytes of its payload, or why it has none; `None`
-    /// for the row of a tombstone (and a change event's delete).
-    fn row(&self, value: Option<&[u8]>) -> Result<(Option<Cell>, usize), String> {
+    /// The row of `value` (with a change event's source position) and the bytes of its
+    /// payload, or why it has none; no row for a tombstone (and a change event's
+    /// delete).
+    fn row(&self, value: Option<&[u8]>) -> Result<(ChangedRow<Cell>, usize), String> {
+        let tombstone = ChangedRow {
+            row: None,
+            source: None,
+        };
         match (value, self.changes) {
-            (None, _) => Ok((None, 0)),
+            (None, _) => Ok((tombstone, 0)),
             (Some(value), true) => decode_framed_change(&self.writers, value, &self.payload_type),
             (Some(value), false) => decode_framed(&self.writers, value, (&self.payload_type, true))
-                .map(|(row, bytes)| (Some(row), bytes)),
+                .map(|(row, bytes)| {
+                    let row = Some(row);
+                    (ChangedRow { row, ..tombstone }, bytes)
+                }),
         }
     }
 
@@ -130,7 +139,7 @@ impl RecordRouter for RegistryRouter {
             .row(record.value)
             .and_then(|row| Ok((row, self.key_cell(record.key)?)))
         {
-            Ok(((row, value_bytes), (key, key_bytes))) => {
+            Ok(((ChangedRow { row, source }, value_bytes), (key, key_bytes))) => {
                 if row.is_none()
                     && let Some(reason) = self.unnamed_delete(record.key, &key)
                 {
@@ -141,7 +150,9 @@ impl RecordRouter for RegistryRouter {
                     value: row.is_some().then_some(record.value).flatten(),
                     ..record.clone()
                 };
-                self.out.table.push(topic, partition, &written)?;
+                self.out
+                    .table
+                    .push_change(topic, partition, &written, source.as_ref())?;
                 self.rows.push(
                     row.unwrap_or_else(|| Cell::Struct(vec![Cell::Null; self.payload.len()])),
                 );

@@ -269,7 +269,7 @@ impl JsonRouter {
 
 impl RecordRouter for JsonRouter {
     fn push(&mut self, topic: &str, partition: i32, record: &Record<'_>) -> Result<(), PushError> {
-        let parsed = self.reading.fields(record).and_then(|(value, image)| {
+        let parsed = self.reading.fields(record).and_then(|(value, change)| {
             let value = if self.reading.declared {
                 kfs_values::json::project(&value, self.schema.as_struct().fields())
             } else {
@@ -277,18 +277,21 @@ impl RecordRouter for JsonRouter {
             };
             kfs_values::json::fits(&self.schema, &value)?;
             let value = kfs_values::json::conform(value, self.schema.as_struct().fields());
-            Ok((value, image))
+            Ok((value, change))
         });
         match parsed {
-            Ok((value, image)) => {
-                match image {
+            Ok((value, change)) => {
+                match change {
                     // A change event's row holds its `after` image, not the envelope.
-                    Some(image) => {
+                    Some(change) => {
                         let changed = Record {
-                            value: image.as_deref(),
+                            value: change.image.as_deref(),
                             ..record.clone()
                         };
-                        self.out.table.push(topic, partition, &changed)?;
+                        let source = change.source.as_ref();
+                        self.out
+                            .table
+                            .push_change(topic, partition, &changed, source)?;
                     }
                     None => self.out.table.push(topic, partition, record)?,
                 }

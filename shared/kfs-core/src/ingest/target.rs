@@ -80,6 +80,11 @@ impl TopicTable {
         let mut table = crate::table::upgrade_record_layout(catalog.catalog, catalog.swap, table)
             .await
             .map_err(catalog_error)?;
+        if crate::table::reads_changes(&table) {
+            table = crate::table::add_source_position_column(catalog.catalog, catalog.swap, table)
+                .await
+                .map_err(catalog_error)?;
+        }
         if let Some(fields) = naming.configured_partition(topic) {
             table = match evolve_partition_spec(catalog.swap, &table, fields).await {
                 Ok(table) => table,

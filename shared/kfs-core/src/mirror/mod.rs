@@ -3,8 +3,10 @@
 //! no row for a key whose last change is a tombstone (a null value).
 //!
 //! The rows are the key (the record key, or the key fields' values: [`rows`]),
-//! whether the value is null, partition, offset and timestamp; their order is
-//! `kfs_plan::changes::fold`'s. Only keys that the commit's
+//! whether the value is null, partition, offset, timestamp and (a `cdc` table's)
+//! source position; their order is `kfs_plan::changes::fold`'s, and each key's row in
+//! the index carries the position the fold placed it at (a Debezium tombstone its
+//! delete's). Only keys that the commit's
 //! new files hold are looked up; rows that live delete files already delete are not
 //! deleted again. A record without a key is not a change of any key: it is kept; a
 //! tombstone that names no key of a mirror keyed by fields is a dead letter since the
@@ -14,7 +16,9 @@
 //! on ([`index`]: a Puffin file the previous mirror commit wrote), so a
 //! commit reads only its own new files. Without one (the table's first mirror commit,
 //! a compaction's or another engine's snapshot since, an index that does not read)
-//! every live data file is read once and the index is built again.
+//! every live data file is read once and the index is built again, with the markers
+//! of the deleted tombstones the files still hold (a compaction rewrote the others
+//! away).
 
 mod index;
 mod named;
@@ -30,8 +34,8 @@ use iceberg::spec::{DataFile, Struct};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 use kfs_parquet::PositionDeletes;
-use kfs_plan::changes::{Action, Change, fold};
-use kfs_plan::key_index::{KeyIndex, MARKER_RETENTION_MS};
+use kfs_plan::changes::{Action, Change, SourcePosition, fold};
+use kfs_plan::key_index::{IndexedRow, KeyIndex, MARKER_RETENTION_MS};
 
 /// What a commit to a mirror changes besides its new files.
 #[derive(Debug, Default)]
@@ -101,19 +105,12 @@ pub async fn supersede_with(
                 .map(|row| (key.clone(), row)),
         );
     }
-    let changes = rows.iter().enumerate().map(|(at, (key, row))| Change {
-        key: key.clone(),
-        action: Action::Upsert(at),
-        partition: row.partition,
-        offset: row.offset,
-        timestamp_ms: row.timestamp_ms,
-        source: None,
-    });
-    // Each key's last change: its live row, or (keyed by fields) its delete's marker.
-    let winners: BTreeSet<usize> = fold(changes)
+    // Each key's last change: its live row, or (keyed by fields) its delete's marker,
+    // with the source position the fold places it at.
+    let winners: BTreeMap<usize, Option<SourcePosition>> = fold(changes_of(&rows))
         .into_values()
         .filter_map(|change| match change.action {
-            Action::Upsert(at) if markers || !rows[at].1.tombstone => Some(at),
+            Action::Upsert(at) if markers || !rows[at].1.tombstone => Some((at, change.source)),
             _ => None,
         })
         .collect();
@@ -124,10 +121,18 @@ pub async fn supersede_with(
     for (at, (key, row)) in rows.into_iter().enumerate() {
         // A marker's row is deleted already; a tombstone, a row superseded, is deleted.
         let marker = at >= fresh && row.tombstone;
-        let wins = winners.contains(&at);
-        if wins {
-            index.insert(key, &row);
+        let wins = winners.get(&at);
+        if let Some(source) = wins {
+            let source = source.clone();
+            index.insert(
+                key,
+                &IndexedRow {
+                    source,
+                    ..row.clone()
+                },
+            );
         }
+        let wins = wins.is_some();
         if !marker && (!wins || row.tombstone) {
             deletes.entry(row.file).or_default().insert(row.position);
         }
@@ -172,9 +177,53 @@ pub(crate) async fn carried_index(
     index_updates(table, &index, snapshot).await
 }
 
+/// The rows `rows` as changes of their keys, each by its place in `rows`.
+fn changes_of(rows: &[Row]) -> impl Iterator<Item = Change<Vec<u8>, usize>> + '_ {
+    rows.iter().enumerate().map(|(at, (key, row))| Change {
+        key: key.clone(),
+        action: Action::Upsert(at),
+        partition: row.partition,
+        offset: row.offset,
+        timestamp_ms: row.timestamp_ms,
+        source: row.source.clone(),
+    })
+}
+
+/// The markers among `tombstones` (deleted tombstone rows of a mirror keyed by
+/// fields): each key's delete that is its last change, against the other tombstones
+/// and the live rows of `index`.
+fn markers_among(index: &KeyIndex, tombstones: Vec<Row>) -> Vec<Row> {
+    let keys: BTreeSet<&Vec<u8>> = tombstones.iter().map(|(key, _)| key).collect();
+    let live: Vec<Row> = keys
+        .into_iter()
+        .flat_map(|key| index.rows_of(key).into_iter().map(|row| (key.clone(), row)))
+        .collect();
+    let deletes = tombstones.len();
+    let rows: Vec<Row> = tombstones.into_iter().chain(live).collect();
+    fold(changes_of(&rows))
+        .into_values()
+        .filter_map(|change| match change.action {
+            Action::Upsert(at) if at < deletes => {
+                let (key, row) = &rows[at];
+                let source = change.source;
+                Some((
+                    key.clone(),
+                    IndexedRow {
+                        source,
+                        ..row.clone()
+                    },
+                ))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Every live keyed row of `table` but those of the files `added` (read apart): each
-/// live data file read, the rows its live deletes delete left out. Refuses delete
-/// files this build does not read.
+/// live data file read, the rows its live deletes delete left out; keyed by fields,
+/// each key's delete that is its last change too, as its marker (the tombstone rows a
+/// compaction has not rewritten away yet). Refuses delete files this build does not
+/// read.
 async fn live_rows(
     table: &Table,
     added: &BTreeSet<&str>,
@@ -189,7 +238,9 @@ async fn live_rows(
             ),
         ));
     }
+    let markers = matches!(key_columns, KeyColumns::Fields { .. });
     let mut index = KeyIndex::default();
+    let mut tombstones = Vec::new();
     for entry in crate::table::live_entries(table).await? {
         if added.contains(entry.file_path()) {
             continue;
@@ -197,8 +248,13 @@ async fn live_rows(
         for (key, row) in read_rows(table, entry.file_path(), key_columns).await?.rows {
             if !deleted.deletes(&row.file, row.position) {
                 index.insert(key, &row);
+            } else if markers && row.tombstone {
+                tombstones.push((key, row));
             }
         }
+    }
+    for (key, row) in markers_among(&index, tombstones) {
+        index.insert(key, &row);
     }
     Ok(index)
 }

@@ -1,6 +1,7 @@
 //! The keyed rows of a mirror's data files: each row's key (the record key, or the
 //! key fields' values, [`kfs_plan::field_key`]), its place (file, position) and what
-//! orders its change (partition, offset, timestamp), and whether it is a tombstone.
+//! orders its change (partition, offset, timestamp, and a `cdc` table's source
+//! position), and whether it is a tombstone.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -82,10 +83,11 @@ impl KeyColumns {
         })
     }
 
-    /// The columns a file is read with: [`COLUMNS`], then the key fields' and the
-    /// decoded record key's (`key_fields`), those it has.
+    /// The columns a file is read with: [`COLUMNS`], then the source positions', the
+    /// key fields' and the decoded record key's (`key_fields`), those it has.
     fn projected(&self) -> Vec<&str> {
         let mut names = COLUMNS.to_vec();
+        names.push(kfs_values::layout::SOURCE_POSITION_COLUMN);
         if let Self::Fields { columns, .. } = self {
             names.extend(columns.iter().map(String::as_str));
             names.push(kfs_values::layout::KEY_FIELDS_COLUMN);
@@ -166,10 +168,12 @@ fn collect_rows(
         .downcast_ref::<Int64Array>()
         .ok_or("timestamp_ms is no long column")?;
     let key_of = RowKeys::new(batch, keys, record_keys.as_ref());
+    let sources = SourcePositions::of(batch)?;
     for row in 0..batch.num_rows() {
         let at = *position;
         *position += 1;
         let tombstone = value.is_null(row);
+        let source = sources.at(row).map_err(|e| format!("row {at}: {e}"))?;
         let Some(key) = key_of.key(row, tombstone)? else {
             if tombstone && matches!(keys, KeyColumns::Fields { .. }) {
                 rows.keyless_tombstones.push(at);
@@ -185,10 +189,45 @@ fn collect_rows(
                 offset: offset.value(row),
                 timestamp_ms: timestamp.value(row),
                 tombstone,
+                source,
             },
         ));
     }
     Ok(())
+}
+
+/// A batch's source positions, when its file has their column (a `cdc` table's).
+struct SourcePositions<'a>(Option<&'a dyn Array>);
+
+impl<'a> SourcePositions<'a> {
+    fn of(batch: &'a RecordBatch) -> std::result::Result<Self, String> {
+        let column = batch.column_by_name(kfs_values::layout::SOURCE_POSITION_COLUMN);
+        match column.map(|c| c.data_type()) {
+            None | Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
+                Ok(Self(column.map(|c| c.as_ref())))
+            }
+            Some(other) => Err(format!(
+                "{} is a column of {other}, not of text",
+                kfs_values::layout::SOURCE_POSITION_COLUMN
+            )),
+        }
+    }
+
+    /// The position of `row`: `None` when it has none; `Err` when its text is none.
+    fn at(
+        &self,
+        row: usize,
+    ) -> std::result::Result<Option<kfs_plan::changes::SourcePosition>, String> {
+        let Some(column) = self.0.filter(|c| c.is_valid(row)) else {
+            return Ok(None);
+        };
+        let text = match column.data_type() {
+            DataType::LargeUtf8 => column.as_string::<i64>().value(row),
+            DataType::Utf8View => column.as_string_view().value(row),
+            _ => column.as_string::<i32>().value(row),
+        };
+        kfs_plan::changes::SourcePosition::parse(text).map(Some)
+    }
 }
 
 /// Where a batch's rows' keys are read from.

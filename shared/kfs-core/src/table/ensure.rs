@@ -158,6 +158,24 @@ pub async fn add_lfs_columns(
     .await
 }
 
+/// Adds the column of changes' source positions to `table`, a `cdc` table
+/// ([`crate::table::source_position_upgrade`]), unless it has it, as
+/// [`upgrade_record_layout`] does.
+pub async fn add_source_position_column(
+    catalog: &dyn Catalog,
+    swap: &dyn TableSwap,
+    table: Table,
+) -> iceberg::Result<Table> {
+    upgrade_schema(
+        catalog,
+        swap,
+        table,
+        crate::table::source_position_upgrade,
+        "add its source position column",
+    )
+    .await
+}
+
 /// Makes `upgrade` of the table's current schema (given its last column id) the
 /// table's schema, unless it answers `None` (nothing to change); a concurrent schema
 /// change makes it look again at the table as that change left it.

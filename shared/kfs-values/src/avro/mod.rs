@@ -153,12 +153,13 @@ impl AvroWriter {
     /// Decodes one payload, a Debezium change event (`debezium`), into the row of the
     /// table's payload `columns` its `after` image gives, `None` for a delete, with
     /// the items the value holds; a message or truncate event, or a value that is no
-    /// envelope, is refused with the reason.
+    /// envelope, is refused with the reason. The
+    /// row comes with the envelope's source position.
     pub fn decode_change(
         &self,
         payload: &[u8],
         columns: &DataType,
-    ) -> Result<(Option<Cell>, u64), String> {
+    ) -> Result<(kfs_plan::changes::ChangedRow<Cell>, u64), String> {
         let (value, items) = self.read(payload)?;
         kfs_plan::changes::row_after(debezium::envelope(&value), |after| {
             cell(&after, columns, true)

@@ -78,20 +78,29 @@ pub fn parse_value(value: Option<&[u8]>) -> Result<Map<String, Value>, Rejection
     }
 }
 
-/// A change event's row: the fields that become columns, and the `after` image as
-/// JSON (`None`: the change deletes its key).
-pub type Change = (Map<String, Value>, Option<Vec<u8>>);
+/// A change event's row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Change {
+    /// The fields that become columns (the `after` image's; none for a delete).
+    pub fields: Map<String, Value>,
+    /// What the table's `value` column holds: the `after` image as JSON; `None`: the
+    /// change deletes its key.
+    pub image: Option<Vec<u8>>,
+    /// The envelope's source position, when it has one.
+    pub source: Option<kfs_plan::changes::SourcePosition>,
+}
 
 /// A value of a `cdc` table: a Debezium change event (JSON, with or without the schema
 /// wrapper, `kfs_plan::changes::envelope`). Returns the object whose fields become
-/// columns (the `after` image of a create, update or snapshot read; empty for a delete)
-/// and what the table's `value` column holds: the `after` image as JSON, or `None` for
-/// a delete and for Debezium's tombstone (a null value), which delete the key. A value
+/// columns (the `after` image of a create, update or snapshot read; empty for a delete),
+/// what the table's `value` column holds (the `after` image as JSON, or `None` for a
+/// delete and for Debezium's tombstone, a null value, which delete the key) and the
+/// envelope's source position. A value
 /// that is no change event, a truncate, a message (`m`, no row) and an `after` image
 /// that is no object are rejected, with the reason.
 pub fn parse_change(value: Option<&[u8]>) -> Result<Change, Rejection> {
     let Some(bytes) = value else {
-        return Ok((Map::new(), None));
+        return Ok(Change::default());
     };
     let parsed: Value = serde_json::from_slice(bytes).map_err(|e| {
         Rejection(format!(
@@ -99,7 +108,7 @@ pub fn parse_change(value: Option<&[u8]>) -> Result<Change, Rejection> {
             byte_of(bytes, e.line(), e.column())
         ))
     })?;
-    let row =
+    let changed =
         kfs_plan::changes::row_after(kfs_plan::changes::envelope(&parsed), |after| match after {
             Value::Object(after) => {
                 let image =
@@ -112,7 +121,12 @@ pub fn parse_change(value: Option<&[u8]>) -> Result<Change, Rejection> {
             )),
         })
         .map_err(Rejection)?;
-    Ok(row.unwrap_or_else(|| (Map::new(), None)))
+    let (fields, image) = changed.row.unwrap_or_default();
+    Ok(Change {
+        fields,
+        image,
+        source: changed.source,
+    })
 }
 
 /// The byte position of serde_json's 1-based line and column.

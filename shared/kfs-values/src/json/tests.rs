@@ -272,19 +272,24 @@ fn fitting_values_become_arrow_columns() {
 #[test]
 fn change_events_give_their_after_image_or_delete_or_the_reason() {
     let change = |text: &str| parse_change(Some(text.as_bytes()));
-    let (fields, image) = change(r#"{"op":"u","before":{"id":1},"after":{"id":1,"name":"b"}}"#)
+    let Change {
+        fields,
+        image,
+        source,
+    } = change(r#"{"op":"u","before":{"id":1},"after":{"id":1,"name":"b"},"source":{"lsn":12}}"#)
         .unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(source, Some(kfs_plan::changes::SourcePosition::Lsn(12)));
     assert_eq!(fields.get("name"), Some(&Value::from("b")));
     let image: Value =
         serde_json::from_slice(&image.unwrap_or_default()).unwrap_or_else(|e| unreachable!("{e}"));
     assert_eq!(image, serde_json::json!({"id": 1, "name": "b"}));
     // The schema wrapper of Kafka Connect's JSON converter.
     let wrapped = change(r#"{"schema":{},"payload":{"op":"c","after":{"id":2}}}"#);
-    assert!(wrapped.is_ok_and(|(fields, image)| fields.len() == 1 && image.is_some()));
+    assert!(wrapped.is_ok_and(|c| c.fields.len() == 1 && c.image.is_some() && c.source.is_none()));
     // Deletes, and Debezium's tombstone after them, delete the key.
     let deleted = change(r#"{"op":"d","before":{"id":1},"after":null}"#);
-    assert!(deleted.is_ok_and(|(fields, image)| fields.is_empty() && image.is_none()));
-    assert!(parse_change(None).is_ok_and(|(fields, image)| fields.is_empty() && image.is_none()));
+    assert!(deleted.is_ok_and(|c| c.fields.is_empty() && c.image.is_none()));
+    assert!(parse_change(None).is_ok_and(|c| c == Change::default()));
     for (text, reason) in [
         ("not json", "value is not JSON"),
         ("[1]", "no Debezium change event"),
@@ -338,7 +343,7 @@ proptest::proptest! {
     #[test]
     fn any_value_is_a_change_or_a_reason(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), json in any_json()) {
         let _ = parse_change(Some(&bytes));
-        if let Ok((fields, Some(image))) = parse_change(Some(json.to_string().as_bytes())) {
+        if let Ok(Change { fields, image: Some(image), .. }) = parse_change(Some(json.to_string().as_bytes())) {
             let parsed: Value = serde_json::from_slice(&image).unwrap_or(Value::Null);
             proptest::prop_assert_eq!(parsed, Value::Object(fields));
         }

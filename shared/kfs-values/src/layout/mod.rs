@@ -392,9 +392,10 @@ pub fn topic_table_properties(topic: &str) -> HashMap<String, String> {
 /// The table property that sets iceberg-rust's built-in commit retries.
 pub const COMMIT_RETRIES_PROPERTY: &str = "commit.retry.num-retries";
 
-/// The Kafka metadata columns of a JSON table (and `value`, the raw table's); a payload
-/// field of one of these names is stored as `value_<name>`.
-pub const METADATA_COLUMNS: [&str; 9] = [
+/// The Kafka metadata columns of a JSON table (and `value`, the raw table's, and
+/// [`SOURCE_POSITION_COLUMN`], a `cdc` table's); a payload field of one of these names
+/// is stored as `value_<name>`.
+pub const METADATA_COLUMNS: [&str; 10] = [
     "record_id",
     "value",
     "topic",
@@ -404,7 +405,30 @@ pub const METADATA_COLUMNS: [&str; 9] = [
     "key",
     "headers",
     "timestamp",
+    SOURCE_POSITION_COLUMN,
 ];
+
+/// The column of a `cdc` table holding each change's position in its source
+/// database's log, when its envelope has one (`kfs_plan::changes::SourcePosition`'s
+/// text: `lsn:<lsn>` or `binlog:<file>:<pos>:<row>`): what orders a key's changes
+/// from different partitions. Named as Debezium names the metadata its
+/// `ExtractNewRecordState` adds (`__lsn`, `__source_ts_ms`).
+pub const SOURCE_POSITION_COLUMN: &str = "__source_position";
+
+/// `schema` (a `cdc` table's) with [`SOURCE_POSITION_COLUMN`] added (optional, its id
+/// above `last_column_id`); `None` when it has it.
+pub fn source_position_upgrade(schema: &Schema, last_column_id: i32) -> Option<Schema> {
+    if schema.field_by_name(SOURCE_POSITION_COLUMN).is_some() {
+        return None;
+    }
+    let mut fields = schema.as_struct().fields().to_vec();
+    fields.push(Arc::new(NestedField::optional(
+        last_column_id.max(schema.highest_field_id()) + 1,
+        SOURCE_POSITION_COLUMN,
+        Type::Primitive(PrimitiveType::String),
+    )));
+    next_schema(schema, fields).ok()
+}
 
 /// The struct column of a registry table whose keys are decoded (`key_format =
 /// "registry"`): the key's fields. While keys are decoded, a value field of this name

@@ -203,13 +203,14 @@ impl ProtobufWriter {
     /// Decodes one payload of schema `id`, a Debezium change event (`debezium`), into
     /// the row of the table's payload `columns` its `after` image gives, `None` for a
     /// delete, with the items the value holds; a message or truncate event, or a value
-    /// that is no envelope, is refused with the reason.
+    /// that is no envelope, is refused with the reason. The
+    /// row comes with the envelope's source position.
     pub fn decode_change(
         &self,
         id: &SchemaId,
         payload: &[u8],
         columns: &DataType,
-    ) -> Result<(Option<Cell>, u64), String> {
+    ) -> Result<(kfs_plan::changes::ChangedRow<Cell>, u64), String> {
         let (decoded, fields, items) = self.read(id, payload, columns)?;
         kfs_plan::changes::row_after(debezium::envelope(&decoded), |after| {
             message_cell(&after, fields, true)
