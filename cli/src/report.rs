@@ -65,6 +65,13 @@ fn print_table(table: &str, outcome: &CommitOutcome) {
         ),
         None => out!("table {table}: no new snapshot"),
     }
+    if outcome.change_log > 0 {
+        out!(
+            "  {} records to its change log {table}{}",
+            outcome.change_log,
+            kfs_plan::naming::CHANGE_LOG_SUFFIX
+        );
+    }
     if outcome.superseded_rows > 0 {
         out!(
             "  {} earlier rows superseded (upsert: deleted by position)",

@@ -56,6 +56,11 @@ pub struct RunArgs {
     /// Overrides the configuration file's `upsert_key`.
     #[arg(long, value_name = "FIELD[,FIELD...]")]
     upsert_key: Option<String>,
+    /// Keep the change log of `--table-mode upsert` or `cdc` tables beside them: every
+    /// record appended to `<table>__changes`, exactly once with the mirror's commits.
+    /// Overrides the configuration file's `change_log`.
+    #[arg(long)]
+    change_log: bool,
     /// How registry tables read record keys: `raw` (bytes only, the default) or
     /// `registry` (keys framed for the schema registry, as the values are, decoded
     /// into the struct column `key_fields` as well; a record whose key is not goes to
@@ -142,6 +147,9 @@ async fn load_config(args: &RunArgs) -> Result<PipelineConfig, CliError> {
     }
     if let Some(key) = &args.upsert_key {
         settings.upsert_key = Some(key.clone());
+    }
+    if args.change_log {
+        settings.change_log = Some(true);
     }
     if let Some(format) = args.key_format {
         settings.key_format = Some(KeyFormat::from(format).name().to_owned());

@@ -70,6 +70,9 @@ pub struct Settings {
     pub table_mode: Option<String>,
     /// The key of upsert tables: `"key"` (the record key, the default) (`UPSERT_KEY`).
     pub upsert_key: Option<String>,
+    /// Whether upsert and cdc tables keep their change log beside them, every record
+    /// appended to `<table>__changes` (default off; `CHANGE_LOG=on|off`).
+    pub change_log: Option<bool>,
     /// How registry tables read record keys: `"raw"` (default) or `"registry"` (keys
     /// framed for the schema registry, decoded into the struct column `key_fields`)
     /// (`KEY_FORMAT`).
@@ -230,6 +233,8 @@ pub struct TablePatternEntry {
     pub table_mode: Option<String>,
     /// Their upsert key (with `table_mode`).
     pub upsert_key: Option<String>,
+    /// Whether they keep their change log beside them (with `table_mode`).
+    pub change_log: Option<bool>,
 }
 
 /// Where the tables are registered.
@@ -283,12 +288,22 @@ pub struct ValidSettings {
     pub schema_registry: Option<kfs_values::registry::RegistryLocation>,
 }
 
-/// The mode `mode` keyed by `key`, when either is given (a key alone keys an upsert).
-fn mode_setting(mode: Option<&str>, key: Option<&str>) -> Result<Option<ModeSetting>, String> {
-    match (mode, key) {
-        (None, None) => Ok(None),
-        (None, Some(_)) => Err("upsert_key is given without table_mode upsert".into()),
-        (Some(mode), key) => ModeSetting::parse(mode, key).map(Some),
+/// The mode `mode` keyed by `key`, keeping its change log when `change_log`, when any
+/// is given (a key or a change log alone is refused: they need a mirror's mode).
+fn mode_setting(
+    mode: Option<&str>,
+    key: Option<&str>,
+    change_log: Option<bool>,
+) -> Result<Option<ModeSetting>, String> {
+    match (mode, key, change_log) {
+        (None, None, None | Some(false)) => Ok(None),
+        (None, Some(_), _) => Err("upsert_key is given without table_mode upsert".into()),
+        (None, None, Some(true)) => {
+            Err("change_log is given without table_mode upsert or cdc".into())
+        }
+        (Some(mode), key, change_log) => ModeSetting::parse(mode, key)?
+            .with_change_log(change_log.unwrap_or(false))
+            .map(Some),
     }
 }
 
@@ -358,14 +373,16 @@ impl Settings {
             lfs: self.lfs.validate(&fail)?,
             ..TableNaming::default()
         };
-        naming.mode = mode_setting(self.table_mode.as_deref(), self.upsert_key.as_deref())
+        let (mode, key) = (self.table_mode.as_deref(), self.upsert_key.as_deref());
+        naming.mode = mode_setting(mode, key, self.change_log)
             .map_err(|e| fail("table_mode", &e))?
             .unwrap_or_default();
         for rule in &self.table_patterns {
             let mut pattern = TablePattern::new(&rule.topic, &rule.table)
                 .map_err(|e| fail("table_patterns", &e))?;
-            if let Some(mode) = mode_setting(rule.table_mode.as_deref(), rule.upsert_key.as_deref())
-                .map_err(|e| fail("table_patterns", &e))?
+            let (mode, key) = (rule.table_mode.as_deref(), rule.upsert_key.as_deref());
+            if let Some(mode) =
+                mode_setting(mode, key, rule.change_log).map_err(|e| fail("table_patterns", &e))?
             {
                 pattern = pattern.with_mode(mode);
             }

@@ -175,7 +175,11 @@ fn committed_tables(pass: &PassReport) -> Vec<TableName> {
                 .as_ref()
                 .filter(|_| outcome.dead_letters > 0)
                 .map(TableName::dead_letters);
-            name.into_iter().chain(dead_letters)
+            let change_log = name
+                .as_ref()
+                .filter(|_| outcome.change_log > 0)
+                .map(TableName::change_log);
+            name.into_iter().chain(dead_letters).chain(change_log)
         })
         .collect()
 }

@@ -6,6 +6,7 @@ mod faults;
 mod local;
 
 mod cdc_mirrors;
+mod change_log;
 mod committer_faults;
 mod crash_matrix;
 mod dead_letter_matrix;

@@ -37,8 +37,9 @@
 //!   tombstones, keys inserted again), so every commit is a row delta deleting what it
 //!   supersedes, raced by the other processes' commits and compactions; in odd seeds
 //!   the changes are JSON values keyed by their `id` field (`upsert_key id`, a
-//!   tombstone's key from its JSON record key) instead of by the record key
-//!   (`KFS_SIM_KEYED=1`: in every seed).
+//!   tombstone's key from its JSON record key) instead of by the record key, half of
+//!   them (seeds 3 mod 4) keeping the mirror's change log beside it, which must hold
+//!   every record exactly once (`KFS_SIM_KEYED=1`: in every seed).
 //!
 //! After every round no partition watermark has moved backwards; after quiescence
 //! (plain ticks with etcd caught up, then orphan cleanup) every record of the table's
@@ -190,8 +191,12 @@ async fn simulate(seed: u64) -> SeedOutcome {
             naming = faults::upsert_naming()?;
             Records::Keyed
         }
+        // Half of those (seeds 3 mod 4) keep the mirror's change log beside it.
         (true, true) => {
-            naming = faults::field_key_naming()?;
+            naming = match seed % 4 == 3 {
+                true => faults::logged_naming()?,
+                false => faults::field_key_naming()?,
+            };
             Records::FieldKeyed
         }
         (false, _) => Records::Plain,

@@ -10,7 +10,9 @@
 //! Protobuf, JSON Schema): the `after` image's fields are the columns; `value` holds
 //! the image (JSON) or the event as it came (registry), null for a delete. Either is
 //! keyed by the record key (the default) or by value fields (`upsert_key`,
-//! [`crate::field_key`]), which raw values do not have.
+//! [`crate::field_key`]), which raw values do not have. A mirror may keep its change
+//! log beside it (`change_log`, [`CHANGE_LOG_PROPERTY`]): every record it mirrors, as
+//! an append table `<table>__changes`.
 
 use std::collections::HashMap;
 
@@ -23,6 +25,8 @@ pub const TABLE_MODE_PROPERTY: &str = "kfs.table-mode";
 pub const UPSERT_KEY_PROPERTY: &str = "kfs.upsert-key";
 /// How [`UPSERT_KEY_PROPERTY`] names the record key.
 pub const RECORD_KEY: &str = "key";
+/// Table property recording that a mirror keeps its change log beside it (`true`).
+pub const CHANGE_LOG_PROPERTY: &str = "kfs.change-log";
 
 /// How a table treats its topic's records.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,6 +70,9 @@ pub struct ModeSetting {
     pub mode: TableMode,
     /// The value fields the mirror is keyed by; empty for the record key.
     pub key_fields: Vec<String>,
+    /// The mirror keeps its change log beside it: every record it mirrors appended to
+    /// `<table>__changes` (`crate::naming::TableName::change_log`).
+    pub change_log: bool,
 }
 
 impl ModeSetting {
@@ -87,7 +94,23 @@ impl ModeSetting {
         if mode == TableMode::Append && !key_fields.is_empty() {
             return Err("upsert_key is given for a table in append mode: only upsert and cdc tables have a key".into());
         }
-        Ok(Self { mode, key_fields })
+        Ok(Self {
+            mode,
+            key_fields,
+            change_log: false,
+        })
+    }
+
+    /// This setting keeping the mirror's change log beside it when `on`; refused for an
+    /// append table, whose rows are the change log already.
+    pub fn with_change_log(self, on: bool) -> Result<Self, String> {
+        if on && !self.mirrors() {
+            return Err("change_log is given for a table in append mode: its rows are the change log already; only upsert and cdc tables keep one beside them".into());
+        }
+        Ok(Self {
+            change_log: on,
+            ..self
+        })
     }
 
     /// Whether the table mirrors its keys (`upsert` or `cdc`).
@@ -119,10 +142,14 @@ impl ModeSetting {
             true => RECORD_KEY.to_owned(),
             false => self.key_fields.join(","),
         };
-        vec![
+        let mut properties = vec![
             (TABLE_MODE_PROPERTY.to_owned(), self.mode.name().to_owned()),
             (UPSERT_KEY_PROPERTY.to_owned(), key),
-        ]
+        ];
+        if self.change_log {
+            properties.push((CHANGE_LOG_PROPERTY.to_owned(), "true".to_owned()));
+        }
+        properties
     }
 
     /// The mode a table's properties record (`append` when they record none).
@@ -132,6 +159,11 @@ impl ModeSetting {
             Some(mode) => Self::parse(
                 mode,
                 properties.get(UPSERT_KEY_PROPERTY).map(String::as_str),
+            )?
+            .with_change_log(
+                properties
+                    .get(CHANGE_LOG_PROPERTY)
+                    .is_some_and(|on| on.trim().eq_ignore_ascii_case("true")),
             ),
         }
     }
@@ -202,6 +234,12 @@ mod tests {
         );
         let broken = HashMap::from([(TABLE_MODE_PROPERTY.to_owned(), "weird".to_owned())]);
         assert!(ModeSetting::of_properties(&broken).is_err());
+        let logged = upsert.clone().with_change_log(true)?;
+        let properties: HashMap<String, String> = logged.properties().into_iter().collect();
+        assert_eq!(properties[CHANGE_LOG_PROPERTY], "true");
+        assert_eq!(ModeSetting::of_properties(&properties)?, logged);
+        let appended = ModeSetting::default().with_change_log(true);
+        assert!(appended.err().unwrap_or_default().contains("append mode"));
         Ok(())
     }
 }

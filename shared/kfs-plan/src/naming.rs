@@ -53,6 +53,15 @@ impl TableName {
         }
     }
 
+    /// The mirror's change log, `<namespace>.<name>__changes`: every record the mirror
+    /// `<name>` mirrors, appended as it came (`crate::mode::ModeSetting::change_log`).
+    pub fn change_log(&self) -> Self {
+        Self {
+            namespace: self.namespace.clone(),
+            name: format!("{}{CHANGE_LOG_SUFFIX}", self.name),
+        }
+    }
+
     /// The table whose dead-letter table this would be (its ledger entries hold this
     /// table's pending files), by the name alone.
     pub fn dead_letter_parent(&self) -> Option<Self> {
@@ -155,6 +164,9 @@ impl TopicSelection {
 
 /// Suffix of a table's dead-letter table.
 pub const DEAD_LETTER_SUFFIX: &str = "__dlq";
+
+/// Suffix of a mirror's change log.
+pub const CHANGE_LOG_SUFFIX: &str = "__changes";
 
 /// A rule mapping every topic its regular expression matches (in full) to a table
 /// named by a template: `$1`, `${name}` are the expression's groups, and each part of

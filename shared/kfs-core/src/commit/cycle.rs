@@ -17,9 +17,9 @@ use kfs_plan::sweep::TableProgress;
 
 use super::append::{Appended, append_and_verify};
 use super::coalesce::{coalesce, relayout};
-use super::dead_letters::commit_dead_letters;
 use super::outcome::{CommitError, CommitOutcome, CommitSettings};
 use super::recover::{Recover, drop_overlapping_runs, pending_segment, recover_covered};
+use super::sidecars::{Sidecar, SidecarInput, commit_sidecar};
 use crate::ledger::{EntryState, Ledger, LedgerEntry, LedgerError, partition_heads};
 use crate::table::history::newest_in_files;
 use crate::table::{newest_record_ms, table_ident, table_progress, table_watermarks};
@@ -172,6 +172,8 @@ struct Landed {
     merged_away: Vec<String>,
     /// Dead letters committed before the append.
     dead_letters: u64,
+    /// Records appended to the mirror's change log before the append.
+    change_log: u64,
 }
 
 impl<L: Ledger> Cycle<'_, L> {
@@ -228,6 +230,7 @@ impl<L: Ledger> Cycle<'_, L> {
         outcome.coalesced = landed.merged_away.len();
         outcome.records = plan.records();
         outcome.dead_letters = landed.dead_letters;
+        outcome.change_log = landed.change_log;
         outcome.gaps = plan.gaps.clone();
         outcome.newest_record_ms = newest_record_ms(&landed.table);
         outcome.superseded_rows = landed
@@ -348,8 +351,9 @@ impl<L: Ledger> Cycle<'_, L> {
         }
     }
 
-    /// Lands `plan` on the table it was made on: its dead letters first (a segment in
-    /// the table has its dead letters in the dead-letter table, and recovery from the
+    /// Lands `plan` on the table it was made on: its dead letters first, and a
+    /// mirror's change log (a segment in the table has its dead letters in the
+    /// dead-letter table and its records in the change log, and recovery from the
     /// table's progress stays exact), then its data files, laid out in the current
     /// partition spec and coalesced when the settings say so, appended in one snapshot
     /// carrying the full offset map.
@@ -361,16 +365,21 @@ impl<L: Ledger> Cycle<'_, L> {
     ) -> Result<Landing, CommitError> {
         let (table, topic) = (on.table, self.topic);
         let commit_id = plan.commit_id(topic);
-        let dead_letters = commit_dead_letters(
-            self.access,
-            self.name,
+        let sidecar = SidecarInput {
+            name: self.name,
+            table,
             topic,
             plan,
-            on.entries,
-            self.settings,
-            &commit_id,
-        )
-        .await?;
+            entries: on.entries,
+            settings: self.settings,
+            commit_id: &commit_id,
+        };
+        let dead_letters = commit_sidecar(Sidecar::DeadLetters, self.access, &sidecar).await?;
+        let mode = crate::table::mode_of(table).map_err(|e| self.catalog_error(e))?;
+        let change_log = match mode.change_log {
+            true => commit_sidecar(Sidecar::ChangeLog, self.access, &sidecar).await?,
+            false => 0,
+        };
         let data_files = data_files_of(table, plan, on.entries, &self.table_name).await?;
         // Files written before the table's partition spec evolved are written again
         // in the current spec (an append takes files of the default spec only).
@@ -395,7 +404,6 @@ impl<L: Ledger> Cycle<'_, L> {
         if let Some(newest) = newest {
             properties.insert(MAX_TIMESTAMP_KEY.to_owned(), newest.to_string());
         }
-        let mode = crate::table::mode_of(table).map_err(|e| self.catalog_error(e))?;
         let answer = append_and_verify(
             self.access,
             table,
@@ -419,6 +427,7 @@ impl<L: Ledger> Cycle<'_, L> {
                     appended,
                     merged_away,
                     dead_letters,
+                    change_log,
                 })
             }
             Appended::Replan(moved) => Landing::Replan(moved),

@@ -14,11 +14,11 @@
 mod append;
 mod coalesce;
 mod cycle;
-mod dead_letters;
 mod outcome;
 mod recover;
 pub(crate) mod replace;
 mod row_delta;
+mod sidecars;
 
 pub(crate) use append::{Appended, append_and_verify};
 pub use cycle::commit_table;

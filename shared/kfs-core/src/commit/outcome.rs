@@ -58,6 +58,9 @@ pub struct CommitOutcome {
     /// Dead letters committed to the table's dead-letter table before its commit
     /// (records of JSON values that could not be written).
     pub dead_letters: u64,
+    /// Records appended to the mirror's change log (`<table>__changes`) before its
+    /// commit.
+    pub change_log: u64,
     /// Gaps recorded.
     pub gaps: Vec<Gap>,
     /// Partitions held back, and why.

@@ -21,6 +21,7 @@ pub(super) const VARIABLES: &[(&str, &str)] = &[
     ("key_format", "KEY_FORMAT"),
     ("table_mode", "TABLE_MODE"),
     ("upsert_key", "UPSERT_KEY"),
+    ("change_log", "CHANGE_LOG"),
     ("value_columns", "VALUE_COLUMNS"),
     ("snapshot_retention", "SNAPSHOT_RETENTION"),
     ("orphan_age", "ORPHAN_AGE"),
@@ -63,6 +64,7 @@ impl Settings {
             key_format: var("KEY_FORMAT"),
             table_mode: var("TABLE_MODE"),
             upsert_key: var("UPSERT_KEY"),
+            change_log: env.switch("CHANGE_LOG", &["on", "true"], &["off", "false"])?,
             value_columns: env.json("VALUE_COLUMNS", "a JSON object of strings")?,
             start_offsets: BTreeMap::new(),
             catalog: CatalogSettings {

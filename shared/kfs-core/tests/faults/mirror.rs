@@ -52,6 +52,13 @@ pub fn upsert_naming() -> Result<TableNaming, String> {
     })
 }
 
+/// [`field_key_naming`] with the mirror's change log kept beside it.
+pub fn logged_naming() -> Result<TableNaming, String> {
+    let mut naming = field_key_naming()?;
+    naming.mode = naming.mode.with_change_log(true)?;
+    Ok(naming)
+}
+
 /// The naming of the keyed workload in JSON ([`Records::FieldKeyed`]): its table a
 /// JSON mirror keyed by the value field `id`.
 pub fn field_key_naming() -> Result<TableNaming, String> {
@@ -122,6 +129,34 @@ pub async fn check_mirror(
                 "key {key}'s marker {lost:?} is not rebuilt from the files: {rebuilt:?}"
             ));
         }
+    }
+    Ok(())
+}
+
+/// Checks that the mirror's change log holds every record of the keyed workload but
+/// those `absent`, each exactly once (tombstones too: a log keeps every change).
+pub async fn check_change_log(
+    catalog: &dyn Catalog,
+    absent: &BTreeSet<(i32, i64)>,
+) -> Result<(), String> {
+    let expected: std::collections::BTreeMap<(i32, i64), usize> = (0..PARTITIONS)
+        .flat_map(|p| (0..SEGMENTS * RECORDS).map(move |o| (p, o)))
+        .filter(|at| !absent.contains(at))
+        .map(|at| (at, 1))
+        .collect();
+    let name = TableNaming::default().table_for("orders").change_log();
+    let seen = crate::local::offsets(catalog, &name).await?;
+    if seen != expected {
+        let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+        let missing: Vec<_> = expected
+            .keys()
+            .filter(|at| !seen.contains_key(at))
+            .collect();
+        return Err(format!(
+            "the change log holds {} records, the workload {}: twice {twice:?}, missing {missing:?}",
+            seen.values().sum::<usize>(),
+            expected.len()
+        ));
     }
     Ok(())
 }

@@ -408,6 +408,13 @@ pub async fn check(catalog: &dyn Catalog, ledger: &SqliteLedger) -> Result<i64, 
     if mirror {
         // Compaction leaves a mirror's deleted rows out: it holds the fold, not the log.
         check_mirror(catalog, &absent).await?;
+        let logged = table
+            .metadata()
+            .properties()
+            .get(kfs_plan::mode::CHANGE_LOG_PROPERTY);
+        if logged.is_some_and(|on| on == "true") {
+            check_change_log(catalog, &absent).await?;
+        }
     } else if records != expected {
         return Err(format!(
             "{records} records, expected {expected} ({late} segments quarantined as late, {skipped} skipped, {short} short first uploads)"
