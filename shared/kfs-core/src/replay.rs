@@ -109,6 +109,13 @@ pub async fn replay_dead_letters(
             .load_table(&table_ident(name))
             .await
             .map_err(|e| catalog_error(name, e))?;
+        // A mirror keeping its change log: the log would not get the replayed records.
+        if crate::table::mode_of(&table).is_ok_and(|mode| mode.change_log) {
+            return Err(PipelineError::Config(format!(
+                "table {name} keeps its change log ({}): replaying its dead letters is not built for it (the log would miss them); they stay in {dlq_name}",
+                kfs_plan::mode::CHANGE_LOG_PROPERTY
+            )));
+        }
         let present = rows::present_offsets(&table, &letters)
             .await
             .map_err(|e| catalog_error(name, e))?;

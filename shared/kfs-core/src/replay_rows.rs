@@ -9,8 +9,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
 use futures::TryStreamExt;
-use iceberg::expr::Reference;
-use iceberg::spec::{DataFile, Datum};
+use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use kfs_plan::keys::SegmentKey;
 use kfs_plan::naming::{KeyFormat, TableName, ValueFormat};
@@ -166,38 +165,8 @@ pub(super) async fn present_offsets(
     ) else {
         return Ok(BTreeSet::new());
     };
-    if table.metadata().current_snapshot().is_none() {
-        return Ok(BTreeSet::new());
-    }
-    let filter = Reference::new("offset")
-        .greater_than_or_equal_to(Datum::long(low))
-        .and(Reference::new("offset").less_than_or_equal_to(Datum::long(high)));
-    let batches: Vec<RecordBatch> = table
-        .scan()
-        .select(["partition", "offset"])
-        .with_filter(filter)
-        .build()?
-        .to_arrow()
-        .await?
-        .try_collect()
-        .await?;
-    let mut present = BTreeSet::new();
-    for batch in &batches {
-        let partitions = batch
-            .column(0)
-            .as_primitive_opt::<Int32Type>()
-            .ok_or_else(|| invalid("partition"))?;
-        let offsets = batch
-            .column(1)
-            .as_primitive_opt::<Int64Type>()
-            .ok_or_else(|| invalid("offset"))?;
-        for row in 0..batch.num_rows() {
-            let at = (partitions.value(row), offsets.value(row));
-            if wanted.contains(&at) {
-                present.insert(at);
-            }
-        }
-    }
+    let mut present = crate::table::offsets_between(table, low, high).await?;
+    present.retain(|at| wanted.contains(at));
     Ok(present)
 }
 

@@ -219,22 +219,32 @@ impl CommitPlan {
     }
 }
 
-/// Plans the dead-letter table's commit that must land before the table's commit of
-/// `taken` (the segments the table's plan takes, each with its dead-letter records):
-/// every segment with records the dead-letter table's `watermarks` do not cover yet,
-/// and the offset map moved past all of `taken`. The table's commit lands only after
-/// this one, so a segment in the table always has its dead letters in the
-/// dead-letter table; a retried or raced commit takes nothing twice.
-pub fn plan_dead_letters(watermarks: &OffsetMap, taken: &[PendingSegment]) -> CommitPlan {
+/// Plans the commit of a sidecar (the dead-letter table, a mirror's change log) that
+/// must land before the table's commit of `taken` (the segments the table's plan
+/// takes, each with the records it brings the sidecar): every segment with records
+/// the sidecar's `watermarks` do not cover yet, and the offset map moved past all of
+/// `taken`. The table's commit lands only after this one, so a segment in the table
+/// always has its records in the sidecar; a retried or raced commit takes nothing
+/// twice. With `rows_checked` (a sidecar whose rows say which offsets it holds: the
+/// change log), a covered segment is taken too, for the caller to leave out the rows
+/// the sidecar holds: a run taken before the table's commit failed may come back cut
+/// otherwise (a segment that turned up in its gap), and its offsets below the
+/// watermark are not all in the sidecar.
+pub fn plan_dead_letters(
+    watermarks: &OffsetMap,
+    taken: &[PendingSegment],
+    rows_checked: bool,
+) -> CommitPlan {
     let mut plan = CommitPlan {
         offsets: watermarks.clone(),
         ..CommitPlan::default()
     };
     for segment in taken {
         let next = segment.last_offset.saturating_add(1);
-        if watermarks
-            .get(&segment.partition)
-            .is_some_and(|watermark| segment.last_offset < *watermark)
+        if !rows_checked
+            && watermarks
+                .get(&segment.partition)
+                .is_some_and(|watermark| segment.last_offset < *watermark)
         {
             continue;
         }

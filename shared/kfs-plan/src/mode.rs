@@ -152,19 +152,22 @@ impl ModeSetting {
         properties
     }
 
-    /// The mode a table's properties record (`append` when they record none).
+    /// The mode a table's properties record (`append` when they record none; a change
+    /// log recorded for an append table is none: its rows are the log).
     pub fn of_properties(properties: &HashMap<String, String>) -> Result<Self, String> {
         match properties.get(TABLE_MODE_PROPERTY) {
             None => Ok(Self::default()),
-            Some(mode) => Self::parse(
-                mode,
-                properties.get(UPSERT_KEY_PROPERTY).map(String::as_str),
-            )?
-            .with_change_log(
-                properties
+            Some(mode) => {
+                let setting = Self::parse(
+                    mode,
+                    properties.get(UPSERT_KEY_PROPERTY).map(String::as_str),
+                )?;
+                let logged = properties
                     .get(CHANGE_LOG_PROPERTY)
-                    .is_some_and(|on| on.trim().eq_ignore_ascii_case("true")),
-            ),
+                    .is_some_and(|on| on.trim().eq_ignore_ascii_case("true"));
+                let mirrors = setting.mirrors();
+                setting.with_change_log(logged && mirrors)
+            }
         }
     }
 }
@@ -240,6 +243,14 @@ mod tests {
         assert_eq!(ModeSetting::of_properties(&properties)?, logged);
         let appended = ModeSetting::default().with_change_log(true);
         assert!(appended.err().unwrap_or_default().contains("append mode"));
+        let logged_append = HashMap::from([
+            (TABLE_MODE_PROPERTY.to_owned(), "append".to_owned()),
+            (CHANGE_LOG_PROPERTY.to_owned(), "true".to_owned()),
+        ]);
+        assert_eq!(
+            ModeSetting::of_properties(&logged_append)?,
+            ModeSetting::default()
+        );
         Ok(())
     }
 }

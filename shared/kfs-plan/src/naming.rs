@@ -211,6 +211,13 @@ impl TablePattern {
         self
     }
 
+    /// Whether the rule makes its tables mirrors (`upsert` or `cdc`).
+    pub fn mirrors(&self) -> bool {
+        self.mode
+            .as_ref()
+            .is_some_and(crate::mode::ModeSetting::mirrors)
+    }
+
     /// The table of `topic`, if the rule matches it and names a table.
     fn table_for(&self, topic: &str, namespace: &str) -> Option<TableName> {
         let captures = self.topic.captures(topic)?;

@@ -23,7 +23,8 @@ pub(crate) async fn relayout(
             "relaid-{commit_id}-{index}-{}",
             crate::convert::write_token()
         );
-        current.extend(crate::convert::rewrite_in_default_spec(table, &file, stem).await?);
+        let all = std::collections::BTreeSet::new();
+        current.extend(crate::convert::rewrite_in_default_spec(table, &file, stem, &all).await?);
         relaid.push(file.file_path().to_owned());
     }
     Ok((current, relaid))

@@ -15,6 +15,7 @@ use iceberg::table::Table;
 use kfs_catalog::catalog::CatalogAccess;
 use kfs_plan::commit::{CommitPlan, PendingSegment, plan_dead_letters};
 use kfs_plan::naming::TableName;
+use kfs_plan::offsets::OffsetMap;
 use std::collections::HashMap;
 
 /// A table beside the table committed, fed by the same segments.
@@ -79,14 +80,14 @@ impl Sidecar {
         }
     }
 
-    /// The files `entry` brings the sidecar `sidecar` (as planned on), written for it:
-    /// the dead letters as the converter wrote them, or the entry's data files' rows
-    /// written again under the change log (named after the commit, unique to this
-    /// attempt).
+    /// The files `entry` brings the sidecar `sidecar` (as planned on, at
+    /// `watermarks`), written for it: the dead letters as the converter wrote them, or
+    /// the rows of the entry's data files the change log does not hold yet, written
+    /// again under it (named after the commit, unique to this attempt).
     async fn files_of(
         self,
         entry: &LedgerEntry,
-        (input, sidecar): (&SidecarInput<'_>, &Table),
+        (input, sidecar, watermarks): (&SidecarInput<'_>, &Table, &OffsetMap),
     ) -> iceberg::Result<Vec<DataFile>> {
         let mut files = Vec::new();
         match self {
@@ -96,16 +97,30 @@ impl Sidecar {
                 }
             }
             Self::ChangeLog => {
+                // Below its watermark the log may hold some of the entry's rows (a run
+                // taken before the mirror's commit failed, now cut otherwise).
+                let held = match watermarks.get(&entry.partition) {
+                    Some(&next) if entry.base_offset < next => {
+                        let high = entry.last_offset.min(next - 1);
+                        let mut held =
+                            crate::table::offsets_between(sidecar, entry.base_offset, high).await?;
+                        held.retain(|(partition, _)| *partition == entry.partition);
+                        held
+                    }
+                    _ => std::collections::BTreeSet::new(),
+                };
                 for (index, json) in entry.data_files.iter().enumerate() {
                     let (file, _) = crate::ledger::from_ledger(json, input.table.metadata())?;
+                    crate::table::check_columns(sidecar, &file)?;
                     let stem = format!(
                         "changes-{}-{index}-{}",
                         input.commit_id,
                         crate::convert::write_token()
                     );
-                    files.extend(
-                        crate::convert::rewrite_in_default_spec(sidecar, &file, stem).await?,
-                    );
+                    let written =
+                        crate::convert::rewrite_in_default_spec(sidecar, &file, stem, &held)
+                            .await?;
+                    files.extend(written.into_iter().filter(|f| f.record_count() > 0));
                 }
             }
         }
@@ -148,7 +163,7 @@ pub(crate) async fn commit_sidecar(
             table: table_name.clone(),
             source,
         })?;
-        let planned = plan_dead_letters(&watermarks, &taken);
+        let planned = plan_dead_letters(&watermarks, &taken, sidecar == Sidecar::ChangeLog);
         if planned.take.is_empty() {
             return Ok(0);
         }
@@ -159,15 +174,24 @@ pub(crate) async fn commit_sidecar(
             };
             files.extend(
                 sidecar
-                    .files_of(entry, (input, &table))
+                    .files_of(entry, (input, &table, &watermarks))
                     .await
-                    .map_err(|source| CommitError::DataFile {
-                        table: table_name.clone(),
-                        segment: segment.id.clone(),
-                        source: Box::new(source),
+                    .map_err(|source| match source.kind() {
+                        // The log lags the file's columns: the next attempt follows.
+                        iceberg::ErrorKind::CatalogCommitConflicts => catalog_error(source),
+                        _ => CommitError::DataFile {
+                            table: table_name.clone(),
+                            segment: segment.id.clone(),
+                            source: Box::new(source),
+                        },
                     })?,
             );
         }
+        // Every row held already (a retry after the log's commit landed).
+        if files.is_empty() && planned.offsets == watermarks {
+            return Ok(0);
+        }
+        let records: u64 = files.iter().map(DataFile::record_count).sum();
         let mut summary = planned.summary(input.topic, &[]);
         summary.commit_id = input.commit_id.to_owned();
         // A sidecar is a log, whatever its table's mode.
@@ -183,7 +207,7 @@ pub(crate) async fn commit_sidecar(
         .await
         .map_err(catalog_error)?
         {
-            Appended::Landed(..) => return Ok(planned.records()),
+            Appended::Landed(..) => return Ok(records),
             Appended::Replan(moved) => table = moved,
         }
     }

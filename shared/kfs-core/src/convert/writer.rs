@@ -157,13 +157,15 @@ impl SegmentWriter {
 }
 
 /// Writes a data file of `table` written in an older partition spec (or schema) again
-/// in the table's default spec: its rows, with the table's current columns, in one
-/// file per partition value named `{stem}.parquet` (a data file write, through its
-/// failpoint).
+/// in the table's default spec: its rows but those at the `(partition, offset)`s
+/// `skip`, with the table's current columns, in one file per partition value named
+/// `{stem}.parquet` (a data file write, through its failpoint); none when every row
+/// is skipped.
 pub async fn rewrite_in_default_spec(
     table: &Table,
     file: &DataFile,
     stem: String,
+    skip: &std::collections::BTreeSet<(i32, i64)>,
 ) -> iceberg::Result<Vec<DataFile>> {
     let parquet_error = |e: parquet::errors::ParquetError| {
         iceberg::Error::new(
@@ -186,15 +188,53 @@ pub async fn rewrite_in_default_spec(
                 format!("{}: {e}", file.file_path()),
             )
         })?;
-        let batch = kfs_parquet::conform_batch(&batch, &target).map_err(|e| {
-            iceberg::Error::new(
-                iceberg::ErrorKind::DataInvalid,
-                format!("{} does not match the table schema: {e}", file.file_path()),
-            )
-        })?;
-        writer.write(batch).await?;
+        let batch = kfs_parquet::conform_batch(&batch, &target)
+            .and_then(|batch| without_rows(batch, skip))
+            .map_err(|e| {
+                iceberg::Error::new(
+                    iceberg::ErrorKind::DataInvalid,
+                    format!("{} does not match the table schema: {e}", file.file_path()),
+                )
+            })?;
+        if batch.num_rows() > 0 {
+            writer.write(batch).await?;
+        }
     }
     kfs_failpoint::around(Failpoint::DataFileWrite, writer.close()).await
+}
+
+/// `batch` without its rows at the `(partition, offset)`s `skip`.
+fn without_rows(
+    batch: RecordBatch,
+    skip: &std::collections::BTreeSet<(i32, i64)>,
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type};
+    if skip.is_empty() {
+        return Ok(batch);
+    }
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .cloned()
+            .ok_or_else(|| arrow_schema::ArrowError::SchemaError(format!("no {name} column")))
+    };
+    let (partitions, offsets) = (column("partition")?, column("offset")?);
+    let (partitions, offsets) = (
+        partitions.as_primitive_opt::<Int32Type>(),
+        offsets.as_primitive_opt::<Int64Type>(),
+    );
+    let (Some(partitions), Some(offsets)) = (partitions, offsets) else {
+        return Err(arrow_schema::ArrowError::SchemaError(
+            "partition and offset are no int and long columns".into(),
+        ));
+    };
+    let keep: arrow_array::BooleanArray = partitions
+        .iter()
+        .zip(offsets.iter())
+        .map(|(p, o)| Some(!p.zip(o).is_some_and(|at| skip.contains(&at))))
+        .collect();
+    arrow_select::filter::filter_record_batch(&batch, &keep)
 }
 
 /// Closes a writer whose conversion failed and deletes what it wrote.

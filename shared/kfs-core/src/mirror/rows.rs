@@ -121,9 +121,13 @@ pub(super) async fn read_rows(table: &Table, path: &str, keys: &KeyColumns) -> R
         indices.push(index);
     }
     // A file written before a key field's column existed has none: its rows hold null.
+    // Source positions are a `cdc` table's alone (another table's column of that name
+    // is a value's).
+    let changes = crate::table::reads_changes(table);
     indices.extend(
         keys.projected()[COLUMNS.len()..]
             .iter()
+            .filter(|name| changes || **name != kfs_values::layout::SOURCE_POSITION_COLUMN)
             .filter_map(|name| schema.index_of(name).ok()),
     );
     let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
@@ -168,12 +172,12 @@ fn collect_rows(
         .downcast_ref::<Int64Array>()
         .ok_or("timestamp_ms is no long column")?;
     let key_of = RowKeys::new(batch, keys, record_keys.as_ref());
-    let sources = SourcePositions::of(batch)?;
+    let sources = SourcePositions::of(batch);
     for row in 0..batch.num_rows() {
         let at = *position;
         *position += 1;
         let tombstone = value.is_null(row);
-        let source = sources.at(row).map_err(|e| format!("row {at}: {e}"))?;
+        let source = sources.at(row);
         let Some(key) = key_of.key(row, tombstone)? else {
             if tombstone && matches!(keys, KeyColumns::Fields { .. }) {
                 rows.keyless_tombstones.push(at);
@@ -196,37 +200,30 @@ fn collect_rows(
     Ok(())
 }
 
-/// A batch's source positions, when its file has their column (a `cdc` table's).
+/// A batch's source positions, when its file has their column (a `cdc` table's). A
+/// cell that holds no position's text (another engine's writing, a column of another
+/// type) is none: the change's timestamp orders it, as it does one without a position.
 struct SourcePositions<'a>(Option<&'a dyn Array>);
 
 impl<'a> SourcePositions<'a> {
-    fn of(batch: &'a RecordBatch) -> std::result::Result<Self, String> {
-        let column = batch.column_by_name(kfs_values::layout::SOURCE_POSITION_COLUMN);
-        match column.map(|c| c.data_type()) {
-            None | Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
-                Ok(Self(column.map(|c| c.as_ref())))
-            }
-            Some(other) => Err(format!(
-                "{} is a column of {other}, not of text",
-                kfs_values::layout::SOURCE_POSITION_COLUMN
-            )),
-        }
+    fn of(batch: &'a RecordBatch) -> Self {
+        Self(
+            batch
+                .column_by_name(kfs_values::layout::SOURCE_POSITION_COLUMN)
+                .map(|c| c.as_ref()),
+        )
     }
 
-    /// The position of `row`: `None` when it has none; `Err` when its text is none.
-    fn at(
-        &self,
-        row: usize,
-    ) -> std::result::Result<Option<kfs_plan::changes::SourcePosition>, String> {
-        let Some(column) = self.0.filter(|c| c.is_valid(row)) else {
-            return Ok(None);
-        };
+    /// The position of `row`, if it has one.
+    fn at(&self, row: usize) -> Option<kfs_plan::changes::SourcePosition> {
+        let column = self.0.filter(|c| c.is_valid(row))?;
         let text = match column.data_type() {
+            DataType::Utf8 => column.as_string::<i32>().value(row),
             DataType::LargeUtf8 => column.as_string::<i64>().value(row),
             DataType::Utf8View => column.as_string_view().value(row),
-            _ => column.as_string::<i32>().value(row),
+            _ => return None,
         };
-        kfs_plan::changes::SourcePosition::parse(text).map(Some)
+        kfs_plan::changes::SourcePosition::parse(text).ok()
     }
 }
 

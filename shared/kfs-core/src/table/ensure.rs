@@ -102,63 +102,11 @@ pub async fn ensure_dead_letter_table(
     Ok(dead_letters)
 }
 
-/// Loads the change log of the mirror `table` named `name` ([`TableName::change_log`]),
-/// creating it on first use: an append table of the mirror's first schema and
-/// partition spec (so that its columns' ids are the mirror's) and its properties; then
-/// brings its schema to the mirror's current one, whose columns the rows written into
-/// it have.
-pub async fn ensure_change_log_table(
-    catalog: &dyn Catalog,
-    swap: &dyn TableSwap,
-    name: &TableName,
-    table: &Table,
-) -> iceberg::Result<Table> {
-    let metadata = table.metadata();
-    let first_schema = metadata.schemas_iter().min_by_key(|s| s.schema_id());
-    let first_spec = metadata.partition_specs_iter().min_by_key(|s| s.spec_id());
-    let (Some(first_schema), Some(first_spec)) = (first_schema, first_spec) else {
-        return Err(iceberg::Error::new(
-            iceberg::ErrorKind::DataInvalid,
-            format!(
-                "table {} has no schema or partition spec",
-                table.identifier()
-            ),
-        ));
-    };
-    let log_name = name.change_log();
-    let log = ensure_table(catalog, &log_name, || {
-        Ok(TableCreation::builder()
-            .name(log_name.name.clone())
-            .schema(first_schema.as_ref().clone())
-            .partition_spec(first_spec.as_ref().clone().into_unbound())
-            .properties(sidecar_properties(table))
-            .build())
-    })
-    .await?;
-    check_sidecar(&log, table, "change log")?;
-    let Some(created) = log.metadata().schemas_iter().min_by_key(|s| s.schema_id()) else {
-        return Ok(log);
-    };
-    // Its columns must be the mirror's by id: the rows written into it are matched by
-    // them. A mirror made elsewhere may number its first schema otherwise.
-    if created.as_struct() != first_schema.as_struct() {
-        return Err(kfs_catalog::fault::iceberg_error(
-            kfs_catalog::fault::ErrorKind::Config,
-            format!(
-                "table {log_name} cannot be the change log of {}: its columns' ids differ from the mirror's (a table kfs-iceberg did not create); drop it, or turn the mirror's {} off",
-                table.identifier(),
-                kfs_plan::mode::CHANGE_LOG_PROPERTY
-            ),
-        ));
-    }
-    follow_schema(catalog, swap, log, metadata.current_schema()).await
-}
-
 /// The properties of a sidecar of `table` (its dead-letter table, its change log):
 /// the table's (topic, owner, codec, target file size) but its mode and key index,
 /// and its own progress, not the table's: created after the table committed, it would
 /// otherwise look rolled back past commits it never had.
-fn sidecar_properties(table: &Table) -> HashMap<String, String> {
+pub(super) fn sidecar_properties(table: &Table) -> HashMap<String, String> {
     let mut properties = table.metadata().properties().clone();
     for mirror_only in [
         kfs_plan::mode::TABLE_MODE_PROPERTY,
@@ -176,7 +124,7 @@ fn sidecar_properties(table: &Table) -> HashMap<String, String> {
 
 /// Refuses `sidecar` as the `what` of `table` when it belongs to another topic: a
 /// table of that name fed by a topic of its own (`orders__dlq`) is not ours to write.
-fn check_sidecar(sidecar: &Table, table: &Table, what: &str) -> iceberg::Result<()> {
+pub(super) fn check_sidecar(sidecar: &Table, table: &Table, what: &str) -> iceberg::Result<()> {
     let topic = |t: &Table| t.metadata().properties().get(TOPIC_PROPERTY).cloned();
     if topic(sidecar) != topic(table) {
         return Err(kfs_catalog::fault::iceberg_error(
@@ -190,41 +138,6 @@ fn check_sidecar(sidecar: &Table, table: &Table, what: &str) -> iceberg::Result<
         ));
     }
     Ok(())
-}
-
-/// Makes `schema` (a mirror's current schema) `table`'s (its change log's) current
-/// schema unless it is already, through the pointer swap; a concurrent change makes
-/// it look again.
-async fn follow_schema(
-    catalog: &dyn Catalog,
-    swap: &dyn TableSwap,
-    mut table: Table,
-    schema: &iceberg::spec::Schema,
-) -> iceberg::Result<Table> {
-    /// Concurrent schema changes raced before giving up (retryably).
-    const ATTEMPTS: usize = 5;
-    for _ in 0..ATTEMPTS {
-        let current = table.metadata().current_schema();
-        if current.as_struct() == schema.as_struct() {
-            return Ok(table);
-        }
-        let next = crate::table::next_schema(current, schema.as_struct().fields().to_vec())?;
-        match evolve_schema(swap, &table, next).await {
-            Ok(evolved) => return Ok(evolved),
-            Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
-                table = catalog.load_table(table.identifier()).await?;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(iceberg::Error::new(
-        iceberg::ErrorKind::CatalogCommitConflicts,
-        format!(
-            "the schema of {} changed under {ATTEMPTS} attempts to follow its mirror's",
-            table.identifier()
-        ),
-    )
-    .with_retryable(true))
 }
 
 /// Brings `table` to the current record layout ([`crate::table::record_layout_upgrade`]:
@@ -377,7 +290,7 @@ pub async fn evolve_partition_spec(
 
 /// Loads `name`, creating its namespace and the table (as `creation` says) on first
 /// sight, with iceberg-rust's blind commit retries off.
-async fn ensure_table(
+pub(super) async fn ensure_table(
     catalog: &dyn Catalog,
     name: &TableName,
     creation: impl FnOnce() -> iceberg::Result<TableCreation>,

@@ -3,19 +3,22 @@
 //! and evolved through the catalog, the feed that owns it, its history and progress (stored in its
 //! properties, carried in its snapshot summaries), and its data files as the planners see them.
 
+mod change_log;
 mod deletes;
 mod ensure;
 pub(crate) mod files;
 pub(crate) mod history;
+mod offsets;
 mod ownership;
 mod progress;
 
+pub use change_log::{check_columns, ensure_change_log_table};
 pub use deletes::{LiveDeletes, live_deletes};
 #[cfg(any(test, feature = "test-support"))]
 pub use ensure::ensure_topic_table;
 pub use ensure::{
-    add_lfs_columns, add_source_position_column, ensure_change_log_table, ensure_dead_letter_table,
-    ensure_owned_table, evolve_partition_spec, evolve_schema, table_ident, upgrade_record_layout,
+    add_lfs_columns, add_source_position_column, ensure_dead_letter_table, ensure_owned_table,
+    evolve_partition_spec, evolve_schema, table_ident, upgrade_record_layout,
 };
 pub use files::{file_stat, live_entries, live_entries_in, target_file_size};
 pub use history::{
@@ -24,6 +27,7 @@ pub use history::{
 };
 pub use kfs_parquet::{arrow_schema, compression};
 pub use kfs_values::layout::*;
+pub use offsets::offsets_between;
 pub use ownership::{
     Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, claim_table, table_owner,
 };

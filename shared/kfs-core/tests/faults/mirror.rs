@@ -134,7 +134,8 @@ pub async fn check_mirror(
 }
 
 /// Checks that the mirror's change log holds every record of the keyed workload but
-/// those `absent`, each exactly once (tombstones too: a log keeps every change).
+/// those `absent` and the mirror's dead letters, each exactly once (tombstones too: a
+/// log keeps every change).
 pub async fn check_change_log(
     catalog: &dyn Catalog,
     absent: &BTreeSet<(i32, i64)>,
@@ -144,8 +145,15 @@ pub async fn check_change_log(
         .filter(|at| !absent.contains(at))
         .map(|at| (at, 1))
         .collect();
-    let name = TableNaming::default().table_for("orders").change_log();
-    let seen = crate::local::offsets(catalog, &name).await?;
+    let name = TableNaming::default().table_for("orders");
+    // What the mirror refused (a short first upload's values are not JSON) is in its
+    // dead-letter table, not in the log.
+    let refused = crate::local::offsets(catalog, &name.dead_letters()).await?;
+    let expected: std::collections::BTreeMap<(i32, i64), usize> = expected
+        .into_iter()
+        .filter(|(at, _)| !refused.contains_key(at))
+        .collect();
+    let seen = crate::local::offsets(catalog, &name.change_log()).await?;
     if seen != expected {
         let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
         let missing: Vec<_> = expected
