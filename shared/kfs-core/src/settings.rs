@@ -11,10 +11,7 @@ use std::path::{Path, PathBuf};
 use kfs_plan::crosscheck::{CrossCheckPolicy, UnreachablePolicy};
 use kfs_plan::duration::parse_duration;
 use kfs_plan::layout::{PartitionField, parse_partition_spec};
-use kfs_plan::mode::ModeSetting;
-use kfs_plan::naming::{
-    KeyFormat, TableName, TableNaming, TablePattern, TopicSelection, ValueFormat,
-};
+use kfs_plan::naming::{KeyFormat, TableName, TableNaming, TopicSelection, ValueFormat};
 use kfs_plan::secret_url::SecretUrl;
 use serde::Deserialize;
 
@@ -23,6 +20,7 @@ use kfs_catalog::catalog::{CatalogKind, RestCredentials, RestSettings, S3TablesS
 
 mod env;
 mod etcd;
+mod modes;
 use env::VARIABLES;
 pub use etcd::EtcdSettings;
 
@@ -288,27 +286,6 @@ pub struct ValidSettings {
     pub schema_registry: Option<kfs_values::registry::RegistryLocation>,
 }
 
-/// The mode `mode` keyed by `key`, when either is given (a key alone is refused: it
-/// needs a mirror's mode). Its mirrors keep their change log as `change_log` says
-/// (given here: refused for an append table) or else as `inherited` (the setting
-/// above: mirrors only).
-fn mode_setting(
-    mode: Option<&str>,
-    key: Option<&str>,
-    (change_log, inherited): (Option<bool>, bool),
-) -> Result<Option<ModeSetting>, String> {
-    let setting = match (mode, key) {
-        (None, None) if change_log == Some(true) => {
-            return Err("change_log is given without table_mode upsert or cdc".into());
-        }
-        (None, None) => return Ok(None),
-        (None, Some(_)) => return Err("upsert_key is given without table_mode upsert".into()),
-        (Some(mode), key) => ModeSetting::parse(mode, key)?,
-    };
-    let logged = change_log.unwrap_or(inherited && setting.mirrors());
-    setting.with_change_log(logged).map(Some)
-}
-
 fn invalid(origin: &str, message: impl std::fmt::Display) -> SettingsError {
     if origin.is_empty() {
         SettingsError(message.to_string())
@@ -375,30 +352,8 @@ impl Settings {
             lfs: self.lfs.validate(&fail)?,
             ..TableNaming::default()
         };
-        // `change_log` on keeps the log of every mirror, the rules' too.
-        let logged = self.change_log == Some(true);
-        let (mode, key) = (self.table_mode.as_deref(), self.upsert_key.as_deref());
-        naming.mode = mode_setting(mode, key, (None, logged))
-            .map_err(|e| fail("table_mode", &e))?
-            .unwrap_or_default();
-        for rule in &self.table_patterns {
-            let mut pattern = TablePattern::new(&rule.topic, &rule.table)
-                .map_err(|e| fail("table_patterns", &e))?;
-            let (mode, key) = (rule.table_mode.as_deref(), rule.upsert_key.as_deref());
-            if let Some(mode) = mode_setting(mode, key, (rule.change_log, logged))
-                .map_err(|e| fail("table_patterns", &e))?
-            {
-                pattern = pattern.with_mode(mode);
-            }
-            naming.patterns.push(pattern);
-        }
-        let mirrors = naming.mode.mirrors() || naming.patterns.iter().any(|p| p.mirrors());
-        if logged && !mirrors {
-            return Err(fail(
-                "change_log",
-                &"it is on, but no table mirrors its topic: set table_mode upsert or cdc (here or in a rule)",
-            ));
-        }
+        let (mode, patterns) = self.modes().map_err(|(what, e)| fail(what, &e))?;
+        (naming.mode, naming.patterns) = (mode, patterns);
         // Checked now, not at the first table creation.
         crate::compression(&self.table_properties.clone().into_iter().collect())
             .map_err(|e| fail("table_properties", &e.message()))?;

@@ -211,3 +211,31 @@ fn the_catalog_kind_comes_from_one_place() {
             .is_err()
     );
 }
+
+#[test]
+fn a_change_log_is_kept_by_every_mirror_and_needs_one() -> Result<(), SettingsError> {
+    let mode_of = |settings: &ValidSettings, topic: &str| settings.naming.mode_for(topic).clone();
+    // On for a stack whose rules make mirrors, its default mode append.
+    let rules = r#"[{"topic": "cdc-(.*)", "table": "lake.$1", "table_mode": "cdc"}]"#;
+    let settings = env(&[
+        ("CHANGE_LOG", "on"),
+        ("TABLE_MAPPING", rules),
+        ("VALUE_FORMAT", "json"),
+    ])?;
+    assert!(mode_of(&settings, "cdc-orders").change_log);
+    assert!(!mode_of(&settings, "clicks").change_log);
+    // Off: the template's default, whatever the mode.
+    let settings = env(&[("CHANGE_LOG", "off"), ("TABLE_MODE", "upsert")])?;
+    assert!(!mode_of(&settings, "orders").change_log);
+    let settings = env(&[("CHANGE_LOG", "on"), ("TABLE_MODE", "upsert")])?;
+    assert!(mode_of(&settings, "orders").change_log);
+    // On with no table to mirror, or given in an append rule: refused with the name.
+    let error = env(&[("CHANGE_LOG", "on")]).err().map(|e| e.to_string());
+    assert!(error.is_some_and(|e| e.contains("CHANGE_LOG") && e.contains("no table mirrors")));
+    let append = r#"[{"topic": "x", "table": "x", "table_mode": "append", "change_log": true}]"#;
+    let error = env(&[("TABLE_MAPPING", append)])
+        .err()
+        .map(|e| e.to_string());
+    assert!(error.is_some_and(|e| e.contains("append mode")));
+    Ok(())
+}
