@@ -72,6 +72,36 @@ def readers(script: Path, log: Path, mirror: Path, label: str, fold_args: list[s
     )
 
 
+def change_log_matches(log: Path, mirror: Path, table: str) -> None:
+    """Checks that the mirror's change log holds every record of the append log but
+    the mirror's dead letters, each once (pyiceberg)."""
+    from collections import Counter
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python"))
+    from check_mirror import dead_letters, open_table
+
+    def rows(warehouse: Path, name: str) -> Counter:
+        found = open_table(warehouse, name).scan(selected_fields=("partition", "offset")).to_arrow()
+        return Counter(zip(found["partition"].to_pylist(), found["offset"].to_pylist()))
+
+    refused = dead_letters(mirror, table) if args_has_dead_letters(mirror, table) else frozenset()
+    expected = Counter({at: 1 for at in rows(log, table) if at not in refused})
+    found = rows(mirror, f"{table}__changes")
+    verdict = "exactly" if found == expected else "DIFFERS"
+    print(f"\nchange log: {sum(found.values())} rows, {verdict} the log's {sum(expected.values())} records but the {len(refused)} dead letters", flush=True)
+
+
+def args_has_dead_letters(warehouse: Path, table: str) -> bool:
+    """Whether the mirror has a dead-letter table."""
+    from check_mirror import open_table
+
+    try:
+        open_table(warehouse, f"{table}__dlq")
+    except Exception:  # noqa: BLE001 - no such table
+        return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin", required=True, type=Path)
@@ -87,6 +117,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--upsert-key", help="the mirror's key of value fields (needs --value-format json)"
+    )
+    parser.add_argument(
+        "--change-log", action="store_true",
+        help="the mirror keeps its change log (checked against the log: every record once)",
     )
     args = parser.parse_args()
 
@@ -107,6 +141,8 @@ def main() -> None:
     if args.upsert_key:
         mirror_args += ["--upsert-key", args.upsert_key]
         fold_args += ["--key-fields", args.upsert_key]
+    if args.change_log:
+        mirror_args += ["--change-log"]
     totals = {"append": [0.0, 0.0], "upsert": [0.0, 0.0]}
     for batch in range(1, args.batches + 1):
         copy_batch(all_dir, source, batch * args.segments_per_batch)
@@ -131,6 +167,8 @@ def main() -> None:
         f"- the mirror costs {upsert_cpu / append_cpu:.2f}x the log's CPU ({upsert_wall / append_wall:.2f}x its wall time)\n"
         f"- compute per million changes at Lambda's price for that CPU: ${cost:.4f}"
     )
+    if args.change_log:
+        change_log_matches(log, mirror, "kafscale.orders")
     script = Path(__file__).resolve().parent / "readers_matrix.py"
     readers(script, log, mirror, "before compaction", fold_args)
     wall, _ = timed([binary, "compact", "--warehouse", str(mirror)])
