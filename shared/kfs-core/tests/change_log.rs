@@ -13,21 +13,11 @@ use kfs_core::table_ident;
 use kfs_plan::naming::{TableNaming, ValueFormat};
 
 use crate::local::{BoxError, Local, dead_letter_reasons, offsets};
+use crate::row_deltas::keyed;
 
 type TestResult = Result<(), BoxError>;
 
 const TOPIC: &str = "customers";
-
-/// A record of key `key` at `offset` with the JSON value `value` (`None`: a tombstone).
-fn record(offset: i64, key: &str, value: Option<&str>) -> kfs_segment::OwnedRecord {
-    kfs_segment::OwnedRecord {
-        offset,
-        timestamp_ms: 1_700_000_000_000 + offset,
-        key: Some(key.as_bytes().to_vec()),
-        value: value.map(|v| v.as_bytes().to_vec()),
-        headers: vec![],
-    }
-}
 
 /// `offsets` of partition 0, each once.
 fn each_once(offsets: impl IntoIterator<Item = i64>) -> BTreeMap<(i32, i64), usize> {
@@ -50,10 +40,10 @@ async fn a_mirror_keeps_every_record_in_its_change_log_exactly_once() -> TestRes
     local.put_records(
         TOPIC,
         vec![
-            record(0, "a", Some(r#"{"name":"ann"}"#)),
-            record(1, "b", Some(r#"{"name":"bob"}"#)),
-            record(2, "a", Some(r#"{"name":"anna"}"#)),
-            record(3, "b", None),
+            keyed(0, "a", Some(r#"{"name":"ann"}"#)),
+            keyed(1, "b", Some(r#"{"name":"bob"}"#)),
+            keyed(2, "a", Some(r#"{"name":"anna"}"#)),
+            keyed(3, "b", None),
         ],
     )?;
     let report = local.run(&naming).await?;
@@ -65,9 +55,9 @@ async fn a_mirror_keeps_every_record_in_its_change_log_exactly_once() -> TestRes
     local.put_records(
         TOPIC,
         vec![
-            record(4, "b", Some(r#"{"name":"bo","tier":2}"#)),
-            record(5, "a", Some("[1, 2]")),
-            record(6, "c", Some(r#"{"name":"cy"}"#)),
+            keyed(4, "b", Some(r#"{"name":"bo","tier":2}"#)),
+            keyed(5, "a", Some("[1, 2]")),
+            keyed(6, "c", Some(r#"{"name":"cy"}"#)),
         ],
     )?;
     let report = local.run(&naming).await?;

@@ -6,6 +6,7 @@ use super::passes::HELD_SEGMENT_BYTES;
 use crate::convert::{ConvertError, ConvertedSegment};
 use crate::error::PipelineError;
 use crate::source::SourceObject;
+use crate::table::LayoutUpgrade;
 use crate::table::table_progress;
 use crate::table::{Feed, claim_table, ensure_owned_table, evolve_partition_spec};
 use futures::TryFutureExt;
@@ -77,13 +78,23 @@ impl TopicTable {
             .await
             .map_err(catalog_error)?;
         let table = claim_table(catalog.swap, table, feed, ledger).await?;
-        let mut table = crate::table::upgrade_record_layout(catalog.catalog, catalog.swap, table)
+        let mut table = crate::table::upgrade_layout(
+            catalog.catalog,
+            catalog.swap,
+            table,
+            LayoutUpgrade::RecordLayout,
+        )
+        .await
+        .map_err(catalog_error)?;
+        if crate::table::reads_changes(&table) {
+            table = crate::table::upgrade_layout(
+                catalog.catalog,
+                catalog.swap,
+                table,
+                LayoutUpgrade::SourcePosition,
+            )
             .await
             .map_err(catalog_error)?;
-        if crate::table::reads_changes(&table) {
-            table = crate::table::add_source_position_column(catalog.catalog, catalog.swap, table)
-                .await
-                .map_err(catalog_error)?;
         }
         if let Some(fields) = naming.configured_partition(topic) {
             table = match evolve_partition_spec(catalog.swap, &table, fields).await {
@@ -102,9 +113,14 @@ impl TopicTable {
         if lfs.mode != LfsMode::Off {
             match crate::table::value_format_of(&table) {
                 Ok(ValueFormat::Raw) if lfs.mode.has_columns() => {
-                    table = crate::table::add_lfs_columns(catalog.catalog, catalog.swap, table)
-                        .await
-                        .map_err(catalog_error)?;
+                    table = crate::table::upgrade_layout(
+                        catalog.catalog,
+                        catalog.swap,
+                        table,
+                        LayoutUpgrade::LfsColumns,
+                    )
+                    .await
+                    .map_err(catalog_error)?;
                 }
                 Ok(ValueFormat::Raw) => {}
                 Ok(format) => {
@@ -217,7 +233,9 @@ pub(super) async fn open_dead_letter_table(
     table: &Table,
 ) -> Result<Table, PipelineError> {
     crate::table::ensure_dead_letter_table(catalog, name, table)
-        .and_then(|dlq| crate::table::upgrade_record_layout(catalog, swap, dlq))
+        .and_then(|dlq| {
+            crate::table::upgrade_layout(catalog, swap, dlq, LayoutUpgrade::RecordLayout)
+        })
         .await
         .map_err(|source| PipelineError::Catalog {
             table: name.dead_letters().to_string(),

@@ -84,12 +84,10 @@ fn check_ids(log: &Table, mirror: &Table) -> iceberg::Result<()> {
 async fn follow_schema(
     catalog: &dyn Catalog,
     swap: &dyn TableSwap,
-    mut log: Table,
+    log: Table,
     schema: &Schema,
 ) -> iceberg::Result<Table> {
-    /// Concurrent schema changes raced before giving up (retryably).
-    const ATTEMPTS: usize = 5;
-    for _ in 0..ATTEMPTS {
+    super::ensure::swap_schema(catalog, swap, log, "to follow its mirror's", |log| {
         let metadata = log.metadata();
         let followed = metadata
             .properties()
@@ -99,48 +97,27 @@ async fn follow_schema(
         if followed.is_some_and(|id| id >= schema.schema_id())
             || current.as_struct() == schema.as_struct()
         {
-            return Ok(log);
+            return Ok(None);
         }
         let mut fields = schema.as_struct().fields().to_vec();
-        let kept: Vec<_> = current
-            .as_struct()
-            .fields()
-            .iter()
-            .filter(|field| schema.field_by_id(field.id).is_none())
-            .cloned()
-            .collect();
-        fields.extend(kept);
-        let next = super::next_schema(current, fields)?;
-        let requirements = vec![iceberg::TableRequirement::CurrentSchemaIdMatch {
-            current_schema_id: current.schema_id(),
-        }];
-        let updates = vec![
-            iceberg::TableUpdate::AddSchema { schema: next },
-            iceberg::TableUpdate::SetCurrentSchema { schema_id: -1 },
-            iceberg::TableUpdate::SetProperties {
-                updates: [(
-                    FOLLOWED_SCHEMA_PROPERTY.to_owned(),
-                    schema.schema_id().to_string(),
-                )]
-                .into(),
-            },
-        ];
-        match swap.commit(&log, requirements, updates).await {
-            Ok(followed) => return Ok(followed),
-            Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
-                log = catalog.load_table(log.identifier()).await?;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(iceberg::Error::new(
-        iceberg::ErrorKind::CatalogCommitConflicts,
-        format!(
-            "the schema of {} changed under {ATTEMPTS} attempts to follow its mirror's",
-            log.identifier()
-        ),
-    )
-    .with_retryable(true))
+        fields.extend(
+            current
+                .as_struct()
+                .fields()
+                .iter()
+                .filter(|field| schema.field_by_id(field.id).is_none())
+                .cloned(),
+        );
+        let followed = iceberg::TableUpdate::SetProperties {
+            updates: [(
+                FOLLOWED_SCHEMA_PROPERTY.to_owned(),
+                schema.schema_id().to_string(),
+            )]
+            .into(),
+        };
+        Ok(Some((super::next_schema(current, fields)?, vec![followed])))
+    })
+    .await
 }
 
 /// Refuses (retryably) to write `file`'s rows into `log` while a column of it is none

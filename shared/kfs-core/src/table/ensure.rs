@@ -140,79 +140,74 @@ pub(super) fn check_sidecar(sidecar: &Table, table: &Table, what: &str) -> icebe
     Ok(())
 }
 
-/// Brings `table` to the current record layout ([`crate::table::record_layout_upgrade`]:
-/// an optional `timestamp`, header keys' bytes) through the catalog's pointer swap, once;
+/// A change of a topic table's layout that older versions did not make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutUpgrade {
+    /// The current record layout ([`crate::table::record_layout_upgrade`]: an optional
+    /// `timestamp`, header keys' bytes).
+    RecordLayout,
+    /// The `lfs_*` columns ([`crate::table::lfs_columns_upgrade`]).
+    LfsColumns,
+    /// A `cdc` table's column of source positions
+    /// ([`crate::table::source_position_upgrade`]).
+    SourcePosition,
+}
+
+impl LayoutUpgrade {
+    /// The schema after the upgrade of `schema` (given the table's last column id);
+    /// `None` when it has it already.
+    fn of(
+        self,
+        schema: &iceberg::spec::Schema,
+        last_column_id: i32,
+    ) -> Option<iceberg::spec::Schema> {
+        match self {
+            Self::RecordLayout => crate::table::record_layout_upgrade(schema, last_column_id),
+            Self::LfsColumns => crate::table::lfs_columns_upgrade(schema, last_column_id),
+            Self::SourcePosition => crate::table::source_position_upgrade(schema, last_column_id),
+        }
+    }
+}
+
+/// Brings `table` to the layout `upgrade` says through the catalog's pointer swap, once;
 /// a table already there is returned as it is. A concurrent schema change makes it
 /// look again at the table as that change left it.
-pub async fn upgrade_record_layout(
+pub async fn upgrade_layout(
     catalog: &dyn Catalog,
     swap: &dyn TableSwap,
     table: Table,
+    upgrade: LayoutUpgrade,
 ) -> iceberg::Result<Table> {
-    upgrade_schema(
-        catalog,
-        swap,
-        table,
-        crate::table::record_layout_upgrade,
-        "upgrade its record layout",
-    )
+    swap_schema(catalog, swap, table, &format!("{upgrade:?}"), |table| {
+        let metadata = table.metadata();
+        Ok(upgrade
+            .of(metadata.current_schema(), metadata.last_column_id())
+            .map(|schema| (schema, Vec::new())))
+    })
     .await
 }
 
-/// Adds the `lfs_*` columns to `table` ([`crate::table::lfs_columns_upgrade`]) unless
-/// it has them, as [`upgrade_record_layout`] does.
-pub async fn add_lfs_columns(
-    catalog: &dyn Catalog,
-    swap: &dyn TableSwap,
-    table: Table,
-) -> iceberg::Result<Table> {
-    upgrade_schema(
-        catalog,
-        swap,
-        table,
-        crate::table::lfs_columns_upgrade,
-        "add its LFS columns",
-    )
-    .await
-}
-
-/// Adds the column of changes' source positions to `table`, a `cdc` table
-/// ([`crate::table::source_position_upgrade`]), unless it has it, as
-/// [`upgrade_record_layout`] does.
-pub async fn add_source_position_column(
-    catalog: &dyn Catalog,
-    swap: &dyn TableSwap,
-    table: Table,
-) -> iceberg::Result<Table> {
-    upgrade_schema(
-        catalog,
-        swap,
-        table,
-        crate::table::source_position_upgrade,
-        "add its source position column",
-    )
-    .await
-}
-
-/// Makes `upgrade` of the table's current schema (given its last column id) the
-/// table's schema, unless it answers `None` (nothing to change); a concurrent schema
-/// change makes it look again at the table as that change left it.
-async fn upgrade_schema(
+/// Makes the schema `change` gives of the table as it stands its current schema, with
+/// `change`'s other updates, through the pointer swap, unless `change` answers `None`
+/// (nothing to change); a concurrent schema change makes it look again at the table as
+/// that change left it (`what`: the change, for the error after too many).
+pub(super) async fn swap_schema(
     catalog: &dyn Catalog,
     swap: &dyn TableSwap,
     mut table: Table,
-    upgrade: fn(&iceberg::spec::Schema, i32) -> Option<iceberg::spec::Schema>,
     what: &str,
+    change: impl Fn(
+        &Table,
+    ) -> iceberg::Result<Option<(iceberg::spec::Schema, Vec<iceberg::TableUpdate>)>>,
 ) -> iceberg::Result<Table> {
     /// Concurrent schema changes raced before giving up (retryably).
     const ATTEMPTS: usize = 5;
     for _ in 0..ATTEMPTS {
-        let metadata = table.metadata();
-        let Some(upgraded) = upgrade(metadata.current_schema(), metadata.last_column_id()) else {
+        let Some((schema, others)) = change(&table)? else {
             return Ok(table);
         };
-        match evolve_schema(swap, &table, upgraded).await {
-            Ok(evolved) => return Ok(evolved),
+        match commit_schema(swap, &table, schema, others).await {
+            Ok(changed) => return Ok(changed),
             Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
                 table = catalog.load_table(table.identifier()).await?;
             }
@@ -222,7 +217,7 @@ async fn upgrade_schema(
     Err(iceberg::Error::new(
         iceberg::ErrorKind::CatalogCommitConflicts,
         format!(
-            "the schema of {} changed under {ATTEMPTS} attempts to {what}",
+            "the schema of {} changed under {ATTEMPTS} attempts ({what})",
             table.identifier()
         ),
     )
@@ -237,14 +232,26 @@ pub async fn evolve_schema(
     table: &Table,
     evolved: iceberg::spec::Schema,
 ) -> iceberg::Result<Table> {
+    commit_schema(swap, table, evolved, Vec::new()).await
+}
+
+/// Makes `schema` the table's current schema, with the `others` updates, through the
+/// pointer swap; fails if the table's schema changed meanwhile.
+async fn commit_schema(
+    swap: &dyn TableSwap,
+    table: &Table,
+    schema: iceberg::spec::Schema,
+    others: Vec<iceberg::TableUpdate>,
+) -> iceberg::Result<Table> {
     let requirements = vec![iceberg::TableRequirement::CurrentSchemaIdMatch {
         current_schema_id: table.metadata().current_schema_id(),
     }];
-    let updates = vec![
-        iceberg::TableUpdate::AddSchema { schema: evolved },
+    let mut updates = vec![
+        iceberg::TableUpdate::AddSchema { schema },
         // -1: the schema just added.
         iceberg::TableUpdate::SetCurrentSchema { schema_id: -1 },
     ];
+    updates.extend(others);
     swap.commit(table, requirements, updates).await
 }
 

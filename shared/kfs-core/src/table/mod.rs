@@ -17,8 +17,8 @@ pub use deletes::{LiveDeletes, live_deletes};
 #[cfg(any(test, feature = "test-support"))]
 pub use ensure::ensure_topic_table;
 pub use ensure::{
-    add_lfs_columns, add_source_position_column, ensure_dead_letter_table, ensure_owned_table,
-    evolve_partition_spec, evolve_schema, table_ident, upgrade_record_layout,
+    LayoutUpgrade, ensure_dead_letter_table, ensure_owned_table, evolve_partition_spec,
+    evolve_schema, table_ident, upgrade_layout,
 };
 pub use files::{file_stat, live_entries, live_entries_in, target_file_size};
 pub use history::{
