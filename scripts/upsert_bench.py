@@ -73,33 +73,19 @@ def readers(script: Path, log: Path, mirror: Path, label: str, fold_args: list[s
 
 
 def change_log_matches(log: Path, mirror: Path, table: str) -> None:
-    """Checks that the mirror's change log holds every record of the append log but
-    the mirror's dead letters, each once (pyiceberg)."""
-    from collections import Counter
-
+    """Prints whether the mirror's change log holds every record of the append log but
+    the mirror's dead letters, each once (`check_mirror.check_change_log`)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python"))
-    from check_mirror import dead_letters, open_table
-
-    def rows(warehouse: Path, name: str) -> Counter:
-        found = open_table(warehouse, name).scan(selected_fields=("partition", "offset")).to_arrow()
-        return Counter(zip(found["partition"].to_pylist(), found["offset"].to_pylist()))
-
-    refused = dead_letters(mirror, table) if args_has_dead_letters(mirror, table) else frozenset()
-    expected = Counter({at: 1 for at in rows(log, table) if at not in refused})
-    found = rows(mirror, f"{table}__changes")
-    verdict = "exactly" if found == expected else "DIFFERS"
-    print(f"\nchange log: {sum(found.values())} rows, {verdict} the log's {sum(expected.values())} records but the {len(refused)} dead letters", flush=True)
-
-
-def args_has_dead_letters(warehouse: Path, table: str) -> bool:
-    """Whether the mirror has a dead-letter table."""
-    from check_mirror import open_table
+    from check_mirror import check_change_log, dead_letters, open_table
 
     try:
-        open_table(warehouse, f"{table}__dlq")
-    except Exception:  # noqa: BLE001 - no such table
-        return False
-    return True
+        refused = dead_letters(mirror, table)
+    except Exception:  # noqa: BLE001 - no dead-letter table: none refused
+        refused = frozenset()
+    rows = open_table(log, table).scan(selected_fields=("partition", "offset")).to_arrow()
+    print("")
+    for line in check_change_log(rows, mirror, table, refused):
+        print(line, flush=True)
 
 
 def main() -> None:

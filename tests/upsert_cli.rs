@@ -85,7 +85,9 @@ fn a_keyed_topic_of_json_values_mirrored_reads_as_the_fold_of_what_it_could_hold
 /// A JSON mirror keyed by a value field (`--upsert-key customer`): a keyed record's
 /// `customer` is its key, a keyless record's one of the keys at random, from any
 /// partition (ordered across partitions by timestamp); a tombstone names its key by
-/// the record key's text. Folded independently by the same fields.
+/// the record key's text. Folded independently by the same fields. It keeps its
+/// change log (`--change-log`): pyiceberg and DuckDB read every record of the log but
+/// the dead letters in `kafscale.orders__changes` once, after each run.
 #[test]
 fn a_json_mirror_keyed_by_a_value_field_reads_as_the_fold_of_its_log() {
     let text = mirrored_over_two_runs(
@@ -96,10 +98,15 @@ fn a_json_mirror_keyed_by_a_value_field_reads_as_the_fold_of_its_log() {
             "json",
             "--upsert-key",
             "customer",
+            "--change-log",
         ],
-        &["--dead-letters", "--key-fields", "customer"],
+        &["--dead-letters", "--key-fields", "customer", "--change-log"],
     );
     assert!(text.contains("order_id is the row's own"), "{text}");
+    for reader in ["pyiceberg", "DuckDB"] {
+        let line = format!("change log: {reader} holds every record once");
+        assert!(text.contains(&line), "{text}");
+    }
 }
 
 /// A keyed topic over 60 keys run twice into a mirror (`mirror_args`) and into a log
@@ -170,6 +177,7 @@ fn a_mode_that_cannot_be_committed_is_refused_before_anything_is_written() {
             "\"id\"",
         ),
         (&["--upsert-key", "id"][..], "upsert_key"),
+        (&["--change-log"][..], "no table mirrors"),
     ] {
         let out = output_of(
             kfs()

@@ -228,6 +228,35 @@ def dead_letters(warehouse: Path, table: str) -> frozenset:
     return frozenset(zip(letters["partition"].to_pylist(), letters["offset"].to_pylist()))
 
 
+def check_change_log(log, mirror_warehouse: Path, table: str, skipped: frozenset) -> list[str]:
+    """Checks that the mirror's change log (`<table>__changes`) holds every record of
+    `log` (an Arrow table of the append log's rows) but those `skipped` (the mirror's
+    dead letters) exactly once, as pyiceberg and DuckDB read it: one line per reader,
+    starting with `change log:`, and `DIFFERS` when it does not."""
+    expected = Counter(
+        at for at in zip(log["partition"].to_pylist(), log["offset"].to_pylist())
+        if at not in skipped
+    )
+    changes = open_table(mirror_warehouse, f"{table}__changes")
+    rows = changes.scan(selected_fields=("partition", "offset")).to_arrow()
+    seen = {
+        "pyiceberg": Counter(zip(rows["partition"].to_pylist(), rows["offset"].to_pylist())),
+        "DuckDB": Counter(
+            open_duckdb()
+            .execute('SELECT "partition", "offset" FROM iceberg_scan(?)', [changes.metadata_location])
+            .fetchall()
+        ),
+    }
+    lines = []
+    for reader, found in seen.items():
+        verdict = "holds every record once" if found == expected else "DIFFERS"
+        lines.append(
+            f"change log: {reader} {verdict} ({sum(found.values())} rows; the log's "
+            f"{sum(expected.values())} records but {len(skipped)} dead letters)"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--log-warehouse", required=True, type=Path)
@@ -241,6 +270,11 @@ def main() -> None:
         "--dead-letters",
         action="store_true",
         help="leave out the records the mirror's dead-letter table holds (a JSON mirror's)",
+    )
+    parser.add_argument(
+        "--change-log",
+        action="store_true",
+        help="check the mirror's change log too: every record but the dead letters once",
     )
     args = parser.parse_args()
 
@@ -300,6 +334,10 @@ def main() -> None:
             print(f"{reader}: {sum(rows.values())} rows; extra {extra}, missing {missing}")
         else:
             print(f"{reader}: reads the fold exactly ({sum(rows.values())} rows, {seconds:.2f} s)")
+    if args.change_log:
+        for line in check_change_log(log, args.mirror_warehouse, args.table, skipped):
+            failed |= "DIFFERS" in line
+            print(line)
     sys.exit(1 if failed else 0)
 
 
