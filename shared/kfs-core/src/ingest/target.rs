@@ -78,23 +78,19 @@ impl TopicTable {
             .await
             .map_err(catalog_error)?;
         let table = claim_table(catalog.swap, table, feed, ledger).await?;
-        let mut table = crate::table::upgrade_layout(
-            catalog.catalog,
-            catalog.swap,
-            table,
-            LayoutUpgrade::RecordLayout,
-        )
-        .await
-        .map_err(catalog_error)?;
-        if crate::table::reads_changes(&table) {
-            table = crate::table::upgrade_layout(
-                catalog.catalog,
-                catalog.swap,
-                table,
-                LayoutUpgrade::SourcePosition,
-            )
-            .await
-            .map_err(catalog_error)?;
+        let lfs = naming.lfs.for_topic(topic);
+        let mut table = table;
+        for upgrade in layout_upgrades(&table, &lfs).map_err(|reason| match reason {
+            LayoutRefusal::Config(reason) => PipelineError::Config(format!(
+                "table {name}: {reason}: set topic {topic}'s lfs mode to off"
+            )),
+            LayoutRefusal::Unreadable(reason) => {
+                catalog_error(iceberg::Error::new(iceberg::ErrorKind::DataInvalid, reason))
+            }
+        })? {
+            table = crate::table::upgrade_layout(catalog.catalog, catalog.swap, table, upgrade)
+                .await
+                .map_err(catalog_error)?;
         }
         if let Some(fields) = naming.configured_partition(topic) {
             table = match evolve_partition_spec(catalog.swap, &table, fields).await {
@@ -109,34 +105,6 @@ impl TopicTable {
                 Err(e) => return Err(catalog_error(e)),
             };
         }
-        let lfs = naming.lfs.for_topic(topic);
-        if lfs.mode != LfsMode::Off {
-            match crate::table::value_format_of(&table) {
-                Ok(ValueFormat::Raw) if lfs.mode.has_columns() => {
-                    table = crate::table::upgrade_layout(
-                        catalog.catalog,
-                        catalog.swap,
-                        table,
-                        LayoutUpgrade::LfsColumns,
-                    )
-                    .await
-                    .map_err(catalog_error)?;
-                }
-                Ok(ValueFormat::Raw) => {}
-                Ok(format) => {
-                    return Err(PipelineError::Config(format!(
-                        "table {name} stores {} values, and LFS claim checks are handled in raw tables only: set topic {topic}'s lfs mode to off",
-                        format.name()
-                    )));
-                }
-                Err(reason) => {
-                    return Err(catalog_error(iceberg::Error::new(
-                        iceberg::ErrorKind::DataInvalid,
-                        reason,
-                    )));
-                }
-            }
-        }
         let progress = table_progress(&table).map_err(|source| PipelineError::Progress {
             table: name.to_string(),
             source,
@@ -150,6 +118,40 @@ impl TopicTable {
             schemas: None,
         })
     }
+}
+
+/// Why a table's layout cannot be brought to what its settings ask.
+enum LayoutRefusal {
+    /// The settings ask what the table cannot do.
+    Config(String),
+    /// The table's properties do not read.
+    Unreadable(String),
+}
+
+/// The layout upgrades `table` needs: the current record layout, a `cdc` table's
+/// source positions, and the `lfs_*` columns when `lfs` writes them (a raw table's
+/// alone: LFS claim checks in a table of other values are refused).
+fn layout_upgrades(table: &Table, lfs: &LfsPolicy) -> Result<Vec<LayoutUpgrade>, LayoutRefusal> {
+    let mut upgrades = vec![LayoutUpgrade::RecordLayout];
+    if crate::table::reads_changes(table) {
+        upgrades.push(LayoutUpgrade::SourcePosition);
+    }
+    if lfs.mode != LfsMode::Off {
+        match crate::table::value_format_of(table) {
+            Ok(ValueFormat::Raw) if lfs.mode.has_columns() => {
+                upgrades.push(LayoutUpgrade::LfsColumns);
+            }
+            Ok(ValueFormat::Raw) => {}
+            Ok(format) => {
+                return Err(LayoutRefusal::Config(format!(
+                    "it stores {} values, and LFS claim checks are handled in raw tables only",
+                    format.name()
+                )));
+            }
+            Err(reason) => return Err(LayoutRefusal::Unreadable(reason)),
+        }
+    }
+    Ok(upgrades)
 }
 
 /// Why a segment arrived too late to be ingested: after its offsets were committed as
