@@ -230,7 +230,7 @@ impl CommitPlan {
 /// the sidecar holds: a run taken before the table's commit failed may come back cut
 /// otherwise (a segment that turned up in its gap), and its offsets below the
 /// watermark are not all in the sidecar.
-pub fn plan_dead_letters(
+pub fn plan_sidecar(
     watermarks: &OffsetMap,
     taken: &[PendingSegment],
     rows_checked: bool,

@@ -22,20 +22,20 @@ mod dead_letters {
             segment("b", 10, 19, 0),
             segment("c", 20, 29, 1),
         ];
-        let first = plan_dead_letters(&OffsetMap::new(), &taken, false);
+        let first = plan_sidecar(&OffsetMap::new(), &taken, false);
         let ids: Vec<&str> = first.take.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["a", "c"]);
         assert_eq!(first.offsets, OffsetMap::from([(0, 30)]));
         assert_eq!(first.records(), 3);
         // Retried after it landed: nothing again.
-        let again = plan_dead_letters(&first.offsets, &taken, false);
+        let again = plan_sidecar(&first.offsets, &taken, false);
         assert!(again.take.is_empty());
         // A later plan taking only newer segments.
-        let later = plan_dead_letters(&OffsetMap::from([(0, 20)]), &taken, false);
+        let later = plan_sidecar(&OffsetMap::from([(0, 20)]), &taken, false);
         assert_eq!(later.take.len(), 1);
         assert_eq!(later.take[0].id, "c");
         // Rows checked (a change log): covered segments are taken too, the map kept.
-        let checked = plan_dead_letters(&first.offsets, &taken, true);
+        let checked = plan_sidecar(&first.offsets, &taken, true);
         let ids: Vec<&str> = checked.take.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["a", "c"]);
         assert_eq!(checked.offsets, first.offsets);

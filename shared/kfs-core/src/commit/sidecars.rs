@@ -13,7 +13,7 @@ use crate::table::table_watermarks;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use kfs_catalog::catalog::CatalogAccess;
-use kfs_plan::commit::{CommitPlan, PendingSegment, plan_dead_letters};
+use kfs_plan::commit::{CommitPlan, PendingSegment, plan_sidecar};
 use kfs_plan::naming::TableName;
 use kfs_plan::offsets::OffsetMap;
 use std::collections::HashMap;
@@ -129,8 +129,9 @@ impl Sidecar {
 }
 
 /// Commits what the segments `input.plan` takes bring the sidecar `sidecar`, unless it
-/// holds them already ([`plan_dead_letters`]: a segment whose offsets its offset map
-/// covers is taken nowhere again); a no-op when none brings any record. The snapshot
+/// holds them already ([`plan_sidecar`]: a segment whose offsets the dead-letter
+/// table's offset map covers is taken nowhere again; the change log takes it and
+/// leaves out the rows it holds); a no-op when none brings any record. The snapshot
 /// carries the sidecar's offset map and the commit's id. Returns the records committed.
 pub(crate) async fn commit_sidecar(
     sidecar: Sidecar,
@@ -163,7 +164,7 @@ pub(crate) async fn commit_sidecar(
             table: table_name.clone(),
             source,
         })?;
-        let planned = plan_dead_letters(&watermarks, &taken, sidecar == Sidecar::ChangeLog);
+        let planned = plan_sidecar(&watermarks, &taken, sidecar == Sidecar::ChangeLog);
         if planned.take.is_empty() {
             return Ok(0);
         }

@@ -37,15 +37,24 @@ pub async fn ensure_change_log_table(
         ));
     };
     let log_name = name.change_log();
-    let log = ensure_table(catalog, &log_name, || {
-        Ok(TableCreation::builder()
-            .name(log_name.name.clone())
-            .schema(first_schema.as_ref().clone())
-            .partition_spec(first_spec.as_ref().clone().into_unbound())
-            .properties(sidecar_properties(table))
-            .build())
-    })
-    .await?;
+    // Loaded at every commit: made (and its namespace looked up) only when missing.
+    let loaded = catalog
+        .load_table(&crate::table::table_ident(&log_name))
+        .await;
+    let log = match loaded {
+        Ok(log) => log,
+        Err(_) => {
+            ensure_table(catalog, &log_name, || {
+                Ok(TableCreation::builder()
+                    .name(log_name.name.clone())
+                    .schema(first_schema.as_ref().clone())
+                    .partition_spec(first_spec.as_ref().clone().into_unbound())
+                    .properties(sidecar_properties(table))
+                    .build())
+            })
+            .await?
+        }
+    };
     check_sidecar(&log, table, "change log")?;
     check_ids(&log, table)?;
     follow_schema(catalog, swap, log, metadata.current_schema()).await
