@@ -355,7 +355,9 @@ impl Settings {
         let (mode, patterns) = self.modes().map_err(|(what, e)| fail(what, &e))?;
         (naming.mode, naming.patterns) = (mode, patterns);
         // Checked now, not at the first table creation.
-        crate::compression(&self.table_properties.clone().into_iter().collect())
+        let mut properties = self.table_properties.clone().into_iter().collect();
+        crate::compression(&properties)
+            .and_then(|_| crate::table::creation_format_version(&mut properties))
             .map_err(|e| fail("table_properties", &e.message()))?;
         naming.properties = self.table_properties.clone();
         for (topic, text) in &self.value_columns {

@@ -74,6 +74,9 @@ enum Trigger {
     FieldMirror,
     /// [`Trigger::FieldMirror`] keeping the mirror's change log beside it.
     LoggedMirror,
+    /// [`Trigger::Mirror`] on a format v3 table: its deletes are deletion vectors,
+    /// a file's new vector replacing its old one.
+    VectorMirror,
 }
 
 /// The table the wake-ups name.
@@ -97,6 +100,7 @@ async fn case_of(
         Trigger::Mirror => (faults::Records::Keyed, faults::upsert_naming()?),
         Trigger::FieldMirror => (faults::Records::FieldKeyed, faults::field_key_naming()?),
         Trigger::LoggedMirror => (faults::Records::FieldKeyed, faults::logged_naming()?),
+        Trigger::VectorMirror => (faults::Records::Keyed, faults::vector_naming()?),
         _ => (faults::Records::Plain, Default::default()),
     };
     let mirror = kind != faults::Records::Plain;
@@ -257,6 +261,23 @@ async fn every_fault_at_every_step_of_a_mirror_recovers_to_its_fold_exactly_once
 async fn every_fault_at_every_step_of_a_mirror_keyed_by_a_field_recovers_to_its_fold_exactly_once()
 -> TestResult {
     run_matrix(Trigger::FieldMirror, STEPS.into_iter(), mirror_occurrences).await
+}
+
+/// The mirror's matrix on a format v3 table: every step of the fifth, the row delta
+/// writing deletion vectors (a data file's replacing its vector of the first commit's
+/// deletes); no compaction follows (a v3 rewrite is a v3 engine's).
+#[tokio::test]
+async fn every_fault_at_every_step_of_a_v3_mirror_recovers_to_its_fold_exactly_once() -> TestResult
+{
+    run_matrix(
+        Trigger::VectorMirror,
+        STEPS.into_iter(),
+        |step| match step {
+            Step::CompactionCommit => &[1],
+            step => mirror_occurrences(step),
+        },
+    )
+    .await
 }
 
 /// The occurrences of each step a mirror's matrix faults.

@@ -30,4 +30,5 @@ mod runs;
 mod safety;
 mod simulation;
 mod source_positions;
+mod vector_mirrors;
 mod vector_readers;

@@ -23,7 +23,7 @@ fn name(text: &str) -> TableName {
     TableName::parse(text).unwrap_or_else(|| panic!("{text}"))
 }
 
-fn storage(local: &Local) -> MaintenanceStorage {
+pub(crate) fn storage(local: &Local) -> MaintenanceStorage {
     MaintenanceStorage {
         s3: S3Settings::default(),
         warehouse: Warehouse::Local(local.dir.path().join("wh")),
@@ -59,7 +59,7 @@ async fn tick(local: &Local) -> Result<kfs_core::TickReport, BoxError> {
 
 /// Every step of maintenance at once on `ident`, with no snapshot kept for its age
 /// and one manifest at most (the policy of [`eager_policy`] besides).
-async fn maintain_everything(
+pub(crate) async fn maintain_everything(
     local: &Local,
     ident: &TableIdent,
     policy: &MaintenancePolicy,
@@ -79,7 +79,7 @@ async fn maintain_everything(
 
 /// [`eager_policy`] with compaction on, no snapshot kept for its age and one manifest
 /// at most: every step does something.
-fn thorough_policy() -> MaintenancePolicy {
+pub(crate) fn thorough_policy() -> MaintenancePolicy {
     MaintenancePolicy {
         compact: true,
         snapshot_retention: std::time::Duration::ZERO,

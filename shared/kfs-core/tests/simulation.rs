@@ -39,7 +39,8 @@
 //!   the changes are JSON values keyed by their `id` field (`upsert_key id`, a
 //!   tombstone's key from its JSON record key) instead of by the record key, half of
 //!   them (seeds 3 mod 4) keeping the mirror's change log beside it, which must hold
-//!   every record exactly once (`KFS_SIM_KEYED=1`: in every seed).
+//!   every record exactly once; in seeds 2 mod 4 the table is format v3, its deletes
+//!   deletion vectors (`KFS_SIM_KEYED=1`: in every seed).
 //!
 //! After every round no partition watermark has moved backwards; after quiescence
 //! (plain ticks with etcd caught up, then orphan cleanup) every record of the table's
@@ -187,8 +188,12 @@ async fn simulate(seed: u64) -> SeedOutcome {
     // Half the mirrors (odd seeds) are keyed by a JSON value field instead of the
     // record key: the same changes, each key's row found by its `id` column.
     let kind = match (keyed, seed % 2 == 1) {
+        // Half of those (seeds 2 mod 4) on a format v3 table: deletion vectors.
         (true, false) => {
-            naming = faults::upsert_naming()?;
+            naming = match seed % 4 == 2 {
+                true => faults::vector_naming()?,
+                false => faults::upsert_naming()?,
+            };
             Records::Keyed
         }
         // Half of those (seeds 3 mod 4) keep the mirror's change log beside it.

@@ -14,6 +14,7 @@
 mod append;
 mod coalesce;
 mod cycle;
+mod manifest;
 mod outcome;
 mod recover;
 pub(crate) mod replace;

@@ -10,11 +10,13 @@
 //! offset map forward. The commit requires `main` to still be at the snapshot the
 //! snapshot was built on; on a conflict the caller rebuilds on the new head.
 
+use crate::commit::manifest::{
+    SnapshotParts, carry_entry, manifest_list_writer, manifest_writer, row_range, snapshot_of,
+};
 use crate::table::{MAINTENANCE_ID_KEY, ancestry};
 use iceberg::spec::{
     DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestEntry, ManifestFile,
-    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
-    SnapshotRetention, SnapshotSummaryCollector, Summary,
+    Operation, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
@@ -253,28 +255,18 @@ impl Staging<'_> {
         deletes: bool,
     ) -> Result<iceberg::spec::ManifestWriter> {
         self.written += 1;
-        let metadata = self.table.metadata();
-        let builder = ManifestWriterBuilder::new(
-            self.table.file_io().new_output(format!(
-                "{}/metadata/{}-m{}.avro",
-                metadata.location(),
-                self.commit_uuid,
-                self.written
-            ))?,
-            Some(self.snapshot_id),
-            metadata.current_schema().clone(),
-            spec.as_ref().clone(),
+        let path = format!(
+            "{}/metadata/{}-m{}.avro",
+            self.table.metadata().location(),
+            self.commit_uuid,
+            self.written
         );
-        Ok(match deletes {
-            true => builder.build_v2_deletes(),
-            false => builder.build_v2_data(),
-        })
+        manifest_writer(self.table, path, self.snapshot_id, spec, deletes)
     }
 
     /// Writes the touched manifests again: a replaced file DELETED (keeping its
     /// sequence numbers), every other live file EXISTING.
     async fn rewrite(&mut self, touched: Touched) -> Result<()> {
-        let schema = self.table.metadata().current_schema().clone();
         for ((spec_id, deletes), entries) in touched {
             let spec = self
                 .table
@@ -289,30 +281,9 @@ impl Staging<'_> {
                 .clone();
             let mut writer = self.new_manifest(&spec, deletes)?;
             for (entry, remove) in entries {
-                let data_sequence = entry.sequence_number().ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::DataInvalid,
-                        format!("{} has no sequence number", entry.file_path()),
-                    )
-                })?;
-                let file_sequence = entry.file_sequence_number.or(Some(data_sequence));
-                if remove {
-                    self.summary
-                        .remove_file(entry.data_file(), schema.clone(), spec.clone());
-                    writer.add_delete_file(
-                        entry.data_file().clone(),
-                        data_sequence,
-                        file_sequence,
-                    )?;
-                } else {
-                    let added_by = entry.snapshot_id().unwrap_or(self.parent.snapshot_id());
-                    writer.add_existing_file(
-                        entry.data_file().clone(),
-                        added_by,
-                        data_sequence,
-                        file_sequence,
-                    )?;
-                }
+                let parent_id = self.parent.snapshot_id();
+                let counted = (&mut self.summary, &spec);
+                carry_entry(&mut writer, &entry, remove, parent_id, counted, self.table)?;
             }
             self.manifests.push(writer.write_manifest_file().await?);
         }
@@ -352,17 +323,16 @@ impl Staging<'_> {
             metadata.location(),
             self.commit_uuid
         );
-        let mut list_writer = ManifestListWriter::v2(
-            self.table
-                .file_io()
-                .new_output(&list_path)?
-                .writer()
-                .await?,
+        let mut list_writer = manifest_list_writer(
+            self.table,
+            &list_path,
             snapshot_id,
             Some(parent_id),
             sequence_number,
-        );
+        )
+        .await?;
         list_writer.add_manifests(self.manifests.into_iter())?;
+        let rows = row_range(self.table, &list_writer);
         list_writer.close().await?;
         let mut properties: HashMap<String, String> = self.summary.build();
         for (key, value) in [
@@ -378,18 +348,21 @@ impl Staging<'_> {
         // The offset map (and what else every snapshot carries) moves forward unchanged.
         properties.extend(carried_properties(self.table));
         properties.insert(MAINTENANCE_ID_KEY.to_owned(), change.maintenance_id.clone());
-        let snapshot = Snapshot::builder()
-            .with_snapshot_id(snapshot_id)
-            .with_parent_snapshot_id(Some(parent_id))
-            .with_sequence_number(sequence_number)
-            .with_timestamp_ms(now_ms.max(metadata.last_updated_ms()))
-            .with_manifest_list(list_path)
-            .with_schema_id(metadata.current_schema_id())
-            .with_summary(Summary {
-                operation: Operation::Replace,
-                additional_properties: properties,
-            })
-            .build();
+        let snapshot = snapshot_of(
+            self.table,
+            SnapshotParts {
+                snapshot_id,
+                parent_id: Some(parent_id),
+                sequence_number,
+                timestamp_ms: now_ms,
+                manifest_list: list_path,
+                summary: Summary {
+                    operation: Operation::Replace,
+                    additional_properties: properties,
+                },
+                rows,
+            },
+        );
         Ok(commit_on_main(self.table, snapshot, Some(parent_id)))
     }
 }

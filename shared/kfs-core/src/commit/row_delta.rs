@@ -1,32 +1,43 @@
 //! Building **row-delta** snapshots, the commit of merge-on-read changes that
-//! iceberg-rust 0.10.1 has no action for: data files added beside position-delete
-//! files that delete rows of live data files (the old versions of updated keys, the
-//! deleted keys), in one snapshot.
+//! iceberg-rust 0.10.1 has no action for: data files added beside delete files that
+//! delete rows of live data files (the old versions of updated keys, the deleted
+//! keys), in one snapshot.
 //!
 //! Every manifest of the parent is kept as it is; the added data files go in a new
 //! data manifest and the delete files in a new delete manifest, both at the new
 //! snapshot's sequence number, so its deletes reach every row committed up to and
 //! including it (a row added and deleted in one commit is deleted, as the spec's
 //! `<=` rule for position deletes says). The summary's totals are the parent's plus
-//! what was added, with the caller's properties (the offset map) on top. The commit
-//! requires `main` still at the parent. Format v2 only: v3 tables take deletion
-//! vectors, never position-delete files.
+//! what was added, less what was removed, with the caller's properties (the offset
+//! map) on top. The commit requires `main` still at the parent.
+//!
+//! A format v2 table takes position-delete files. A v3 table takes deletion vectors
+//! (position deletes must not be added to it), at most one per data file: a data
+//! file's new vector replaces its live one, whose entry is removed (its delete
+//! manifest written again, the vector DELETED); the caller merged the old vector's
+//! rows into the new one. The manifest list assigns the new data files' row ids
+//! (row lineage): an updated key's new row is a new row, with a new id.
 
+use crate::commit::manifest::{
+    SnapshotParts, carry_entry, manifest_list_writer, manifest_writer, row_range, snapshot_of,
+};
 use crate::commit::replace::{StagedReplace, commit_on_main, new_snapshot_id};
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, ManifestFile, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotSummaryCollector, Summary,
+    DataContentType, DataFile, DataFileFormat, FormatVersion, ManifestContentType, ManifestEntry,
+    ManifestFile, Operation, SnapshotSummaryCollector, Summary,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// What a row-delta snapshot changes.
 #[derive(Debug, Clone, Default)]
 pub struct RowDelta {
     /// Data files to add.
     pub data: Vec<DataFile>,
-    /// Position-delete files to add (each written by `kfs_parquet::write_position_deletes`).
+    /// Delete files to add: a v2 table's position-delete files (each written by
+    /// `kfs_parquet::write_position_deletes`), a v3 table's deletion vectors (one per
+    /// data file, `kfs_parquet::vector_delete_file`).
     pub deletes: Vec<DataFile>,
     /// Summary properties of the snapshot (the offset map and what else it carries).
     pub properties: HashMap<String, String>,
@@ -56,8 +67,8 @@ const TOTALS: [(&str, &str, &str); 6] = [
 
 /// Builds a row-delta snapshot on the table's current snapshot (or as its first):
 /// writes the new manifests and the manifest list, and returns the commit to make.
-/// Refuses a change that adds nothing, files of the wrong content, and tables that are
-/// not format v2.
+/// Refuses a change that adds nothing, and files of the wrong content or of the wrong
+/// kind of deletes for the table's format version.
 pub async fn stage_row_delta(
     table: &Table,
     change: &RowDelta,
@@ -66,13 +77,16 @@ pub async fn stage_row_delta(
     check(table, change)?;
     let metadata = table.metadata();
     let parent = metadata.current_snapshot();
-    let staging = Staging {
+    let parent_id = parent.map(|p| p.snapshot_id());
+    let mut staging = Staging {
         table,
         snapshot_id: new_snapshot_id(table),
         sequence_number: metadata.next_sequence_number(),
         commit_uuid: uuid::Uuid::new_v4(),
+        written: 0,
+        summary: SnapshotSummaryCollector::default(),
     };
-    let mut manifests: Vec<ManifestFile> = match parent {
+    let kept: Vec<ManifestFile> = match parent {
         Some(parent) => table
             .manifest_list_reader(parent)
             .load()
@@ -81,34 +95,51 @@ pub async fn stage_row_delta(
             .to_vec(),
         None => Vec::new(),
     };
-    let mut summary = SnapshotSummaryCollector::default();
-    for (at, files) in [&change.deletes, &change.data].into_iter().enumerate() {
-        if let Some(manifest) = staging.manifest(at, files, &mut summary).await? {
+    let mut manifests = staging
+        .replace_vectors(kept, &change.deletes, parent_id)
+        .await?;
+    for files in [&change.deletes, &change.data] {
+        if let Some(manifest) = staging.manifest(files).await? {
             manifests.insert(0, manifest);
         }
     }
-    let parent_id = parent.map(|p| p.snapshot_id());
-    let list_path = staging.manifest_list(parent_id, manifests).await?;
-    let mut properties = totals(summary.build(), parent);
+    let list_path = format!(
+        "{}/metadata/snap-{}-0-{}.avro",
+        metadata.location(),
+        staging.snapshot_id,
+        staging.commit_uuid
+    );
+    let mut list = manifest_list_writer(
+        table,
+        &list_path,
+        staging.snapshot_id,
+        parent_id,
+        staging.sequence_number,
+    )
+    .await?;
+    list.add_manifests(manifests.into_iter())?;
+    let rows = row_range(table, &list);
+    list.close().await?;
+    let mut properties = totals(staging.summary.build(), parent);
     properties.extend(change.properties.clone());
     let operation = match (change.data.is_empty(), change.deletes.is_empty()) {
         (false, true) => Operation::Append,
         (true, false) => Operation::Delete,
         _ => Operation::Overwrite,
     };
-    let snapshot = Snapshot::builder()
-        .with_snapshot_id(staging.snapshot_id)
-        .with_parent_snapshot_id(parent_id)
-        .with_sequence_number(staging.sequence_number)
-        .with_timestamp_ms(now_ms.max(metadata.last_updated_ms()))
-        .with_manifest_list(list_path)
-        .with_schema_id(metadata.current_schema_id())
-        .with_summary(Summary {
+    let parts = SnapshotParts {
+        snapshot_id: staging.snapshot_id,
+        parent_id,
+        sequence_number: staging.sequence_number,
+        timestamp_ms: now_ms,
+        manifest_list: list_path,
+        summary: Summary {
             operation,
             additional_properties: properties,
-        })
-        .build();
-    Ok(commit_on_main(table, snapshot, parent_id))
+        },
+        rows,
+    };
+    Ok(commit_on_main(table, snapshot_of(table, parts), parent_id))
 }
 
 /// A row-delta snapshot being written.
@@ -117,17 +148,31 @@ struct Staging<'a> {
     snapshot_id: i64,
     sequence_number: i64,
     commit_uuid: uuid::Uuid,
+    /// Manifests written so far (they are numbered).
+    written: usize,
+    summary: SnapshotSummaryCollector,
 }
 
 impl Staging<'_> {
-    /// The manifest (number `at`) adding `files`, all of one content (data, or
-    /// position deletes), at the snapshot's sequence number; `None` for no file.
-    async fn manifest(
-        &self,
-        at: usize,
-        files: &[DataFile],
-        summary: &mut SnapshotSummaryCollector,
-    ) -> Result<Option<ManifestFile>> {
+    /// A writer of the snapshot's next manifest, of data (or delete) files of `spec`.
+    fn writer(
+        &mut self,
+        spec: &iceberg::spec::PartitionSpecRef,
+        deletes: bool,
+    ) -> Result<iceberg::spec::ManifestWriter> {
+        self.written += 1;
+        let path = format!(
+            "{}/metadata/{}-m{}.avro",
+            self.table.metadata().location(),
+            self.commit_uuid,
+            self.written
+        );
+        manifest_writer(self.table, path, self.snapshot_id, spec, deletes)
+    }
+
+    /// The manifest adding `files`, all of one content (data, or deletes), at the
+    /// snapshot's sequence number; `None` for no file.
+    async fn manifest(&mut self, files: &[DataFile]) -> Result<Option<ManifestFile>> {
         let Some(first) = files.first() else {
             return Ok(None);
         };
@@ -136,48 +181,74 @@ impl Staging<'_> {
             metadata.current_schema().clone(),
             metadata.default_partition_spec().clone(),
         );
-        let builder = ManifestWriterBuilder::new(
-            self.table.file_io().new_output(format!(
-                "{}/metadata/{}-m{at}.avro",
-                metadata.location(),
-                self.commit_uuid
-            ))?,
-            Some(self.snapshot_id),
-            schema.clone(),
-            spec.as_ref().clone(),
-        );
-        let mut writer = match first.content_type() {
-            DataContentType::Data => builder.build_v2_data(),
-            _ => builder.build_v2_deletes(),
-        };
+        let mut writer = self.writer(&spec, first.content_type() != DataContentType::Data)?;
         for file in files {
-            summary.add_file(file, schema.clone(), spec.clone());
+            self.summary.add_file(file, schema.clone(), spec.clone());
             writer.add_file(file.clone(), self.sequence_number)?;
         }
         Ok(Some(writer.write_manifest_file().await?))
     }
 
-    /// Writes the manifest list of `manifests`; returns its path.
-    async fn manifest_list(
-        &self,
+    /// `kept` (the parent's manifests) with the live deletion vectors of the data
+    /// files `deletes` gives new vectors removed: each delete manifest holding one
+    /// written again, those vectors DELETED and its other live files EXISTING. A v2
+    /// table's deletes name no data file: `kept` as it is.
+    async fn replace_vectors(
+        &mut self,
+        kept: Vec<ManifestFile>,
+        deletes: &[DataFile],
         parent_id: Option<i64>,
-        manifests: Vec<ManifestFile>,
-    ) -> Result<String> {
-        let path = format!(
-            "{}/metadata/snap-{}-0-{}.avro",
-            self.table.metadata().location(),
-            self.snapshot_id,
-            self.commit_uuid
-        );
-        let mut list = ManifestListWriter::v2(
-            self.table.file_io().new_output(&path)?.writer().await?,
-            self.snapshot_id,
-            parent_id,
-            self.sequence_number,
-        );
-        list.add_manifests(manifests.into_iter())?;
-        list.close().await?;
-        Ok(path)
+    ) -> Result<Vec<ManifestFile>> {
+        let targets: BTreeSet<String> = deletes
+            .iter()
+            .filter_map(DataFile::referenced_data_file)
+            .collect();
+        let replaced = |entry: &ManifestEntry| {
+            entry.is_alive()
+                && entry.file_format() == DataFileFormat::Puffin
+                && entry
+                    .data_file()
+                    .referenced_data_file()
+                    .is_some_and(|file| targets.contains(&file))
+        };
+        let mut manifests = Vec::with_capacity(kept.len());
+        for manifest in kept {
+            if targets.is_empty() || manifest.content != ManifestContentType::Deletes {
+                manifests.push(manifest);
+                continue;
+            }
+            let loaded = manifest.load_manifest(self.table.file_io()).await?;
+            if !loaded.entries().iter().any(|e| replaced(e)) {
+                manifests.push(manifest);
+                continue;
+            }
+            let spec = self
+                .table
+                .metadata()
+                .partition_spec_by_id(manifest.partition_spec_id)
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::DataInvalid,
+                        format!("no partition spec {}", manifest.partition_spec_id),
+                    )
+                })?
+                .clone();
+            let mut writer = self.writer(&spec, true)?;
+            for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+                let parent = parent_id.unwrap_or(self.snapshot_id);
+                let counted = (&mut self.summary, &spec);
+                carry_entry(
+                    &mut writer,
+                    entry,
+                    replaced(entry),
+                    parent,
+                    counted,
+                    self.table,
+                )?;
+            }
+            manifests.push(writer.write_manifest_file().await?);
+        }
+        Ok(manifests)
     }
 }
 
@@ -201,15 +272,11 @@ fn totals(
     added
 }
 
-/// Refuses what a row delta cannot commit.
+/// Refuses what a row delta cannot commit: no file, a delete file among the data
+/// files, and deletes of the wrong kind for the table's format version (a v2 table's
+/// are position-delete files; a v3 table's deletion vectors, one per data file).
 fn check(table: &Table, change: &RowDelta) -> Result<()> {
     let invalid = |reason: String| Err(Error::new(ErrorKind::DataInvalid, reason));
-    if table.metadata().format_version() != FormatVersion::V2 {
-        return invalid(format!(
-            "position deletes need a format v2 table; this one is {} (v3 tables take deletion vectors)",
-            table.metadata().format_version()
-        ));
-    }
     if change.data.is_empty() && change.deletes.is_empty() {
         return invalid("a row delta that adds no file".into());
     }
@@ -223,12 +290,35 @@ fn check(table: &Table, change: &RowDelta) -> Result<()> {
             file.file_path()
         ));
     }
-    if let Some(file) = change
-        .deletes
-        .iter()
-        .find(|f| f.content_type() != DataContentType::PositionDeletes)
-    {
-        return invalid(format!("{} is no position-delete file", file.file_path()));
+    let vectors = match table.metadata().format_version() {
+        FormatVersion::V1 => return invalid("a format v1 table takes no row deltas".into()),
+        FormatVersion::V2 => false,
+        FormatVersion::V3 => true,
+    };
+    let mut targets = BTreeSet::new();
+    for file in &change.deletes {
+        let path = file.file_path();
+        if file.content_type() != DataContentType::PositionDeletes {
+            return invalid(format!("{path} is no position-delete file"));
+        }
+        match (vectors, file.file_format(), file.referenced_data_file()) {
+            (false, DataFileFormat::Parquet, _) => {}
+            (false, _, _) => {
+                return invalid(format!(
+                    "{path}: a format v2 table takes position-delete files, not deletion vectors"
+                ));
+            }
+            (true, DataFileFormat::Puffin, Some(target)) => {
+                if !targets.insert(target.clone()) {
+                    return invalid(format!("{target}: two deletion vectors in one commit"));
+                }
+            }
+            (true, _, _) => {
+                return invalid(format!(
+                    "{path}: a format v3 table takes deletion vectors (a Puffin blob naming its data file), not position-delete files"
+                ));
+            }
+        }
     }
     Ok(())
 }

@@ -30,7 +30,7 @@ use rows::{KeyColumns, Row, read_rows};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use iceberg::spec::{DataFile, Struct};
+use iceberg::spec::{DataFile, FormatVersion, Struct};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 use kfs_parquet::PositionDeletes;
@@ -259,41 +259,71 @@ async fn live_rows(
     Ok(index)
 }
 
-/// Writes `deletes` (from [`supersede`]) as position-delete files of `table`, one per
-/// partition of the data files they delete from (a delete file lies in the partition
-/// of its rows), under the table's `data/` folder with its writer settings; `added` are
-/// the commit's new files, which the table does not list yet. Refuses a delete of a
-/// file that is neither live nor added.
+/// Writes `deletes` (from [`supersede`]) as delete files of `table`, under its `data/`
+/// folder: a format v2 table's as position-delete files with its writer settings, one
+/// per partition of the data files they delete from (a delete file lies in the
+/// partition of its rows); a v3 table's as deletion vectors ([`write_vectors`]).
+/// `added` are the commit's new files, which the table does not list yet. Refuses a
+/// delete of a file that is neither live nor added.
 pub async fn write_deletes(
     table: &Table,
     added: &[DataFile],
     deletes: &PositionDeletes,
 ) -> Result<Vec<DataFile>> {
-    let mut live = Vec::new();
+    let placed = placements(table, added).await?;
+    if let Some(file) = deletes
+        .keys()
+        .find(|file| !placed.contains_key(file.as_str()))
+    {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!("{file}: a delete of a file the table does not hold"),
+        ));
+    }
+    match table.metadata().format_version() >= FormatVersion::V3 {
+        true => write_vectors(table, &placed, deletes).await,
+        false => write_position_deletes(table, &placed, deletes).await,
+    }
+}
+
+/// Where each data file of `table` (live, or among `added`, which are written in the
+/// default spec) lies: its partition spec's id and its partition.
+async fn placements(table: &Table, added: &[DataFile]) -> Result<HashMap<String, (i32, Struct)>> {
+    let mut placed = HashMap::new();
     for spec in table.metadata().partition_specs_iter() {
         let spec_id = spec.spec_id();
         for entry in crate::table::live_entries_in(table, Some(spec_id)).await? {
-            live.push((spec_id, entry.data_file().clone()));
+            let file = entry.data_file();
+            placed.insert(
+                file.file_path().to_owned(),
+                (spec_id, file.partition().clone()),
+            );
         }
     }
     let default_spec = table.metadata().default_partition_spec_id();
-    let placed: HashMap<&str, (i32, &Struct)> = live
-        .iter()
-        .map(|(spec_id, f)| (*spec_id, f))
-        .chain(added.iter().map(|f| (default_spec, f)))
-        .map(|(spec_id, f)| (f.file_path(), (spec_id, f.partition())))
-        .collect();
+    for file in added {
+        placed.insert(
+            file.file_path().to_owned(),
+            (default_spec, file.partition().clone()),
+        );
+    }
+    Ok(placed)
+}
+
+/// The position-delete files of `deletes`: one per partition.
+async fn write_position_deletes(
+    table: &Table,
+    placed: &HashMap<String, (i32, Struct)>,
+    deletes: &PositionDeletes,
+) -> Result<Vec<DataFile>> {
     let mut by_partition: BTreeMap<(i32, String), (Struct, PositionDeletes)> = BTreeMap::new();
     for (file, positions) in deletes {
-        let (spec_id, partition) = placed.get(file.as_str()).ok_or_else(|| {
-            Error::new(
-                ErrorKind::DataInvalid,
-                format!("{file}: a delete of a file the table does not hold"),
-            )
-        })?;
+        let Some((spec_id, partition)) = placed.get(file.as_str()) else {
+            continue;
+        };
         by_partition
             .entry((*spec_id, format!("{partition:?}")))
-            .or_insert_with(|| ((*partition).clone(), PositionDeletes::new()))
+            .or_insert_with(|| (partition.clone(), PositionDeletes::new()))
             .1
             .insert(file.clone(), positions.clone());
     }
@@ -316,6 +346,56 @@ pub async fn write_deletes(
             )
             .await?,
         );
+    }
+    Ok(written)
+}
+
+/// The deletion vectors of `deletes` (a format v3 table's): one Puffin file of one
+/// vector per data file, each merged with every row the file's live deletes delete
+/// (its vector, or the position-delete files of before the table's upgrade), since a
+/// file's new vector replaces what deleted its rows before (the row delta removes
+/// the old vector: at most one per data file). Each vector's entry lies in its data
+/// file's partition.
+async fn write_vectors(
+    table: &Table,
+    placed: &HashMap<String, (i32, Struct)>,
+    deletes: &PositionDeletes,
+) -> Result<Vec<DataFile>> {
+    if deletes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let touched: BTreeSet<String> = deletes.keys().cloned().collect();
+    let live = crate::table::live_deletes_of(table, Some(&touched)).await?;
+    let mut merged = deletes.clone();
+    for (file, rows) in &mut merged {
+        if let Some(before) = live.positions.get(file) {
+            rows.extend(before);
+        }
+    }
+    let path = format!(
+        "{}/data/deletes-{}.puffin",
+        table.metadata().location(),
+        uuid::Uuid::new_v4()
+    );
+    let invalid = |e: kfs_parquet::VectorError| Error::new(ErrorKind::DataInvalid, e.to_string());
+    let (bytes, blobs) = kfs_parquet::puffin_of_vectors(&merged).map_err(invalid)?;
+    let size = bytes.len() as u64;
+    table
+        .file_io()
+        .new_output(&path)?
+        .write(bytes.into())
+        .await?;
+    let mut written = Vec::new();
+    for blob in &blobs {
+        if let Some((spec_id, partition)) = placed.get(&blob.referenced_data_file) {
+            written.push(kfs_parquet::vector_delete_file(
+                &path,
+                size,
+                blob,
+                *spec_id,
+                partition.clone(),
+            )?);
+        }
     }
     Ok(written)
 }

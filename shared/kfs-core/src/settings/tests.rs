@@ -100,6 +100,7 @@ fn every_bad_setting_is_named() {
             "TABLE_PROPERTIES",
             r#"{"write.parquet.compression-codec": "lzma"}"#,
         ),
+        ("TABLE_PROPERTIES", r#"{"format-version": "4"}"#),
         ("VALUE_FORMAT", "avro"),
         ("KEY_FORMAT", "avro"),
         ("SCHEMA_REGISTRY_URL", "ftp://registry"),

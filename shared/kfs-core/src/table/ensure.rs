@@ -7,6 +7,7 @@
 use crate::table::{
     COMMIT_RETRIES_PROPERTY, TOPIC_PROPERTY, VALUE_FORMAT_PROPERTY, topic_table_properties,
 };
+use iceberg::spec::FormatVersion;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
@@ -69,14 +70,36 @@ pub async fn ensure_owned_table(
             );
         }
         crate::table::compression(&properties)?;
+        let format_version = creation_format_version(&mut properties)?;
         Ok(TableCreation::builder()
             .name(name.name.clone())
             .schema(schema)
             .partition_spec(spec)
             .properties(properties)
+            .format_version(format_version)
             .build())
     })
     .await
+}
+
+/// The property that chooses a new table's format version (`2`, the default, or `3`:
+/// a mirror's deletes as deletion vectors, its rows with lineage).
+pub const FORMAT_VERSION_PROPERTY: &str = "format-version";
+
+/// The format version `properties` (a new table's) ask for, taken out of them (the
+/// format version is the table metadata's, not a property); v2 when they name none.
+/// Refuses any but 2 and 3.
+pub(crate) fn creation_format_version(
+    properties: &mut HashMap<String, String>,
+) -> iceberg::Result<FormatVersion> {
+    match properties.remove(FORMAT_VERSION_PROPERTY).as_deref() {
+        None | Some("2") => Ok(FormatVersion::V2),
+        Some("3") => Ok(FormatVersion::V3),
+        Some(other) => Err(iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            format!("{FORMAT_VERSION_PROPERTY} = {other:?}: new tables are format 2 or 3"),
+        )),
+    }
 }
 
 /// Loads the dead-letter table of the table `name` ([`TableName::dead_letters`]),

@@ -13,7 +13,8 @@ mod ownership;
 mod progress;
 
 pub use change_log::{check_columns, ensure_change_log_table};
-pub use deletes::{LiveDeletes, live_deletes};
+pub use deletes::{LiveDeletes, live_deletes, live_deletes_of};
+pub(crate) use ensure::creation_format_version;
 #[cfg(any(test, feature = "test-support"))]
 pub use ensure::ensure_topic_table;
 pub use ensure::{

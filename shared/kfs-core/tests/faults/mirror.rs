@@ -52,6 +52,16 @@ pub fn upsert_naming() -> Result<TableNaming, String> {
     })
 }
 
+/// [`upsert_naming`] with the table created in format v3: its deletes are deletion
+/// vectors.
+pub fn vector_naming() -> Result<TableNaming, String> {
+    let mut naming = upsert_naming()?;
+    naming
+        .properties
+        .insert("format-version".to_owned(), "3".to_owned());
+    Ok(naming)
+}
+
 /// [`field_key_naming`] with the mirror's change log kept beside it.
 pub fn logged_naming() -> Result<TableNaming, String> {
     let mut naming = field_key_naming()?;

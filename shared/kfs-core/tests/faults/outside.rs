@@ -50,7 +50,7 @@ pub async fn maintain_outside(dir: &Path, snapshot_id: i64) -> Result<OutsideOut
         .filter(|(k, _)| k.starts_with("total-"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let snapshot = Snapshot::builder()
+    let builder = Snapshot::builder()
         .with_snapshot_id(snapshot_id)
         .with_parent_snapshot_id(Some(current.snapshot_id()))
         .with_sequence_number(metadata.next_sequence_number())
@@ -60,8 +60,12 @@ pub async fn maintain_outside(dir: &Path, snapshot_id: i64) -> Result<OutsideOut
         .with_summary(Summary {
             operation: Operation::Replace,
             additional_properties: totals,
-        })
-        .build();
+        });
+    // A v3 table's snapshot has a row range: this one adds no row.
+    let snapshot = match metadata.format_version() >= iceberg::spec::FormatVersion::V3 {
+        true => builder.with_row_range(metadata.next_row_id(), 0).build(),
+        false => builder.build(),
+    };
     let swap = SqlTableSwap::open(&dir.join("catalog.db"), LOCAL_CATALOG_NAME)
         .await
         .map_err(|e| text(&e))?;

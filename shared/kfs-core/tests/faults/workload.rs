@@ -388,8 +388,11 @@ pub async fn check(catalog: &dyn Catalog, ledger: &SqliteLedger) -> Result<i64, 
             if entry.data_file().content_type() == iceberg::spec::DataContentType::Data {
                 records += entry.data_file().record_count();
             }
-            if !paths.insert(path.clone()) {
-                return Err(format!("{path} registered twice"));
+            // One Puffin file holds the deletion vectors of many data files: each
+            // vector is registered once, by the file it deletes from.
+            let referenced = entry.data_file().referenced_data_file();
+            if !paths.insert((path.clone(), referenced.clone())) {
+                return Err(format!("{path} ({referenced:?}) registered twice"));
             }
         }
     }

@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test file uses a different part
 
 pub mod engine;
+pub mod read;
 
 use std::collections::BTreeMap;
 
@@ -235,6 +236,9 @@ pub async fn offsets(
     let table = catalog.load_table(&ident).await.map_err(text)?;
     if table.metadata().current_snapshot().is_none() {
         return Ok(found);
+    }
+    if table.metadata().format_version() >= iceberg::spec::FormatVersion::V3 {
+        return read::offsets_applying_vectors(&table).await;
     }
     let batches: Vec<arrow_array::RecordBatch> = table
         .scan()

@@ -1,0 +1,235 @@
+//! A mirror on a format v3 table (`format-version = 3` among the new tables'
+//! properties, or a v2 mirror another engine upgraded): its commits delete superseded
+//! rows with deletion vectors, one per data file, a file's new vector merging its old
+//! one (and the position deletes of before the upgrade) and replacing it in the same
+//! row delta. pyiceberg and DuckDB read exactly the fold of the changes after every
+//! commit; row lineage moves on with the rows added; maintenance leaves the rewrites
+//! to a v3 engine and keeps every live vector's Puffin file.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use iceberg::Catalog;
+use iceberg::spec::{DataFileFormat, FormatVersion};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use kfs_core::table_ident;
+use kfs_plan::naming::TableNaming;
+use kfs_segment::OwnedRecord;
+
+use crate::local::{BoxError, Local, offsets};
+use crate::row_deltas::{keyed, readers_see};
+
+type TestResult = Result<(), BoxError>;
+
+/// The rounds of changes: the first round's file loses rows in every later one (its
+/// vector replaced each time), keys deleted, inserted again, and updated twice in one
+/// commit.
+fn rounds() -> Vec<Vec<OwnedRecord>> {
+    vec![
+        (0..6)
+            .map(|o| keyed(o, &format!("k{o}"), Some("first")))
+            .collect(),
+        vec![
+            keyed(6, "k0", Some("k0 again")),
+            keyed(7, "k1", None),
+            keyed(8, "k7", Some("new")),
+        ],
+        vec![
+            keyed(9, "k2", Some("k2 again")),
+            keyed(10, "k7", Some("k7 again")),
+            keyed(11, "k1", Some("back")),
+        ],
+        vec![
+            keyed(12, "k0", None),
+            keyed(13, "k3", Some("k3 again")),
+            keyed(14, "k4", Some("once")),
+            keyed(15, "k4", Some("twice")),
+        ],
+    ]
+}
+
+/// The upsert naming, its new tables in `format` (`None`: the default).
+fn naming(format: Option<&str>) -> Result<TableNaming, BoxError> {
+    let mut naming = TableNaming {
+        mode: kfs_plan::mode::ModeSetting::parse("upsert", None)?,
+        ..TableNaming::default()
+    };
+    if let Some(format) = format {
+        naming
+            .properties
+            .insert("format-version".to_owned(), format.to_owned());
+    }
+    Ok(naming)
+}
+
+/// The fold of `records`: each live key's last offset, on partition 0.
+fn fold(
+    reference: &mut BTreeMap<String, (i64, bool)>,
+    records: &[OwnedRecord],
+) -> BTreeMap<(i32, i64), usize> {
+    for r in records {
+        let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+        reference.insert(key, (r.offset, r.value.is_some()));
+    }
+    reference
+        .values()
+        .filter(|(_, live)| *live)
+        .map(|(offset, _)| ((0, *offset), 1))
+        .collect()
+}
+
+/// Checks that `table`'s deletes are deletion vectors only (`legacy` position-delete
+/// files of before an upgrade aside), at most one live per data file.
+async fn one_vector_per_file(table: &Table, legacy: usize) -> TestResult {
+    let snapshot = table.metadata().current_snapshot().ok_or("no snapshot")?;
+    let list = table.manifest_list_reader(snapshot).load().await?;
+    let (mut vectors, mut parquet) = (BTreeMap::<String, usize>::new(), BTreeSet::new());
+    for manifest in list.entries() {
+        let loaded = manifest.load_manifest(table.file_io()).await?;
+        for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+            let file = entry.data_file();
+            match (file.file_format(), file.referenced_data_file()) {
+                (DataFileFormat::Puffin, Some(data)) => *vectors.entry(data).or_default() += 1,
+                (DataFileFormat::Parquet, _)
+                    if entry.content_type() != iceberg::spec::DataContentType::Data =>
+                {
+                    parquet.insert(file.file_path().to_owned());
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(vectors.values().all(|n| *n == 1), "{vectors:?}");
+    assert_eq!(parquet.len(), legacy, "{parquet:?}");
+    Ok(())
+}
+
+/// The `orders` table of `naming`.
+async fn orders(local: &Local, naming: &TableNaming) -> Result<Table, BoxError> {
+    let ident = table_ident(&naming.table_for("orders"));
+    Ok(local.catalog.load_table(&ident).await?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v3_mirror_deletes_with_one_deletion_vector_per_data_file() -> TestResult {
+    let local = Local::open().await?;
+    let naming = naming(Some("3"))?;
+    let name = naming.table_for("orders");
+    let mut reference = BTreeMap::new();
+    let mut rows_added = 0u64;
+    for round in rounds() {
+        let expected = fold(&mut reference, &round);
+        rows_added += round.len() as u64;
+        local.put_records("orders", round)?;
+        local.run(&naming).await?;
+        let table = orders(&local, &naming).await?;
+        assert_eq!(table.metadata().format_version(), FormatVersion::V3);
+        // Every row added has its id: the table's next row id follows them.
+        assert_eq!(table.metadata().next_row_id(), rows_added);
+        one_vector_per_file(&table, 0).await?;
+        assert_eq!(offsets(&local.catalog, &name).await?, expected);
+        readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await?;
+    }
+    // The first file's vector was replaced in every round: it deletes k0, k1, k2, k3
+    // and k4's first rows.
+    let table = orders(&local, &naming).await?;
+    let deletes = kfs_core::live_deletes(&table).await?;
+    let first = deletes
+        .positions
+        .values()
+        .find(|rows| rows.len() == 5)
+        .ok_or(format!("{:?}", deletes.positions))?;
+    assert_eq!(first, &BTreeSet::from([0, 1, 2, 3, 4]));
+    // The key index the last commit left is what a read of the files finds.
+    let indexed = kfs_core::supersede(&table, &[]).await?;
+    let read = kfs_core::testing::supersede_with(&table, &[], false).await?;
+    assert!(indexed.indexed && indexed.deletes.is_empty());
+    assert_eq!(indexed.index.encode(), read.index.encode());
+    // Maintenance: compaction and manifest rewrites are a v3 engine's (a rewrite must
+    // carry `_row_id`); expiry and orphan cleanup keep every live vector's file.
+    let ident = table_ident(&name);
+    let policy = crate::neighbours::thorough_policy();
+    let report = crate::neighbours::maintain_everything(&local, &ident, &policy).await?;
+    assert!(
+        report.snapshots_expired > 0 && report.orphan_cleanup,
+        "{report:?}"
+    );
+    assert_eq!(report.steps_off.len(), 2, "{report:?}");
+    let expected = fold(&mut reference, &[]);
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await
+}
+
+/// A v2 mirror (position-delete files) another engine upgraded to v3: the next
+/// commit's vector for a file with position deletes merges them (a reader applies
+/// the vector alone), and no position-delete file is added after the upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_upgraded_to_v3_merges_its_position_deletes_into_vectors() -> TestResult {
+    let local = Local::open().await?;
+    let naming = naming(None)?;
+    let name = naming.table_for("orders");
+    let mut reference = BTreeMap::new();
+    let mut rounds = rounds().into_iter();
+    for round in rounds.by_ref().take(2) {
+        fold(&mut reference, &round);
+        local.put_records("orders", round)?;
+        local.run(&naming).await?;
+    }
+    let table = orders(&local, &naming).await?;
+    assert_eq!(table.metadata().format_version(), FormatVersion::V2);
+    let legacy = kfs_core::live_deletes(&table).await?.files.len();
+    assert!(legacy > 0);
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .upgrade_table_version()
+        .set_format_version(FormatVersion::V3)
+        .apply(tx)?;
+    tx.commit(&local.catalog).await?;
+    for round in rounds {
+        let expected = fold(&mut reference, &round);
+        local.put_records("orders", round)?;
+        local.run(&naming).await?;
+        let table = orders(&local, &naming).await?;
+        one_vector_per_file(&table, legacy).await?;
+        assert_eq!(offsets(&local.catalog, &name).await?, expected);
+        readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await?;
+    }
+    Ok(())
+}
+
+/// A deletion vector another engine recorded outside its Puffin file is refused
+/// with the file and the bytes, never read past its end.
+#[tokio::test]
+async fn a_vector_outside_its_file_is_refused_with_the_file_and_bytes() -> TestResult {
+    let local = Local::open().await?;
+    let naming = naming(Some("3"))?;
+    local.put_records("orders", rounds().remove(0))?;
+    local.run(&naming).await?;
+    let table = orders(&local, &naming).await?;
+    let data = kfs_core::live_entries(&table).await?;
+    let data = data.first().ok_or("no data file")?.file_path().to_owned();
+    let vectors = BTreeMap::from([(data, BTreeSet::from([1]))]);
+    let (bytes, blobs) = kfs_parquet::puffin_of_vectors(&vectors)?;
+    let (path, size) = crate::local::engine::write_file(&table, "outside.puffin", bytes).await?;
+    let blob = kfs_parquet::VectorBlob {
+        offset: size,
+        ..blobs.first().ok_or("no blob")?.clone()
+    };
+    let spec_id = table.metadata().default_partition_spec_id();
+    let file = kfs_parquet::vector_delete_file(
+        &path,
+        size,
+        &blob,
+        spec_id,
+        iceberg::spec::Struct::empty(),
+    )?;
+    crate::local::engine::commit_deletes(&local, &table, vec![file]).await?;
+    let table = orders(&local, &naming).await?;
+    let refused = kfs_core::live_deletes(&table).await;
+    let text = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        text.contains("outside.puffin") && text.contains("outside the file"),
+        "{text}"
+    );
+    Ok(())
+}
