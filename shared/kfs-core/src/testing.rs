@@ -16,6 +16,7 @@ pub use crate::ledger::{
 };
 pub use crate::mirror::supersede_with;
 pub use crate::source::in_memory;
+pub use crate::table::live_lineage;
 pub use crate::table::{
     METADATA_COLUMNS, arrow_schema, ensure_topic_table, evolve_schema, live_entries_in, schema_for,
 };

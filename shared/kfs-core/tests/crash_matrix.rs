@@ -265,7 +265,7 @@ async fn every_fault_at_every_step_of_a_mirror_keyed_by_a_field_recovers_to_its_
 
 /// The mirror's matrix on a format v3 table: every step of the fifth, the row delta
 /// writing deletion vectors (a data file's replacing its vector of the first commit's
-/// deletes); no compaction follows (a v3 rewrite is a v3 engine's).
+/// deletes), the compaction folding them (the rows' lineage written out).
 #[tokio::test]
 async fn every_fault_at_every_step_of_a_v3_mirror_recovers_to_its_fold_exactly_once() -> TestResult
 {

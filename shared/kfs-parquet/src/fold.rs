@@ -3,10 +3,17 @@
 //! none can be copied whole), conformed to the table's schema, filtered by position and
 //! written with the table's writer settings; the new file's metrics come from what was
 //! written, since the inputs' counts include the deleted rows.
+//!
+//! A format v3 table's rows keep their lineage: the rewritten file carries each row's
+//! `_row_id` and `_last_updated_sequence_number` written out (the input's own values,
+//! else what the row inherits: its file's first row id plus its position, its file's
+//! data sequence number), as the format asks of any writer that moves rows.
 
 use crate::{ParquetFileWriterBuilder, PositionDeletes, conform_batch};
-use arrow_array::{BooleanArray, RecordBatch};
-use iceberg::spec::{DataContentType, DataFile};
+use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch};
+use iceberg::spec::{
+    DataContentType, DataFile, FormatVersion, NestedField, PrimitiveType, Schema, Type,
+};
 use iceberg::table::Table;
 use iceberg::writer::file_writer::location_generator::{
     DefaultLocationGenerator, LocationGenerator,
@@ -14,22 +21,108 @@ use iceberg::writer::file_writer::location_generator::{
 use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder};
 use iceberg::{Error, ErrorKind, Result};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The field id of the `_row_id` metadata column (row lineage).
+pub const ROW_ID_FIELD_ID: i32 = 2_147_483_540;
+/// The field id of the `_last_updated_sequence_number` metadata column.
+pub const LAST_UPDATED_FIELD_ID: i32 = 2_147_483_539;
+
+/// Where the lineage of a v3 data file's rows starts: the first row id it has or
+/// inherits, and its data sequence number (what a row whose own values are null
+/// inherits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowLineage {
+    /// The first row's `_row_id`; the row at position `p` has this plus `p`.
+    pub first_row_id: i64,
+    /// The file's data sequence number.
+    pub sequence_number: i64,
+}
 
 /// Rewrites `inputs` (data files of `table`, of one partition value of its default
 /// spec) into one data file named `{stem}.parquet` in the table's data directory,
 /// without the rows `deletes` names (a data file write, through its failpoint); rows
-/// keep their order. `None` when every row is deleted: no file is written.
+/// keep their order. A v3 table's rows keep their lineage: `lineage` gives each
+/// input's (refused when an input has none). `None` when every row is deleted: no
+/// file is written.
 pub async fn rewrite_without(
     table: &Table,
     inputs: &[&DataFile],
     deletes: &PositionDeletes,
-    stem: &str,
+    (stem, lineage): (&str, &HashMap<String, RowLineage>),
 ) -> Result<Option<DataFile>> {
     kfs_failpoint::around(
         kfs_failpoint::Failpoint::DataFileWrite,
-        rewrite(table, inputs, deletes, stem),
+        rewrite(table, inputs, deletes, stem, lineage),
     )
     .await
+}
+
+/// `schema` with the two row lineage columns after its own.
+fn with_lineage_columns(schema: &Schema) -> Result<Schema> {
+    let mut fields = schema.as_struct().fields().to_vec();
+    for (id, name) in [
+        (ROW_ID_FIELD_ID, "_row_id"),
+        (LAST_UPDATED_FIELD_ID, "_last_updated_sequence_number"),
+    ] {
+        fields.push(Arc::new(NestedField::optional(
+            id,
+            name,
+            Type::Primitive(PrimitiveType::Long),
+        )));
+    }
+    Schema::builder()
+        .with_schema_id(schema.schema_id())
+        .with_identifier_field_ids(schema.identifier_field_ids())
+        .with_fields(fields)
+        .build()
+}
+
+/// `batch` (conformed to a schema ending with the lineage columns; its first row at
+/// position `first` of a file of lineage `lineage`) with every null lineage value
+/// replaced by what the row inherits.
+fn inherit_lineage(batch: &RecordBatch, first: i64, lineage: RowLineage) -> Result<RecordBatch> {
+    let columns = batch.num_columns();
+    let invalid =
+        |what: &str| Error::new(ErrorKind::DataInvalid, format!("{what}: not a long column"));
+    let long = |at: usize, what: &str| {
+        batch
+            .column(at)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .cloned()
+            .ok_or_else(|| invalid(what))
+    };
+    let (ids, sequences) = match columns.checked_sub(2) {
+        Some(at) => (
+            long(at, "_row_id")?,
+            long(at + 1, "_last_updated_sequence_number")?,
+        ),
+        None => return Err(invalid("row lineage")),
+    };
+    let row_ids: Int64Array = (0..batch.num_rows())
+        .map(|row| match ids.is_valid(row) {
+            true => Some(ids.value(row)),
+            false => Some(
+                lineage
+                    .first_row_id
+                    .saturating_add(first)
+                    .saturating_add(row as i64),
+            ),
+        })
+        .collect();
+    let updated: Int64Array = (0..batch.num_rows())
+        .map(|row| match sequences.is_valid(row) {
+            true => Some(sequences.value(row)),
+            false => Some(lineage.sequence_number),
+        })
+        .collect();
+    let mut filled: Vec<ArrayRef> = batch.columns()[..columns - 2].to_vec();
+    filled.push(Arc::new(row_ids));
+    filled.push(Arc::new(updated));
+    RecordBatch::try_new(batch.schema(), filled)
+        .map_err(|e| Error::new(ErrorKind::Unexpected, format!("row lineage: {e}")))
 }
 
 async fn rewrite(
@@ -37,6 +130,7 @@ async fn rewrite(
     inputs: &[&DataFile],
     deletes: &PositionDeletes,
     stem: &str,
+    lineage: &HashMap<String, RowLineage>,
 ) -> Result<Option<DataFile>> {
     let first = inputs
         .first()
@@ -44,7 +138,11 @@ async fn rewrite(
     let metadata = table.metadata();
     let path = DefaultLocationGenerator::new(metadata)?
         .generate_location(None, &format!("{stem}.parquet"));
-    let schema = metadata.current_schema().clone();
+    let lineaged = metadata.format_version() >= FormatVersion::V3;
+    let schema = match lineaged {
+        true => Arc::new(with_lineage_columns(metadata.current_schema())?),
+        false => metadata.current_schema().clone(),
+    };
     let arrow = crate::arrow_schema(&schema)?;
     let builder =
         ParquetFileWriterBuilder::new(crate::writer_properties(metadata.properties())?, schema)?;
@@ -60,10 +158,22 @@ async fn rewrite(
             .build()
             .map_err(|e| invalid(&e))?;
         let deleted = deletes.get(name);
+        let inherited = match lineaged {
+            true => Some(
+                *lineage
+                    .get(name)
+                    .ok_or_else(|| invalid(&"no row lineage to carry"))?,
+            ),
+            false => None,
+        };
         let mut position = 0i64;
         for batch in reader {
             let batch = conform_batch(&batch.map_err(|e| invalid(&e))?, &arrow)
                 .map_err(|e| invalid(&format!("does not match the table schema: {e}")))?;
+            let batch = match inherited {
+                Some(lineage) => inherit_lineage(&batch, position, lineage)?,
+                None => batch,
+            };
             let rows = i64::try_from(batch.num_rows()).unwrap_or(i64::MAX);
             let kept = match deleted {
                 Some(deleted) => without(&batch, position, deleted).map_err(|e| invalid(&e))?,

@@ -31,7 +31,7 @@ pub use deletes::{
     DELETE_FILE_PATH_FIELD_ID, DELETE_POS_FIELD_ID, PositionDeletes, position_delete_schema,
     write_position_deletes,
 };
-pub use fold::rewrite_without;
+pub use fold::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, RowLineage, rewrite_without};
 pub use merge::{MergeStats, merge_data_files};
 pub use properties::{
     COMPRESSION_CODEC_PROPERTY, COMPRESSION_LEVEL_PROPERTY, compression, writer_properties,

@@ -5,8 +5,8 @@
 //! snapshot, a v3 one with its row range (row lineage).
 
 use iceberg::spec::{
-    FormatVersion, ManifestEntry, ManifestListWriter, ManifestWriter, ManifestWriterBuilder,
-    PartitionSpecRef, Snapshot, SnapshotSummaryCollector, Summary,
+    DataFile, DataFileBuilder, FormatVersion, ManifestEntry, ManifestListWriter, ManifestWriter,
+    ManifestWriterBuilder, PartitionSpecRef, Snapshot, SnapshotSummaryCollector, Summary,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
@@ -137,4 +137,42 @@ pub(crate) fn snapshot_of(table: &Table, parts: SnapshotParts) -> Snapshot {
         }
         None => builder.build(),
     }
+}
+
+/// `file` (a data file of the partition spec `spec_id`) with its first row id written
+/// out: what an EXISTING or DELETED entry of a v3 manifest must carry (the format's
+/// rule), since inheritance starts again in the manifest it is written to.
+pub(crate) fn with_first_row_id(
+    file: &DataFile,
+    spec_id: i32,
+    first_row_id: i64,
+) -> Result<DataFile> {
+    let mut builder = DataFileBuilder::default();
+    builder
+        .content(file.content_type())
+        .file_path(file.file_path().to_owned())
+        .file_format(file.file_format())
+        .partition(file.partition().clone())
+        .partition_spec_id(spec_id)
+        .record_count(file.record_count())
+        .file_size_in_bytes(file.file_size_in_bytes())
+        .column_sizes(file.column_sizes().clone())
+        .value_counts(file.value_counts().clone())
+        .null_value_counts(file.null_value_counts().clone())
+        .nan_value_counts(file.nan_value_counts().clone())
+        .lower_bounds(file.lower_bounds().clone())
+        .upper_bounds(file.upper_bounds().clone())
+        .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
+        .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
+        .equality_ids(file.equality_ids())
+        .first_row_id(Some(first_row_id))
+        .referenced_data_file(file.referenced_data_file())
+        .content_offset(file.content_offset())
+        .content_size_in_bytes(file.content_size_in_bytes());
+    if let Some(order) = file.sort_order_id() {
+        builder.sort_order_id(order);
+    }
+    builder
+        .build()
+        .map_err(|e| Error::new(ErrorKind::Unexpected, format!("{}: {e}", file.file_path())))
 }

@@ -12,6 +12,7 @@
 
 use crate::commit::manifest::{
     SnapshotParts, carry_entry, manifest_list_writer, manifest_writer, row_range, snapshot_of,
+    with_first_row_id,
 };
 use crate::table::{MAINTENANCE_ID_KEY, ancestry};
 use iceberg::spec::{
@@ -210,7 +211,11 @@ impl Staging<'_> {
                     .entries()
                     .iter()
                     .any(|e| e.is_alive() && change.remove.contains(e.file_path()));
-            for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+            let ids = crate::table::inherited_first_row_ids(manifest, loaded.entries());
+            for (entry, id) in loaded.entries().iter().zip(ids) {
+                if !entry.is_alive() {
+                    continue;
+                }
                 if let DeletePolicy::Folded(known) = &change.deletes
                     && deletes
                     && !known.contains(entry.file_path())
@@ -224,10 +229,17 @@ impl Staging<'_> {
                     self.totals.count(entry.data_file());
                 }
                 if touches {
+                    let mut entry = entry.as_ref().clone();
+                    // A v3 data file written EXISTING or DELETED carries the first
+                    // row id it inherited (inheritance starts again in the new manifest).
+                    if let Some(id) = id.filter(|_| entry.data_file().first_row_id().is_none()) {
+                        let spec_id = manifest.partition_spec_id;
+                        entry.data_file = with_first_row_id(entry.data_file(), spec_id, id)?;
+                    }
                     touched
                         .entry((manifest.partition_spec_id, deletes))
                         .or_default()
-                        .push((entry.as_ref().clone(), remove));
+                        .push((entry, remove));
                 }
             }
             if !touches {

@@ -106,7 +106,6 @@ pub(crate) async fn compact_sized(
     };
     let mut table = catalog.load_table(ident).await.map_err(iceberg)?;
     super::ensure_ours(&table)?;
-    super::ensure_rewritable(&table)?;
     let policy = sized(target_file_size(&table));
     let mut report = CompactionReport::default();
     // Merged files compress far better than their tiny inputs, so one round can leave
@@ -149,6 +148,7 @@ pub(crate) async fn compact_sized(
                 .map(|e| (e.file_path().to_owned(), e.data_file().clone()))
                 .collect(),
             deletes,
+            lineage: crate::table::live_lineage(&table).await.map_err(iceberg)?,
         };
         for (done, group) in groups.iter().enumerate() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -179,10 +179,11 @@ pub(crate) async fn compact_sized(
 }
 
 /// What one planning round of a compaction works from: the live data files of the
-/// default spec, and the live deletes.
+/// default spec, the live deletes, and (a v3 table's) the files' row lineage.
 struct Round {
     live: std::collections::HashMap<String, DataFile>,
     deletes: crate::table::LiveDeletes,
+    lineage: std::collections::HashMap<String, kfs_parquet::RowLineage>,
 }
 
 impl Round {
@@ -207,10 +208,15 @@ impl Round {
             .filter_map(|f| self.live.get(f.path.as_str()))
             .collect();
         let stem = format!("compacted-{group_id}-{}", crate::convert::write_token());
-        let (written, merge) = match group.files.iter().any(|f| f.deleted_rows > 0) {
+        // A v3 table's rows are rewritten whatever their deletes, to write their
+        // lineage out (a copied row group would lose it).
+        let v3 = table.metadata().format_version() >= iceberg::spec::FormatVersion::V3;
+        let rewritten = v3 || group.files.iter().any(|f| f.deleted_rows > 0);
+        let (written, merge) = match rewritten {
             true => {
+                let positions = &self.deletes.positions;
                 let kept =
-                    kfs_parquet::rewrite_without(table, &inputs, &self.deletes.positions, &stem)
+                    kfs_parquet::rewrite_without(table, &inputs, positions, (&stem, &self.lineage))
                         .await?;
                 (
                     kept.into_iter().collect(),

@@ -22,7 +22,6 @@ pub async fn rewrite_manifests(
     };
     let mut table = catalog.load_table(ident).await.map_err(iceberg)?;
     super::ensure_ours(&table)?;
-    super::ensure_rewritable(&table)?;
     let Some(current) = table.metadata().current_snapshot().cloned() else {
         return Ok(None);
     };

@@ -86,31 +86,6 @@ pub(crate) fn ensure_ours(table: &iceberg::table::Table) -> Result<(), Maintenan
     }
 }
 
-/// Why this build does not rewrite `table`'s files or manifests: a format v3 table
-/// (another engine upgraded it) must keep its rows' lineage (`_row_id`) through a
-/// rewrite, which this build does not carry; its appends do (iceberg-rust's v3
-/// append). `None` for a table it rewrites.
-pub(crate) fn rewrite_refused(table: &iceberg::table::Table) -> Option<String> {
-    let version = table.metadata().format_version();
-    (version >= iceberg::spec::FormatVersion::V3).then(|| {
-        format!(
-            "format-version={}: a rewrite must carry its rows' lineage (_row_id), which this build does not; the engine that upgraded the table maintains its files",
-            version as u8
-        )
-    })
-}
-
-/// Refuses a rewrite of `table` this build cannot make ([`rewrite_refused`]).
-pub(crate) fn ensure_rewritable(table: &iceberg::table::Table) -> Result<(), MaintenanceError> {
-    match rewrite_refused(table) {
-        None => Ok(()),
-        Some(reason) => Err(MaintenanceError::Refused {
-            table: table.identifier().to_string(),
-            reason,
-        }),
-    }
-}
-
 impl MaintenanceError {
     /// What the failure means.
     pub fn kind(&self) -> kfs_catalog::fault::ErrorKind {
@@ -283,17 +258,6 @@ async fn steps_off(
             && !(policy.ignore_table_switches && switch.overridable)
         {
             off.push(switch);
-        } else if let Some(reason) = rewrite_refused(&table)
-            && matches!(
-                step,
-                MaintenanceStep::Compaction | MaintenanceStep::ManifestRewrite
-            )
-        {
-            off.push(StepOff {
-                step,
-                by: reason,
-                overridable: false,
-            });
         }
     }
     Ok(off)

@@ -8,6 +8,7 @@ mod deletes;
 mod ensure;
 pub(crate) mod files;
 pub(crate) mod history;
+mod lineage;
 mod offsets;
 mod ownership;
 mod progress;
@@ -28,6 +29,8 @@ pub use history::{
 };
 pub use kfs_parquet::{arrow_schema, compression};
 pub use kfs_values::layout::*;
+pub(crate) use lineage::inherited_first_row_ids;
+pub use lineage::live_lineage;
 pub use offsets::offsets_between;
 pub use ownership::{
     Feed, LEDGER_PROPERTY, OwnershipError, SOURCE_NAMESPACE_PROPERTY, claim_table, table_owner,
