@@ -186,7 +186,7 @@ async fn position_deletes_in_a_row_delta_hide_their_rows_from_every_reader() -> 
 
 /// Checks every live data file's record count, and its `offset` column's value count
 /// and bounds, against the rows the file holds.
-async fn metrics_match_rows(table: &iceberg::table::Table) -> TestResult {
+pub async fn metrics_match_rows(table: &iceberg::table::Table) -> TestResult {
     use arrow_array::Array;
     for entry in live_entries(table).await? {
         let file = entry.data_file();

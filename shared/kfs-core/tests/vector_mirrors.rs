@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use iceberg::Catalog;
-use iceberg::spec::{DataFileFormat, FormatVersion};
+use iceberg::spec::{DataContentType, DataFileFormat, FormatVersion};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use kfs_core::table_ident;
@@ -79,28 +79,46 @@ fn fold(
 }
 
 /// Checks that `table`'s deletes are deletion vectors only (`legacy` position-delete
-/// files of before an upgrade aside), at most one live per data file.
+/// files of before an upgrade aside), at most one live per data file, each entry's
+/// record count the rows its vector deletes, and the snapshot's delete totals those of
+/// its live delete files.
 async fn one_vector_per_file(table: &Table, legacy: usize) -> TestResult {
     let snapshot = table.metadata().current_snapshot().ok_or("no snapshot")?;
     let list = table.manifest_list_reader(snapshot).load().await?;
+    let read = kfs_core::live_deletes(table).await?;
     let (mut vectors, mut parquet) = (BTreeMap::<String, usize>::new(), BTreeSet::new());
+    let (mut files, mut deleted) = (0u64, 0u64);
     for manifest in list.entries() {
         let loaded = manifest.load_manifest(table.file_io()).await?;
         for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
             let file = entry.data_file();
+            if entry.content_type() == DataContentType::Data {
+                continue;
+            }
+            (files, deleted) = (files + 1, deleted + file.record_count());
             match (file.file_format(), file.referenced_data_file()) {
-                (DataFileFormat::Puffin, Some(data)) => *vectors.entry(data).or_default() += 1,
-                (DataFileFormat::Parquet, _)
-                    if entry.content_type() != iceberg::spec::DataContentType::Data =>
-                {
+                (DataFileFormat::Puffin, Some(data)) => {
+                    let rows = read.positions.get(&data).map_or(0, BTreeSet::len);
+                    assert_eq!(file.record_count(), rows as u64, "{data}");
+                    *vectors.entry(data).or_default() += 1;
+                }
+                _ => {
                     parquet.insert(file.file_path().to_owned());
                 }
-                _ => {}
             }
         }
     }
     assert!(vectors.values().all(|n| *n == 1), "{vectors:?}");
     assert_eq!(parquet.len(), legacy, "{parquet:?}");
+    let total = |key: &str| {
+        snapshot
+            .summary()
+            .additional_properties
+            .get(key)
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    assert_eq!(total("total-delete-files"), Some(files));
+    assert_eq!(total("total-position-deletes"), Some(deleted));
     Ok(())
 }
 
@@ -156,6 +174,7 @@ async fn a_v3_mirror_deletes_with_one_deletion_vector_per_data_file() -> TestRes
     let table = orders(&local, &naming).await?;
     assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
     assert_eq!(crate::local::read::row_ids(&table).await?, before);
+    crate::row_deltas::metrics_match_rows(&table).await?;
     let expected = fold(&mut reference, &[]);
     assert_eq!(offsets(&local.catalog, &name).await?, expected);
     readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await?;
