@@ -108,6 +108,10 @@ def main() -> None:
         "--change-log", action="store_true",
         help="the mirror keeps its change log (checked against the log: every record once)",
     )
+    parser.add_argument(
+        "--format-version", choices=("2", "3"), default="2",
+        help="the mirror's format version: 3 deletes with deletion vectors",
+    )
     args = parser.parse_args()
 
     work = args.dir or Path(tempfile.mkdtemp(prefix="upsert-bench-"))
@@ -129,6 +133,11 @@ def main() -> None:
         fold_args += ["--key-fields", args.upsert_key]
     if args.change_log:
         mirror_args += ["--change-log"]
+    if args.format_version != "2":
+        work.mkdir(parents=True, exist_ok=True)
+        config = work / "mirror.toml"
+        config.write_text(f'[table_properties]\n"format-version" = "{args.format_version}"\n')
+        mirror_args += ["--config", str(config)]
     totals = {"append": [0.0, 0.0], "upsert": [0.0, 0.0]}
     for batch in range(1, args.batches + 1):
         copy_batch(all_dir, source, batch * args.segments_per_batch)

@@ -342,7 +342,7 @@ async fn compact_on<L: Ledger>(args: &CompactArgs, embedded: &Embedded<L>) -> Re
         .map_err(pipeline)?;
         if report.skipped_for_deletes {
             out!(
-                "{ident}: not compacted: the table has equality deletes or deletion vectors, which this build does not apply (compact it with the engine that wrote them)"
+                "{ident}: not compacted: the table has equality deletes, which this build does not apply (compact it with the engine that wrote them)"
             );
             continue;
         }

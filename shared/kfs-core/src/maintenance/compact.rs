@@ -48,7 +48,7 @@ pub struct CompactionReport {
     /// Compressed bytes re-encoded.
     pub bytes_reencoded: u64,
     /// Nothing compacted: the table has live delete files this build does not read
-    /// (another engine's equality deletes or deletion vectors), which a rewrite would
+    /// (another engine's equality deletes), which a rewrite would
     /// ignore, bringing their rows back. Position deletes are folded.
     pub skipped_for_deletes: bool,
     /// Position-delete files removed because every data file they name was rewritten
@@ -113,7 +113,7 @@ pub(crate) async fn compact_sized(
     for _round in 0..COMPACTION_ROUNDS {
         let deletes = crate::table::live_deletes(&table).await.map_err(iceberg)?;
         if !deletes.unread.is_empty() {
-            // Equality deletes or deletion vectors (another engine's): a rewrite that
+            // Equality deletes (another engine's): a rewrite that
             // does not apply them would bring their rows back.
             report.skipped_for_deletes = true;
             return Ok(report);

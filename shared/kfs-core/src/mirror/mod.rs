@@ -234,7 +234,7 @@ async fn live_rows(
         return Err(Error::new(
             ErrorKind::DataInvalid,
             format!(
-                "{unread}: a delete file this build does not read (equality deletes, deletion vectors): the mirror cannot tell which rows it deletes"
+                "{unread}: a delete file this build does not read (equality deletes): the mirror cannot tell which rows it deletes"
             ),
         ));
     }
