@@ -82,6 +82,63 @@ async fn a_mirror_keeps_every_record_in_its_change_log_exactly_once() -> TestRes
     crate::row_deltas::readers_see(&local, &log.to_string(), [0, 1, 2, 3, 4, 6].into_iter()).await
 }
 
+/// A table named like the mirror's change log that another topic owns (its own topic
+/// `customers__changes`) is not taken as the log: the mirror's commits stop with the
+/// reason, its files kept; nothing is written into the other topic's table; once the
+/// operator turns the mirror's log off, the pending commit lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_log_name_another_topic_owns_stops_the_mirror_and_loses_nothing() -> TestResult {
+    let local = Local::open().await?;
+    let other = format!("{TOPIC}__changes");
+    local.put_records(&other, vec![keyed(0, "x", Some(r#"{"name":"xavier"}"#))])?;
+    local.run(&TableNaming::default()).await?;
+    let naming = TableNaming {
+        value_format: ValueFormat::Json,
+        mode: kfs_plan::mode::ModeSetting::parse("upsert", None)?.with_change_log(true)?,
+        ..TableNaming::default()
+    };
+    let (name, log) = (
+        naming.table_for(TOPIC),
+        naming.table_for(TOPIC).change_log(),
+    );
+    assert_eq!(log, naming.table_for(&other));
+    local.put_records(
+        TOPIC,
+        vec![
+            keyed(0, "a", Some(r#"{"name":"ann"}"#)),
+            keyed(1, "a", Some(r#"{"name":"anna"}"#)),
+        ],
+    )?;
+    let report = local.run(&naming).await?;
+    let text = format!("{report:?}");
+    assert!(
+        report.left_work() && text.contains("belongs to topic"),
+        "{text}"
+    );
+    assert_eq!(offsets(&local.catalog, &name).await?, BTreeMap::new());
+    assert_eq!(offsets(&local.catalog, &log).await?, each_once([0]));
+    // The operator turns the mirror's log off: the commit that waited lands.
+    let mirror = local.catalog.load_table(&table_ident(&name)).await?;
+    let tx = iceberg::transaction::Transaction::new(&mirror);
+    let tx = iceberg::transaction::ApplyTransactionAction::apply(
+        tx.update_table_properties().set(
+            kfs_plan::mode::CHANGE_LOG_PROPERTY.to_owned(),
+            "false".to_owned(),
+        ),
+        tx,
+    )?;
+    tx.commit(&local.catalog).await?;
+    let naming = TableNaming {
+        mode: kfs_plan::mode::ModeSetting::parse("upsert", None)?,
+        ..naming
+    };
+    let report = local.run(&naming).await?;
+    assert!(!report.left_work(), "{report:?}");
+    assert_eq!(offsets(&local.catalog, &name).await?, each_once([1]));
+    assert_eq!(offsets(&local.catalog, &log).await?, each_once([0]));
+    Ok(())
+}
+
 /// A change log is a mirror's: refused for an append table, with the reason.
 #[test]
 fn a_change_log_needs_a_mirror() {

@@ -11,17 +11,22 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 
-/// A writer of the manifest at `path` of the snapshot `snapshot_id`, for data (or
-/// delete, with `deletes`) files of `spec`, in `table`'s format version (v3's carry
-/// row lineage: their first row ids are assigned when the manifest list is written).
+/// A writer of the manifest number `number` of the snapshot `snapshot_id` made by the
+/// commit `commit_uuid` (under the table's `metadata/`), for data (or delete, with
+/// `deletes`) files of `spec`, in `table`'s format version (v3's carry row lineage:
+/// their first row ids are assigned when the manifest list is written).
 pub(crate) fn manifest_writer(
     table: &Table,
-    path: String,
+    (commit_uuid, number): (uuid::Uuid, usize),
     snapshot_id: i64,
     spec: &PartitionSpecRef,
     deletes: bool,
 ) -> Result<ManifestWriter> {
     let metadata = table.metadata();
+    let path = format!(
+        "{}/metadata/{commit_uuid}-m{number}.avro",
+        metadata.location()
+    );
     let builder = ManifestWriterBuilder::new(
         table.file_io().new_output(path)?,
         Some(snapshot_id),
@@ -35,6 +40,19 @@ pub(crate) fn manifest_writer(
             (false, true) => builder.build_v2_deletes(),
             (false, false) => builder.build_v2_data(),
         },
+    )
+}
+
+/// The path of the manifest list of the snapshot `snapshot_id` made by the commit
+/// `commit_uuid`.
+pub(crate) fn manifest_list_path(
+    table: &Table,
+    snapshot_id: i64,
+    commit_uuid: uuid::Uuid,
+) -> String {
+    format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+        table.metadata().location()
     )
 }
 

@@ -11,8 +11,8 @@
 //! snapshot was built on; on a conflict the caller rebuilds on the new head.
 
 use crate::commit::manifest::{
-    SnapshotParts, carry_entry, manifest_list_writer, manifest_writer, row_range, snapshot_of,
-    with_first_row_id,
+    SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer, manifest_writer,
+    row_range, snapshot_of, with_first_row_id,
 };
 use crate::table::{MAINTENANCE_ID_KEY, ancestry};
 use iceberg::spec::{
@@ -267,13 +267,8 @@ impl Staging<'_> {
         deletes: bool,
     ) -> Result<iceberg::spec::ManifestWriter> {
         self.written += 1;
-        let path = format!(
-            "{}/metadata/{}-m{}.avro",
-            self.table.metadata().location(),
-            self.commit_uuid,
-            self.written
-        );
-        manifest_writer(self.table, path, self.snapshot_id, spec, deletes)
+        let number = (self.commit_uuid, self.written);
+        manifest_writer(self.table, number, self.snapshot_id, spec, deletes)
     }
 
     /// Writes the touched manifests again: a replaced file DELETED (keeping its
@@ -330,11 +325,7 @@ impl Staging<'_> {
         let metadata = self.table.metadata();
         let (snapshot_id, parent_id) = (self.snapshot_id, self.parent.snapshot_id());
         let sequence_number = metadata.next_sequence_number();
-        let list_path = format!(
-            "{}/metadata/snap-{snapshot_id}-0-{}.avro",
-            metadata.location(),
-            self.commit_uuid
-        );
+        let list_path = manifest_list_path(self.table, snapshot_id, self.commit_uuid);
         let mut list_writer = manifest_list_writer(
             self.table,
             &list_path,

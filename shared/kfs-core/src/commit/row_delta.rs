@@ -19,7 +19,8 @@
 //! (row lineage): an updated key's new row is a new row, with a new id.
 
 use crate::commit::manifest::{
-    SnapshotParts, carry_entry, manifest_list_writer, manifest_writer, row_range, snapshot_of,
+    SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer, manifest_writer,
+    row_range, snapshot_of,
 };
 use crate::commit::replace::{StagedReplace, commit_on_main, new_snapshot_id};
 use iceberg::spec::{
@@ -103,12 +104,7 @@ pub async fn stage_row_delta(
             manifests.insert(0, manifest);
         }
     }
-    let list_path = format!(
-        "{}/metadata/snap-{}-0-{}.avro",
-        metadata.location(),
-        staging.snapshot_id,
-        staging.commit_uuid
-    );
+    let list_path = manifest_list_path(table, staging.snapshot_id, staging.commit_uuid);
     let mut list = manifest_list_writer(
         table,
         &list_path,
@@ -161,13 +157,8 @@ impl Staging<'_> {
         deletes: bool,
     ) -> Result<iceberg::spec::ManifestWriter> {
         self.written += 1;
-        let path = format!(
-            "{}/metadata/{}-m{}.avro",
-            self.table.metadata().location(),
-            self.commit_uuid,
-            self.written
-        );
-        manifest_writer(self.table, path, self.snapshot_id, spec, deletes)
+        let number = (self.commit_uuid, self.written);
+        manifest_writer(self.table, number, self.snapshot_id, spec, deletes)
     }
 
     /// The manifest adding `files`, all of one content (data, or deletes), at the
@@ -253,21 +244,25 @@ impl Staging<'_> {
 }
 
 /// `added` (a snapshot's own summary) with the totals: the parent's plus what it adds,
-/// less what it removes.
+/// less what it removes; a total the parent does not carry (another engine's snapshot
+/// without it) is left out rather than guessed.
 fn totals(
     mut added: HashMap<String, String>,
     parent: Option<&iceberg::spec::SnapshotRef>,
 ) -> HashMap<String, String> {
     let previous = parent.map(|p| &p.summary().additional_properties);
-    let count = |map: &HashMap<String, String>, key: &str| {
-        map.get(key)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let count =
+        |map: &HashMap<String, String>, key: &str| map.get(key).and_then(|v| v.parse::<u64>().ok());
     for (total, plus, minus) in TOTALS {
-        let before = previous.map_or(0, |p| count(p, total));
-        let after = (before + count(&added, plus)).saturating_sub(count(&added, minus));
-        added.insert(total.to_owned(), after.to_string());
+        let before = match previous {
+            Some(previous) => count(previous, total),
+            None => Some(0),
+        };
+        if let Some(before) = before {
+            let (plus, minus) = (count(&added, plus), count(&added, minus));
+            let after = (before + plus.unwrap_or(0)).saturating_sub(minus.unwrap_or(0));
+            added.insert(total.to_owned(), after.to_string());
+        }
     }
     added
 }

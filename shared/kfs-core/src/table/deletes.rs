@@ -23,8 +23,6 @@ pub struct LiveDeletes {
     /// Each position-delete file and each Puffin file of deletion vectors, with the
     /// data files it names.
     pub files: BTreeMap<String, BTreeSet<String>>,
-    /// Each data file's deletion vector: the Puffin file holding it.
-    pub vectors: BTreeMap<String, String>,
     /// Delete files this build does not read (equality deletes): a rewrite that
     /// ignored them would bring their rows back.
     pub unread: Vec<String>,
@@ -72,19 +70,14 @@ pub async fn live_deletes_of(
                     live.files.insert(path, named);
                 }
                 (DataContentType::PositionDeletes, DataFileFormat::Puffin) => {
+                    // Two live vectors of one file (the format allows one; an engine
+                    // may have left two) delete what either does: both are read, and
+                    // a commit's new vector replaces both.
                     let referenced = vector_target(file)?;
                     live.files
                         .entry(path.clone())
                         .or_default()
                         .insert(referenced.clone());
-                    if live.vectors.insert(referenced.clone(), path).is_some() {
-                        return Err(Error::new(
-                            ErrorKind::DataInvalid,
-                            format!(
-                                "{referenced}: two live deletion vectors (the format allows one per data file)"
-                            ),
-                        ));
-                    }
                     if only.is_none_or(|only| only.contains(&referenced)) {
                         vectors.push(file.clone());
                     }
@@ -112,9 +105,10 @@ fn vector_target(file: &DataFile) -> Result<String> {
     })
 }
 
-/// Reads the deletion vectors `vectors` (manifest entries' files) of `table`, each
-/// replacing what position-delete files said of its data file in `into`; a vector of
-/// a data file that is not live is skipped (it deletes nothing a reader reads).
+/// Reads the deletion vectors `vectors` (manifest entries' files) of `table`: a data
+/// file's (every vector of it, should there be more than one) replace what
+/// position-delete files said of it in `into`; a vector of a data file that is not
+/// live is skipped (it deletes nothing a reader reads).
 async fn read_vectors(
     table: &Table,
     vectors: &[DataFile],
@@ -125,6 +119,7 @@ async fn read_vectors(
         .iter()
         .map(|e| (e.file_path().to_owned(), e.record_count()))
         .collect();
+    let mut read = PositionDeletes::new();
     for file in vectors {
         let referenced = vector_target(file)?;
         let Some(&limit) = rows.get(&referenced) else {
@@ -135,8 +130,9 @@ async fn read_vectors(
             kfs_parquet::read_deletion_vector(&referenced, &blob, limit).map_err(|e| {
                 Error::new(ErrorKind::DataInvalid, format!("{}: {e}", file.file_path()))
             })?;
-        into.insert(referenced, positions.into_iter().collect());
+        read.entry(referenced).or_default().extend(positions);
     }
+    into.extend(read);
     Ok(())
 }
 
