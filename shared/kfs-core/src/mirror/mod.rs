@@ -262,7 +262,8 @@ async fn live_rows(
 /// Writes `deletes` (from [`supersede`]) as delete files of `table`, under its `data/`
 /// folder: a format v2 table's as position-delete files with its writer settings, one
 /// per partition of the data files they delete from (a delete file lies in the
-/// partition of its rows); a v3 table's as deletion vectors ([`write_vectors`]).
+/// partition of its rows); a v3 table's as deletion vectors (one per data file,
+/// merged with its live deletes).
 /// `added` are the commit's new files, which the table does not list yet. Refuses a
 /// delete of a file that is neither live nor added.
 pub async fn write_deletes(
