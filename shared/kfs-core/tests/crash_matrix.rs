@@ -269,15 +269,7 @@ async fn every_fault_at_every_step_of_a_mirror_keyed_by_a_field_recovers_to_its_
 #[tokio::test]
 async fn every_fault_at_every_step_of_a_v3_mirror_recovers_to_its_fold_exactly_once() -> TestResult
 {
-    run_matrix(
-        Trigger::VectorMirror,
-        STEPS.into_iter(),
-        |step| match step {
-            Step::CompactionCommit => &[1],
-            step => mirror_occurrences(step),
-        },
-    )
-    .await
+    run_matrix(Trigger::VectorMirror, STEPS.into_iter(), mirror_occurrences).await
 }
 
 /// The occurrences of each step a mirror's matrix faults.
