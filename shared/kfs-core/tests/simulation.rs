@@ -30,7 +30,7 @@
 //! - in half the seeds another engine maintains the table beside the pipeline, at
 //!   random points of random rounds: a snapshot of its own without our summary (the
 //!   same rows, as a rewrite leaves them), then every other snapshot expired, ours
-//!   included (`faults/outside.rs`).
+//!   included (`faults/outside.rs`); a mirror's change log alike.
 //!
 //! - in a third of the seeds the table is in upsert mode and the segments carry keyed
 //!   records (four keys per partition: updates within a segment and across segments,
@@ -423,8 +423,12 @@ async fn simulate(seed: u64) -> SeedOutcome {
             async move {
                 if let Work::Outside(snapshot_id) = work {
                     let outcome = faults::outside::maintain_outside(dir, *snapshot_id).await?;
+                    // It maintains a mirror's change log as well, when there is one.
+                    let log = TableNaming::default().table_for("orders").change_log();
+                    let log = faults::outside::maintain_outside_table(dir, &log, *snapshot_id);
+                    let logged = log.await?;
                     if trace {
-                        eprintln!("  outside engine: {outcome:?}");
+                        eprintln!("  outside engine: {outcome:?}, change log {logged:?}");
                     }
                     return Ok(());
                 }

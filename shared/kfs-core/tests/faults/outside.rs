@@ -14,7 +14,7 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, TableRequirement, TableUpdate};
 use kfs_core::testing::SqlTableSwap;
 use kfs_core::{LOCAL_CATALOG_NAME, TableSwap, table_ident};
-use kfs_plan::naming::TableNaming;
+use kfs_plan::naming::{TableName, TableNaming};
 
 use super::open_catalog;
 
@@ -29,11 +29,23 @@ pub enum OutsideOutcome {
     Maintained,
 }
 
-/// One maintenance run of the outside engine on the deployment in `dir`.
+/// One maintenance run of the outside engine on the `orders` table of the deployment
+/// in `dir`.
 pub async fn maintain_outside(dir: &Path, snapshot_id: i64) -> Result<OutsideOutcome, String> {
+    let name = TableNaming::default().table_for("orders");
+    maintain_outside_table(dir, &name, snapshot_id).await
+}
+
+/// One maintenance run of the outside engine on the table `name` of the deployment in
+/// `dir` (the mirror's change log, too).
+pub async fn maintain_outside_table(
+    dir: &Path,
+    name: &TableName,
+    snapshot_id: i64,
+) -> Result<OutsideOutcome, String> {
     let text = |e: &dyn std::fmt::Display| e.to_string();
     let catalog = open_catalog(dir).await?;
-    let ident = table_ident(&TableNaming::default().table_for("orders"));
+    let ident = table_ident(name);
     let Ok(table) = catalog.load_table(&ident).await else {
         return Ok(OutsideOutcome::Nothing);
     };
