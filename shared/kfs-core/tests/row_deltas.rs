@@ -88,8 +88,9 @@ async fn commit_deletes(
         Struct::empty(),
     )
     .await?;
+    let spec_id = table.metadata().default_partition_spec_id();
     let change = RowDelta {
-        deletes: vec![file],
+        deletes: vec![(spec_id, file)],
         ..RowDelta::default()
     };
     let staged = stage_row_delta(table, &change, now_ms()).await?;
@@ -269,7 +270,7 @@ async fn a_row_delta_refuses_what_it_cannot_commit() -> TestResult {
         deletes: live_entries(&table)
             .await?
             .iter()
-            .map(|e| e.data_file().clone())
+            .map(|e| (0, e.data_file().clone()))
             .collect(),
         ..RowDelta::default()
     };

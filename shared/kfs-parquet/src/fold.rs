@@ -44,8 +44,8 @@ pub struct RowLineage {
 /// spec) into one data file named `{stem}.parquet` in the table's data directory,
 /// without the rows `deletes` names (a data file write, through its failpoint); rows
 /// keep their order. A v3 table's rows keep their lineage: `lineage` gives each
-/// input's (refused when an input has none). `None` when every row is deleted: no
-/// file is written.
+/// input's (an input without one keeps its rows' own values, nulls included). `None`
+/// when every row is deleted: no file is written.
 pub async fn rewrite_without(
     table: &Table,
     inputs: &[&DataFile],
@@ -101,17 +101,25 @@ fn inherit_lineage(batch: &RecordBatch, first: i64, lineage: RowLineage) -> Resu
         ),
         None => return Err(invalid("row lineage")),
     };
+    let overflow = || {
+        Error::new(
+            ErrorKind::DataInvalid,
+            format!(
+                "row lineage: first row id {} plus position {first} is past 2^63",
+                lineage.first_row_id
+            ),
+        )
+    };
     let row_ids: Int64Array = (0..batch.num_rows())
         .map(|row| match ids.is_valid(row) {
-            true => Some(ids.value(row)),
-            false => Some(
-                lineage
-                    .first_row_id
-                    .saturating_add(first)
-                    .saturating_add(row as i64),
-            ),
+            true => Ok(Some(ids.value(row))),
+            false => i64::try_from(row)
+                .ok()
+                .and_then(|row| lineage.first_row_id.checked_add(first)?.checked_add(row))
+                .map(Some)
+                .ok_or_else(overflow),
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let updated: Int64Array = (0..batch.num_rows())
         .map(|row| match sequences.is_valid(row) {
             true => Some(sequences.value(row)),
@@ -158,14 +166,9 @@ async fn rewrite(
             .build()
             .map_err(|e| invalid(&e))?;
         let deleted = deletes.get(name);
-        let inherited = match lineaged {
-            true => Some(
-                *lineage
-                    .get(name)
-                    .ok_or_else(|| invalid(&"no row lineage to carry"))?,
-            ),
-            false => None,
-        };
+        // A v3 file without lineage (its manifest has no first row id yet, as right
+        // after an upgrade) keeps its rows' nulls: they have none to carry.
+        let inherited = lineage.get(name).copied().filter(|_| lineaged);
         let mut position = 0i64;
         for batch in reader {
             let batch = conform_batch(&batch.map_err(|e| invalid(&e))?, &arrow)

@@ -195,15 +195,14 @@ impl Staging<'_> {
         let list = self.table.manifest_list_reader(self.parent).load().await?;
         for manifest in list.entries() {
             let deletes = manifest.content != ManifestContentType::Data;
-            let live = manifest.has_added_files() || manifest.has_existing_files();
-            if deletes && (!live || change.deletes == DeletePolicy::Refuse) {
-                if live {
-                    // Deletes landed since the rewrite was planned: its merged files
-                    // would bring their rows back.
-                    return Err(unplanned_deletes());
-                }
-                self.manifests.push(manifest.clone());
+            // A manifest of DELETED entries alone lists nothing live: left out.
+            if !manifest.has_added_files() && !manifest.has_existing_files() {
                 continue;
+            }
+            if deletes && change.deletes == DeletePolicy::Refuse {
+                // Deletes landed since the rewrite was planned: its merged files
+                // would bring their rows back.
+                return Err(unplanned_deletes());
             }
             let loaded = manifest.load_manifest(file_io).await?;
             let touches = change.merge_manifests

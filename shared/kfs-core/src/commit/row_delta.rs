@@ -29,7 +29,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What a row-delta snapshot changes.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +39,9 @@ pub struct RowDelta {
     /// Delete files to add: a v2 table's position-delete files (each written by
     /// `kfs_parquet::write_position_deletes`), a v3 table's deletion vectors (one per
     /// data file, `kfs_parquet::vector_delete_file`).
-    pub deletes: Vec<DataFile>,
+    /// Each with the id of the partition spec of the data files it deletes from (its
+    /// own): a delete manifest is written per spec.
+    pub deletes: Vec<(i32, DataFile)>,
     /// Summary properties of the snapshot (the offset map and what else it carries).
     pub properties: HashMap<String, String>,
 }
@@ -87,20 +89,29 @@ pub async fn stage_row_delta(
         written: 0,
         summary: SnapshotSummaryCollector::default(),
     };
+    // The parent's manifests, but those of DELETED entries alone (nothing live).
     let kept: Vec<ManifestFile> = match parent {
         Some(parent) => table
             .manifest_list_reader(parent)
             .load()
             .await?
             .entries()
-            .to_vec(),
+            .iter()
+            .filter(|m| m.has_added_files() || m.has_existing_files())
+            .cloned()
+            .collect(),
         None => Vec::new(),
     };
     let mut manifests = staging
         .replace_vectors(kept, &change.deletes, parent_id)
         .await?;
-    for files in [&change.deletes, &change.data] {
-        if let Some(manifest) = staging.manifest(files).await? {
+    let default_spec = metadata.default_partition_spec_id();
+    let mut by_spec: BTreeMap<i32, Vec<DataFile>> = BTreeMap::new();
+    for (spec_id, file) in &change.deletes {
+        by_spec.entry(*spec_id).or_default().push(file.clone());
+    }
+    for (spec_id, files) in by_spec.iter().chain([(&default_spec, &change.data)]) {
+        if let Some(manifest) = staging.manifest(*spec_id, files).await? {
             manifests.insert(0, manifest);
         }
     }
@@ -161,17 +172,20 @@ impl Staging<'_> {
         manifest_writer(self.table, number, self.snapshot_id, spec, deletes)
     }
 
-    /// The manifest adding `files`, all of one content (data, or deletes), at the
-    /// snapshot's sequence number; `None` for no file.
-    async fn manifest(&mut self, files: &[DataFile]) -> Result<Option<ManifestFile>> {
+    /// The manifest adding `files`, all of one content (data, or deletes) and of the
+    /// partition spec `spec_id`, at the snapshot's sequence number; `None` for no file.
+    async fn manifest(&mut self, spec_id: i32, files: &[DataFile]) -> Result<Option<ManifestFile>> {
         let Some(first) = files.first() else {
             return Ok(None);
         };
         let metadata = self.table.metadata();
-        let (schema, spec) = (
-            metadata.current_schema().clone(),
-            metadata.default_partition_spec().clone(),
-        );
+        let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("no partition spec {spec_id}"),
+            )
+        })?;
+        let (schema, spec) = (metadata.current_schema().clone(), spec.clone());
         let mut writer = self.writer(&spec, first.content_type() != DataContentType::Data)?;
         for file in files {
             self.summary.add_file(file, schema.clone(), spec.clone());
@@ -187,12 +201,13 @@ impl Staging<'_> {
     async fn replace_vectors(
         &mut self,
         kept: Vec<ManifestFile>,
-        deletes: &[DataFile],
+        deletes: &[(i32, DataFile)],
         parent_id: Option<i64>,
     ) -> Result<Vec<ManifestFile>> {
         let targets: BTreeSet<String> = deletes
             .iter()
-            .filter_map(DataFile::referenced_data_file)
+            .filter(|(_, file)| file.file_format() == DataFileFormat::Puffin)
+            .filter_map(|(_, file)| file.referenced_data_file())
             .collect();
         let replaced = |entry: &ManifestEntry| {
             entry.is_alive()
@@ -260,7 +275,9 @@ fn totals(
         };
         if let Some(before) = before {
             let (plus, minus) = (count(&added, plus), count(&added, minus));
-            let after = (before + plus.unwrap_or(0)).saturating_sub(minus.unwrap_or(0));
+            let after = before
+                .saturating_add(plus.unwrap_or(0))
+                .saturating_sub(minus.unwrap_or(0));
             added.insert(total.to_owned(), after.to_string());
         }
     }
@@ -291,7 +308,7 @@ fn check(table: &Table, change: &RowDelta) -> Result<()> {
         FormatVersion::V3 => true,
     };
     let mut targets = BTreeSet::new();
-    for file in &change.deletes {
+    for (_, file) in &change.deletes {
         let path = file.file_path();
         if file.content_type() != DataContentType::PositionDeletes {
             return invalid(format!("{path} is no position-delete file"));

@@ -149,6 +149,13 @@ pub(crate) async fn compact_sized(
                 .collect(),
             deletes,
             lineage: crate::table::live_lineage(&table).await.map_err(iceberg)?,
+            // Every spec's: a delete file naming a live file of an older spec stays.
+            all_live: crate::table::live_entries(&table)
+                .await
+                .map_err(iceberg)?
+                .iter()
+                .map(|e| e.file_path().to_owned())
+                .collect(),
         };
         for (done, group) in groups.iter().enumerate() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -179,9 +186,11 @@ pub(crate) async fn compact_sized(
 }
 
 /// What one planning round of a compaction works from: the live data files of the
-/// default spec, the live deletes, and (a v3 table's) the files' row lineage.
+/// default spec (and the paths of every spec's), the live deletes, and (a v3 table's)
+/// the files' row lineage.
 struct Round {
     live: std::collections::HashMap<String, DataFile>,
+    all_live: std::collections::HashSet<String>,
     deletes: crate::table::LiveDeletes,
     lineage: std::collections::HashMap<String, kfs_parquet::RowLineage>,
 }
@@ -241,7 +250,7 @@ impl Round {
             .filter(|(_, named)| {
                 named
                     .iter()
-                    .all(|data| remove.contains(data) || !self.live.contains_key(data))
+                    .all(|data| remove.contains(data) || !self.all_live.contains(data))
             })
             .map(|(path, _)| path.clone())
             .collect();

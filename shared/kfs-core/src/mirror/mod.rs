@@ -264,13 +264,14 @@ async fn live_rows(
 /// per partition of the data files they delete from (a delete file lies in the
 /// partition of its rows); a v3 table's as deletion vectors (one per data file,
 /// merged with its live deletes).
-/// `added` are the commit's new files, which the table does not list yet. Refuses a
+/// `added` are the commit's new files, which the table does not list yet. Each file
+/// comes with the partition spec id of the data files it deletes from. Refuses a
 /// delete of a file that is neither live nor added.
 pub async fn write_deletes(
     table: &Table,
     added: &[DataFile],
     deletes: &PositionDeletes,
-) -> Result<Vec<DataFile>> {
+) -> Result<Vec<(i32, DataFile)>> {
     let placed = placements(table, added).await?;
     if let Some(file) = deletes
         .keys()
@@ -316,7 +317,7 @@ async fn write_position_deletes(
     table: &Table,
     placed: &HashMap<String, (i32, Struct)>,
     deletes: &PositionDeletes,
-) -> Result<Vec<DataFile>> {
+) -> Result<Vec<(i32, DataFile)>> {
     let mut by_partition: BTreeMap<(i32, String), (Struct, PositionDeletes)> = BTreeMap::new();
     for (file, positions) in deletes {
         let Some((spec_id, partition)) = placed.get(file.as_str()) else {
@@ -336,7 +337,8 @@ async fn write_position_deletes(
             table.metadata().location(),
             uuid::Uuid::new_v4()
         );
-        written.push(
+        written.push((
+            spec_id,
             kfs_parquet::write_position_deletes(
                 table.file_io(),
                 &path,
@@ -346,7 +348,7 @@ async fn write_position_deletes(
                 partition,
             )
             .await?,
-        );
+        ));
     }
     Ok(written)
 }
@@ -361,7 +363,7 @@ async fn write_vectors(
     table: &Table,
     placed: &HashMap<String, (i32, Struct)>,
     deletes: &PositionDeletes,
-) -> Result<Vec<DataFile>> {
+) -> Result<Vec<(i32, DataFile)>> {
     if deletes.is_empty() {
         return Ok(Vec::new());
     }
@@ -389,13 +391,9 @@ async fn write_vectors(
     let mut written = Vec::new();
     for blob in &blobs {
         if let Some((spec_id, partition)) = placed.get(&blob.referenced_data_file) {
-            written.push(kfs_parquet::vector_delete_file(
-                &path,
-                size,
-                blob,
-                *spec_id,
-                partition.clone(),
-            )?);
+            let file =
+                kfs_parquet::vector_delete_file(&path, size, blob, *spec_id, partition.clone())?;
+            written.push((*spec_id, file));
         }
     }
     Ok(written)

@@ -30,9 +30,11 @@ pub(crate) fn inherited_first_row_ids(
             if let Some(own) = entry.data_file().first_row_id() {
                 return Some(own);
             }
+            // Ids past 2^63 (a hostile record count): none from here on.
             let assigned = next?;
-            let rows = i64::try_from(entry.record_count()).unwrap_or(i64::MAX);
-            next = Some(assigned.saturating_add(rows));
+            next = i64::try_from(entry.record_count())
+                .ok()
+                .and_then(|rows| assigned.checked_add(rows));
             Some(assigned)
         })
         .collect()
