@@ -288,9 +288,12 @@ pub async fn write_deletes(
     }
 }
 
+/// Where a data file lies (its partition spec's id, its partition) and its rows.
+type Placed = (i32, Struct, u64);
+
 /// Where each data file of `table` (live, or among `added`, which are written in the
-/// default spec) lies: its partition spec's id and its partition.
-async fn placements(table: &Table, added: &[DataFile]) -> Result<HashMap<String, (i32, Struct)>> {
+/// default spec) lies, with its rows.
+async fn placements(table: &Table, added: &[DataFile]) -> Result<HashMap<String, Placed>> {
     let mut placed = HashMap::new();
     for spec in table.metadata().partition_specs_iter() {
         let spec_id = spec.spec_id();
@@ -298,7 +301,7 @@ async fn placements(table: &Table, added: &[DataFile]) -> Result<HashMap<String,
             let file = entry.data_file();
             placed.insert(
                 file.file_path().to_owned(),
-                (spec_id, file.partition().clone()),
+                (spec_id, file.partition().clone(), file.record_count()),
             );
         }
     }
@@ -306,7 +309,7 @@ async fn placements(table: &Table, added: &[DataFile]) -> Result<HashMap<String,
     for file in added {
         placed.insert(
             file.file_path().to_owned(),
-            (default_spec, file.partition().clone()),
+            (default_spec, file.partition().clone(), file.record_count()),
         );
     }
     Ok(placed)
@@ -315,12 +318,12 @@ async fn placements(table: &Table, added: &[DataFile]) -> Result<HashMap<String,
 /// The position-delete files of `deletes`: one per partition.
 async fn write_position_deletes(
     table: &Table,
-    placed: &HashMap<String, (i32, Struct)>,
+    placed: &HashMap<String, Placed>,
     deletes: &PositionDeletes,
 ) -> Result<Vec<(i32, DataFile)>> {
     let mut by_partition: BTreeMap<(i32, String), (Struct, PositionDeletes)> = BTreeMap::new();
     for (file, positions) in deletes {
-        let Some((spec_id, partition)) = placed.get(file.as_str()) else {
+        let Some((spec_id, partition, _)) = placed.get(file.as_str()) else {
             continue;
         };
         by_partition
@@ -361,13 +364,17 @@ async fn write_position_deletes(
 /// file's partition.
 async fn write_vectors(
     table: &Table,
-    placed: &HashMap<String, (i32, Struct)>,
+    placed: &HashMap<String, Placed>,
     deletes: &PositionDeletes,
 ) -> Result<Vec<(i32, DataFile)>> {
     if deletes.is_empty() {
         return Ok(Vec::new());
     }
-    let touched: BTreeSet<String> = deletes.keys().cloned().collect();
+    // The files' rows as placed: no second read of the data manifests.
+    let touched: HashMap<String, u64> = deletes
+        .keys()
+        .filter_map(|file| Some((file.clone(), placed.get(file)?.2)))
+        .collect();
     let live = crate::table::live_deletes_of(table, Some(&touched)).await?;
     let mut merged = deletes.clone();
     for (file, rows) in &mut merged {
@@ -390,7 +397,7 @@ async fn write_vectors(
         .await?;
     let mut written = Vec::new();
     for blob in &blobs {
-        if let Some((spec_id, partition)) = placed.get(&blob.referenced_data_file) {
+        if let Some((spec_id, partition, _)) = placed.get(&blob.referenced_data_file) {
             let file =
                 kfs_parquet::vector_delete_file(&path, size, blob, *spec_id, partition.clone())?;
             written.push((*spec_id, file));

@@ -43,12 +43,12 @@ pub async fn live_deletes(table: &Table) -> Result<LiveDeletes> {
     live_deletes_of(table, None).await
 }
 
-/// [`live_deletes`], reading only the deletion vectors of the data files `only` (all
-/// for `None`): what a commit that deletes rows of those files merges its deletes
+/// [`live_deletes`], reading only the deletion vectors of the data files `only` (with
+/// their rows; all for `None`): what a commit that deletes rows of those files merges its deletes
 /// with. Position-delete files are read whole (they name no single data file).
 pub async fn live_deletes_of(
     table: &Table,
-    only: Option<&BTreeSet<String>>,
+    only: Option<&HashMap<String, u64>>,
 ) -> Result<LiveDeletes> {
     let mut live = LiveDeletes::default();
     let Some(snapshot) = table.metadata().current_snapshot() else {
@@ -78,7 +78,7 @@ pub async fn live_deletes_of(
                         .entry(path.clone())
                         .or_default()
                         .insert(referenced.clone());
-                    if only.is_none_or(|only| only.contains(&referenced)) {
+                    if only.is_none_or(|only| only.contains_key(&referenced)) {
                         vectors.push(file.clone());
                     }
                 }
@@ -87,7 +87,7 @@ pub async fn live_deletes_of(
         }
     }
     if !vectors.is_empty() {
-        read_vectors(table, &vectors, &mut live.positions).await?;
+        read_vectors(table, &vectors, only, &mut live.positions).await?;
     }
     Ok(live)
 }
@@ -108,17 +108,26 @@ fn vector_target(file: &DataFile) -> Result<String> {
 /// Reads the deletion vectors `vectors` (manifest entries' files) of `table`: a data
 /// file's (every vector of it, should there be more than one) replace what
 /// position-delete files said of it in `into`; a vector of a data file that is not
-/// live is skipped (it deletes nothing a reader reads).
+/// live is skipped (it deletes nothing a reader reads). `known` gives the rows of the
+/// data files (else every live data file's is read).
 async fn read_vectors(
     table: &Table,
     vectors: &[DataFile],
+    known: Option<&HashMap<String, u64>>,
     into: &mut PositionDeletes,
 ) -> Result<()> {
-    let rows: HashMap<String, u64> = crate::table::live_entries(table)
-        .await?
-        .iter()
-        .map(|e| (e.file_path().to_owned(), e.record_count()))
-        .collect();
+    let listed: HashMap<String, u64>;
+    let rows = match known {
+        Some(rows) => rows,
+        None => {
+            listed = crate::table::live_entries(table)
+                .await?
+                .iter()
+                .map(|e| (e.file_path().to_owned(), e.record_count()))
+                .collect();
+            &listed
+        }
+    };
     let mut read = PositionDeletes::new();
     for file in vectors {
         let referenced = vector_target(file)?;
