@@ -267,6 +267,78 @@ async fn a_mirror_upgraded_to_v3_merges_its_position_deletes_into_vectors() -> T
     Ok(())
 }
 
+/// Every live row of `table` and its row id, if it has one.
+async fn live_row_ids(table: &Table) -> Result<BTreeMap<(i32, i64), Option<i64>>, BoxError> {
+    Ok(crate::local::read::live_rows(table)
+        .await?
+        .into_iter()
+        .collect())
+}
+
+/// A mirror compacted right after another engine upgraded it to v3, before any
+/// commit since: its rows have no lineage yet (the manifests are from before), so the
+/// compacted file is written with null ids and its rows inherit fresh ones, unique;
+/// from then on every row keeps its id through commits and compactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_compacted_right_after_its_upgrade_gives_its_rows_ids() -> TestResult {
+    let local = Local::open().await?;
+    let naming = naming(None)?;
+    let name = naming.table_for("orders");
+    let mut reference = BTreeMap::new();
+    let mut rounds = rounds().into_iter();
+    for round in rounds.by_ref().take(2) {
+        fold(&mut reference, &round);
+        local.put_records("orders", round)?;
+        local.run(&naming).await?;
+    }
+    let table = orders(&local, &naming).await?;
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .upgrade_table_version()
+        .set_format_version(FormatVersion::V3)
+        .apply(tx)?;
+    let table = tx.commit(&local.catalog).await?;
+    let before = live_row_ids(&table).await?;
+    assert!(before.values().all(Option::is_none), "{before:?}");
+    let compacted = local.compact(&name).await?;
+    assert!(compacted.delete_files_folded > 0, "{compacted:?}");
+    let table = orders(&local, &naming).await?;
+    assert!(kfs_core::live_deletes(&table).await?.files.is_empty());
+    crate::row_deltas::metrics_match_rows(&table).await?;
+    let ids = crate::local::read::row_ids(&table).await?;
+    assert_eq!(
+        ids.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    let unique: BTreeSet<i64> = ids.values().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "{ids:?}");
+    assert!(
+        unique
+            .iter()
+            .all(|id| (*id as u64) < table.metadata().next_row_id())
+    );
+    let expected = fold(&mut reference, &[]);
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await?;
+    // From then on the rows keep their ids: a commit deleting some, then compaction.
+    let round = rounds.next().ok_or("a third round")?;
+    let expected = fold(&mut reference, &round);
+    local.put_records("orders", round)?;
+    local.run(&naming).await?;
+    let table = orders(&local, &naming).await?;
+    let before = crate::local::read::row_ids(&table).await?;
+    local.compact(&name).await?;
+    let table = orders(&local, &naming).await?;
+    assert_eq!(crate::local::read::row_ids(&table).await?, before);
+    for (row, id) in &ids {
+        if let Some(kept) = before.get(row) {
+            assert_eq!(kept, id, "{row:?}");
+        }
+    }
+    assert_eq!(offsets(&local.catalog, &name).await?, expected);
+    readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await
+}
+
 /// A deletion vector another engine recorded outside its Puffin file is refused
 /// with the file and the bytes, never read past its end.
 #[tokio::test]

@@ -221,3 +221,91 @@ fn without(
     let keep: BooleanArray = (first..end).map(|p| Some(!deleted.contains(&p))).collect();
     arrow_select::filter::filter_record_batch(batch, &keep)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_schema::{DataType, Field, Schema as ArrowSchema};
+
+    type TestResult<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+    /// A batch of a value column and the two lineage columns.
+    fn batch(ids: Vec<Option<i64>>, updated: Vec<Option<i64>>) -> TestResult<RecordBatch> {
+        let values: Vec<i64> = (0..ids.len() as i64).collect();
+        let schema = Arc::new(ArrowSchema::new(vec![
+            Field::new("value", DataType::Int64, false),
+            Field::new("_row_id", DataType::Int64, true),
+            Field::new("_last_updated_sequence_number", DataType::Int64, true),
+        ]));
+        Ok(RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(values)),
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(Int64Array::from(updated)),
+            ],
+        )?)
+    }
+
+    fn longs(batch: &RecordBatch, at: usize) -> Vec<Option<i64>> {
+        let column = batch.column(at).as_any().downcast_ref::<Int64Array>();
+        column.map(|c| c.iter().collect()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_row_keeps_its_own_lineage_and_inherits_what_it_lacks() -> TestResult {
+        let lineage = RowLineage {
+            first_row_id: 100,
+            sequence_number: 7,
+        };
+        let input = batch(vec![None, Some(5), None], vec![Some(3), None, None])?;
+        // The batch starts at position 10 of its file.
+        let filled = inherit_lineage(&input, 10, lineage)?;
+        assert_eq!(longs(&filled, 1), vec![Some(110), Some(5), Some(112)]);
+        assert_eq!(longs(&filled, 2), vec![Some(3), Some(7), Some(7)]);
+        assert_eq!(longs(&filled, 0), longs(&input, 0));
+        Ok(())
+    }
+
+    /// A first row id near 2^63 (another engine's hostile metadata): an error naming
+    /// the id and the position, never a wrapped id shared with another row.
+    #[test]
+    fn a_row_id_past_two_to_the_63_is_an_error_not_a_wrapped_id() -> TestResult {
+        let lineage = RowLineage {
+            first_row_id: i64::MAX - 1,
+            sequence_number: 1,
+        };
+        let input = batch(vec![None, None, None], vec![None, None, None])?;
+        let error = match inherit_lineage(&input, 0, lineage) {
+            Ok(filled) => return Err(format!("overflow accepted: {:?}", longs(&filled, 1)).into()),
+            Err(error) => error,
+        };
+        assert!(
+            error.to_string().contains(&format!("{}", i64::MAX - 1)),
+            "{error}"
+        );
+        assert!(error.to_string().contains("past 2^63"), "{error}");
+        // Rows that carry their own ids need nothing inherited, however high.
+        let own = batch(vec![Some(i64::MAX); 3], vec![Some(1); 3])?;
+        let filled = inherit_lineage(&own, i64::MAX, lineage)?;
+        assert_eq!(longs(&filled, 1), vec![Some(i64::MAX); 3]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_batch_without_the_lineage_columns_is_refused() -> TestResult {
+        let schema = Arc::new(ArrowSchema::new(vec![Field::new(
+            "value",
+            DataType::Utf8,
+            false,
+        )]));
+        let strings = arrow_array::StringArray::from(vec!["a"]);
+        let input = RecordBatch::try_new(schema, vec![Arc::new(strings)])?;
+        let lineage = RowLineage {
+            first_row_id: 0,
+            sequence_number: 1,
+        };
+        assert!(inherit_lineage(&input, 0, lineage).is_err());
+        Ok(())
+    }
+}

@@ -68,3 +68,94 @@ pub async fn live_lineage(table: &Table) -> Result<HashMap<String, RowLineage>> 
     }
     Ok(lineage)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::{DataFileBuilder, DataFileFormat, ManifestEntry, ManifestStatus, Struct};
+    use std::sync::Arc;
+
+    type TestResult<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+    fn entry(status: ManifestStatus, rows: u64, own: Option<i64>) -> TestResult<ManifestEntryRef> {
+        let file = DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path(format!("s3://b/t/data/{rows}-{own:?}.parquet"))
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::empty())
+            .record_count(rows)
+            .file_size_in_bytes(100)
+            .first_row_id(own)
+            .build()?;
+        Ok(Arc::new(
+            ManifestEntry::builder()
+                .status(status)
+                .data_file(file)
+                .build(),
+        ))
+    }
+
+    fn manifest(first_row_id: Option<u64>) -> ManifestFile {
+        ManifestFile {
+            manifest_path: "s3://b/t/metadata/m.avro".to_owned(),
+            manifest_length: 1,
+            partition_spec_id: 0,
+            content: ManifestContentType::Data,
+            sequence_number: 1,
+            min_sequence_number: 1,
+            added_snapshot_id: 1,
+            added_files_count: None,
+            existing_files_count: None,
+            deleted_files_count: None,
+            added_rows_count: None,
+            existing_rows_count: None,
+            deleted_rows_count: None,
+            partitions: None,
+            key_metadata: None,
+            first_row_id,
+        }
+    }
+
+    #[test]
+    fn live_files_inherit_consecutive_ranges_and_keep_their_own() -> TestResult {
+        let entries = [
+            entry(ManifestStatus::Added, 3, None)?,
+            entry(ManifestStatus::Deleted, 50, None)?,
+            entry(ManifestStatus::Existing, 4, Some(900))?,
+            entry(ManifestStatus::Existing, 2, None)?,
+        ];
+        let ids = inherited_first_row_ids(&manifest(Some(10)), &entries);
+        // A DELETED entry takes no range; a file with its own id keeps it and does not
+        // move the next inherited one.
+        assert_eq!(ids, vec![Some(10), None, Some(900), Some(13)]);
+        // A manifest without a first row id (a v2 table's, or one written before an
+        // upgrade): no file inherits one.
+        let ids = inherited_first_row_ids(&manifest(None), &entries);
+        assert_eq!(ids, vec![None, None, Some(900), None]);
+        Ok(())
+    }
+
+    /// Another engine's manifest whose first row id or record counts reach past 2^63:
+    /// the files from there on get no lineage (their rows keep their own values),
+    /// never a wrapped id that another row already has.
+    #[test]
+    fn ids_past_two_to_the_63_are_none_never_wrapped() -> TestResult {
+        let entries = [
+            entry(ManifestStatus::Added, 5, None)?,
+            entry(ManifestStatus::Added, 1, None)?,
+            entry(ManifestStatus::Added, 1, Some(7))?,
+        ];
+        let near = (i64::MAX - 2) as u64;
+        let ids = inherited_first_row_ids(&manifest(Some(near)), &entries);
+        assert_eq!(ids, vec![Some(i64::MAX - 2), None, Some(7)]);
+        let ids = inherited_first_row_ids(&manifest(Some(u64::MAX)), &entries);
+        assert_eq!(ids, vec![None, None, Some(7)]);
+        let huge = [
+            entry(ManifestStatus::Added, u64::MAX, None)?,
+            entry(ManifestStatus::Added, 1, None)?,
+        ];
+        let ids = inherited_first_row_ids(&manifest(Some(0)), &huge);
+        assert_eq!(ids, vec![Some(0), None]);
+        Ok(())
+    }
+}
