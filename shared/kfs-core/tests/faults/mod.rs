@@ -127,12 +127,15 @@ pub struct Faults {
     /// commit (of an append, a replace or an expiry) on a table with a snapshot, if
     /// any; cleared once it has.
     pub outside_before_commit: std::sync::Mutex<Option<std::path::PathBuf>>,
+    /// Whether the other engine's maintenance of a mirror's change log landed.
+    pub outside_maintained_log: AtomicBool,
 }
 
 impl Faults {
     /// Another engine maintains the deployment in `dir` (a rewrite without our
-    /// summary, every other snapshot expired) between this process's load of the
-    /// table and its first commit (see [`outside::maintain_outside`]).
+    /// summary, every other snapshot expired; of a mirror's change log too) between
+    /// this process's load of the table and its first commit (see
+    /// [`outside::maintain_outside`]).
     pub fn with_outside_commit(self: Arc<Self>, dir: &Path) -> Arc<Self> {
         if let Ok(mut slot) = self.outside_before_commit.lock() {
             *slot = Some(dir.to_owned());
@@ -150,8 +153,17 @@ impl Faults {
         let Some(dir) = dir else {
             return;
         };
+        let maintained = outside::maintain_outside(&dir, 4_242_424_242).await;
+        // A mirror's change log too, when there is one (a rewrite of its own).
+        let log = kfs_plan::naming::TableNaming::default()
+            .table_for("orders")
+            .change_log();
         if let Ok(outside::OutsideOutcome::Maintained) =
-            outside::maintain_outside(&dir, 4_242_424_242).await
+            outside::maintain_outside_table(&dir, &log, 4_242_424_243).await
+        {
+            self.outside_maintained_log.store(true, Ordering::SeqCst);
+        }
+        if let Ok(outside::OutsideOutcome::Maintained) = maintained
             && let Ok(mut slot) = self.outside_before_commit.lock()
         {
             *slot = None;
@@ -173,6 +185,7 @@ impl Faults {
             crashed: AtomicBool::new(false),
             fired: AtomicBool::new(false),
             outside_before_commit: std::sync::Mutex::new(None),
+            outside_maintained_log: AtomicBool::new(false),
         })
     }
 
