@@ -20,6 +20,7 @@ mod neighbours;
 mod parquet_merge;
 mod partition_evolution;
 mod poison_records;
+mod promoted_partitions;
 mod quarantine_corpus;
 mod registry_lookups;
 mod registry_value_checks;

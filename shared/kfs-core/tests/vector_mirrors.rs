@@ -339,6 +339,103 @@ async fn a_mirror_compacted_right_after_its_upgrade_gives_its_rows_ids() -> Test
     readers_see(&local, &name.to_string(), expected.keys().map(|(_, o)| *o)).await
 }
 
+/// `table` as of its snapshot `snapshot_id` (its main branch set there).
+fn table_at(table: &Table, snapshot_id: i64) -> Result<Table, BoxError> {
+    use iceberg::spec::{MAIN_BRANCH, SnapshotReference, SnapshotRetention, TableMetadataBuilder};
+    let reference =
+        SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None));
+    let metadata = TableMetadataBuilder::new_from_metadata(table.metadata().clone(), None)
+        .set_ref(MAIN_BRANCH, reference)?
+        .build()?
+        .metadata;
+    Ok(Table::builder()
+        .metadata(metadata)
+        .identifier(table.identifier().clone())
+        .file_io(table.file_io().clone())
+        .runtime(iceberg::Runtime::try_current()?)
+        .build()?)
+}
+
+/// The upsert naming (`format`), its tables partitioned by Kafka partition, and
+/// `rounds` of changes put on partition 0 and, of other keys, on partition 1: each
+/// commit's Puffin file holds vectors of files of both partitions.
+async fn two_partitions(
+    local: &Local,
+    format: Option<&str>,
+    rounds: usize,
+) -> Result<TableNaming, BoxError> {
+    let mut naming = naming(format)?;
+    naming.partition_by = kfs_plan::layout::parse_partition_spec("identity(partition)")?;
+    for round in self::rounds().into_iter().take(rounds) {
+        let other: Vec<OwnedRecord> = round
+            .iter()
+            .map(|r| OwnedRecord {
+                key: r.key.as_ref().map(|k| [b"p1-", &k[..]].concat()),
+                ..r.clone()
+            })
+            .collect();
+        local.put_records_at("orders", 0, round)?;
+        local.put_records_at("orders", 1, other)?;
+        local.run(&naming).await?;
+    }
+    Ok(naming)
+}
+
+/// A compaction of a v3 mirror whose Puffin files hold vectors of files of two
+/// partitions (two groups): the second group removes each Puffin file whose files the
+/// first rewrote, so no vector is left behind naming a file that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_of_two_groups_leaves_no_vector_of_a_file_gone() -> TestResult {
+    let local = Local::open().await?;
+    let naming = two_partitions(&local, Some("3"), 3).await?;
+    let name = naming.table_for("orders");
+    let table = orders(&local, &naming).await?;
+    let before = crate::local::read::row_ids(&table).await?;
+    let report = local.compact(&name).await?;
+    assert!(report.snapshots.len() >= 2, "{report:?}");
+    assert_eq!(report.stale_groups, 0, "{report:?}");
+    let table = orders(&local, &naming).await?;
+    let left = kfs_core::live_deletes(&table).await?.files;
+    assert!(left.is_empty(), "delete files left: {left:?}");
+    assert_eq!(crate::local::read::row_ids(&table).await?, before);
+    crate::row_deltas::metrics_match_rows(&table).await?;
+    Ok(())
+}
+
+/// A compaction of several groups right after an upgrade to v3: the first group's
+/// snapshot gives every row an id (its v3 manifest list assigns the first row ids of
+/// the manifests from before), and the later groups' rewrites keep those ids instead
+/// of rewriting with the lineage of before that snapshot (none), which would give
+/// their rows other ids from one snapshot to the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_group_of_a_compaction_after_an_upgrade_keeps_the_ids_the_first_gave() -> TestResult {
+    let local = Local::open().await?;
+    // One group a Kafka partition.
+    let naming = two_partitions(&local, None, 2).await?;
+    let name = naming.table_for("orders");
+    let table = orders(&local, &naming).await?;
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .upgrade_table_version()
+        .set_format_version(FormatVersion::V3)
+        .apply(tx)?;
+    tx.commit(&local.catalog).await?;
+    let report = local.compact(&name).await?;
+    assert!(report.snapshots.len() >= 2, "{report:?}");
+    let table = orders(&local, &naming).await?;
+    let last = crate::local::read::row_ids(&table).await?;
+    for snapshot_id in &report.snapshots {
+        let then = crate::local::read::row_ids(&table_at(&table, *snapshot_id)?).await?;
+        assert_eq!(
+            then, last,
+            "the rows' ids in snapshot {snapshot_id} and the last"
+        );
+    }
+    let unique: BTreeSet<i64> = last.values().copied().collect();
+    assert_eq!(unique.len(), last.len(), "{last:?}");
+    Ok(())
+}
+
 /// A deletion vector another engine recorded outside its Puffin file is refused
 /// with the file and the bytes, never read past its end.
 #[tokio::test]

@@ -2,14 +2,74 @@
 //! `row_delta`): a writer in the table's format version, and a live entry of a
 //! manifest being rewritten carried into the new one, EXISTING or DELETED, its
 //! sequence numbers and the snapshot that added it kept; the manifest list and the
-//! snapshot, a v3 one with its row range (row lineage).
+//! snapshot, a v3 one with its row range (row lineage); the summary of the files a
+//! snapshot adds and removes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use iceberg::spec::{
-    DataFile, DataFileBuilder, FormatVersion, ManifestEntry, ManifestListWriter, ManifestWriter,
-    ManifestWriterBuilder, PartitionSpecRef, Snapshot, SnapshotSummaryCollector, Summary,
+    DataFile, DataFileBuilder, FormatVersion, Literal, ManifestEntry, ManifestFile,
+    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, PartitionSpec, PartitionSpecRef,
+    PrimitiveLiteral, PrimitiveType, SchemaRef, Snapshot, SnapshotSummaryCollector, Struct,
+    StructType, Summary, Type,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
+
+/// The summary property counting the partitions a snapshot changed.
+const CHANGED_PARTITION_COUNT: &str = "changed-partition-count";
+
+/// The summary of the files a snapshot adds and removes: iceberg-rust's collector
+/// counts them, and the partitions they change are counted here. The collector names
+/// each partition by formatting its values for the table's current schema, which
+/// panics on values another engine may have left: a file of an older spec whose
+/// source column was dropped, a source column promoted since (int to long), a date
+/// past chrono's range. So it is given no partition spec, only the files.
+pub(crate) struct FileSummary {
+    collector: SnapshotSummaryCollector,
+    partitions: HashSet<(i32, Struct)>,
+    schema: SchemaRef,
+    unpartitioned: PartitionSpecRef,
+}
+
+impl FileSummary {
+    /// An empty summary of a snapshot of `table`.
+    pub(crate) fn new(table: &Table) -> Self {
+        Self {
+            collector: SnapshotSummaryCollector::default(),
+            partitions: HashSet::new(),
+            schema: table.metadata().current_schema().clone(),
+            unpartitioned: Arc::new(PartitionSpec::unpartition_spec()),
+        }
+    }
+
+    /// Counts `file` (of the partition spec `spec_id`), added or (`added` false)
+    /// removed.
+    pub(crate) fn count(&mut self, file: &DataFile, spec_id: i32, added: bool) {
+        let (schema, spec) = (self.schema.clone(), self.unpartitioned.clone());
+        match added {
+            true => self.collector.add_file(file, schema, spec),
+            false => self.collector.remove_file(file, schema, spec),
+        }
+        if !file.partition().fields().is_empty() {
+            self.partitions.insert((spec_id, file.partition().clone()));
+        }
+    }
+
+    /// The summary's properties.
+    pub(crate) fn build(&self) -> HashMap<String, String> {
+        let mut properties = self.collector.build();
+        properties.remove(CHANGED_PARTITION_COUNT);
+        if !self.partitions.is_empty() {
+            properties.insert(
+                CHANGED_PARTITION_COUNT.to_owned(),
+                self.partitions.len().to_string(),
+            );
+        }
+        properties
+    }
+}
 
 /// A writer of the manifest number `number` of the snapshot `snapshot_id` made by the
 /// commit `commit_uuid` (under the table's `metadata/`), for data (or delete, with
@@ -21,7 +81,7 @@ pub(crate) fn manifest_writer(
     snapshot_id: i64,
     spec: &PartitionSpecRef,
     deletes: bool,
-) -> Result<ManifestWriter> {
+) -> Result<TypedManifestWriter> {
     let metadata = table.metadata();
     let path = format!(
         "{}/metadata/{commit_uuid}-m{number}.avro",
@@ -33,14 +93,109 @@ pub(crate) fn manifest_writer(
         metadata.current_schema().clone(),
         spec.as_ref().clone(),
     );
-    Ok(
-        match (metadata.format_version() >= FormatVersion::V3, deletes) {
-            (true, true) => builder.build_v3_deletes(),
-            (true, false) => builder.build_v3_data(),
-            (false, true) => builder.build_v2_deletes(),
-            (false, false) => builder.build_v2_data(),
-        },
-    )
+    let writer = match (metadata.format_version() >= FormatVersion::V3, deletes) {
+        (true, true) => builder.build_v3_deletes(),
+        (true, false) => builder.build_v3_data(),
+        (false, true) => builder.build_v2_deletes(),
+        (false, false) => builder.build_v2_data(),
+    };
+    Ok(TypedManifestWriter {
+        writer,
+        spec_id: spec.spec_id(),
+        types: spec.partition_type(metadata.current_schema()).ok(),
+    })
+}
+
+/// A manifest writer that writes each entry's partition values in the manifest's
+/// partition type (its spec's, for the table's current schema): a value of a source
+/// column promoted since its file was written (int to long, float to double: by our
+/// JSON widening, or another engine) is promoted too, since iceberg-rust refuses a
+/// value of another type than the manifest's.
+pub(crate) struct TypedManifestWriter {
+    writer: ManifestWriter,
+    spec_id: i32,
+    types: Option<StructType>,
+}
+
+impl TypedManifestWriter {
+    /// Adds `file` as ADDED at the data sequence number `sequence_number`.
+    pub(crate) fn add_file(&mut self, file: DataFile, sequence_number: i64) -> Result<()> {
+        let file = self.typed(file)?;
+        self.writer.add_file(file, sequence_number)
+    }
+
+    /// Adds `file` as EXISTING, added by `snapshot_id`, with its sequence numbers.
+    pub(crate) fn add_existing_file(
+        &mut self,
+        file: DataFile,
+        snapshot_id: i64,
+        sequence_number: i64,
+        file_sequence_number: Option<i64>,
+    ) -> Result<()> {
+        let file = self.typed(file)?;
+        self.writer
+            .add_existing_file(file, snapshot_id, sequence_number, file_sequence_number)
+    }
+
+    /// Adds `file` as DELETED, with its sequence numbers.
+    pub(crate) fn add_delete_file(
+        &mut self,
+        file: DataFile,
+        sequence_number: i64,
+        file_sequence_number: Option<i64>,
+    ) -> Result<()> {
+        let file = self.typed(file)?;
+        self.writer
+            .add_delete_file(file, sequence_number, file_sequence_number)
+    }
+
+    /// Writes the manifest.
+    pub(crate) async fn write_manifest_file(self) -> Result<ManifestFile> {
+        self.writer.write_manifest_file().await
+    }
+
+    /// `file`, its partition values promoted to the manifest's types where they are
+    /// of a type the source column was promoted from.
+    fn typed(&self, file: DataFile) -> Result<DataFile> {
+        let Some(types) = &self.types else {
+            return Ok(file);
+        };
+        match promoted(file.partition(), types) {
+            Some(partition) => copy_of(&file, self.spec_id, file.first_row_id(), partition),
+            None => Ok(file),
+        }
+    }
+}
+
+/// `partition` with each value of a type its field's type was promoted from (int to
+/// long, float to double) promoted; `None` when none is.
+fn promoted(partition: &Struct, types: &StructType) -> Option<Struct> {
+    let promote = |value: &Option<Literal>, ty: &Type| match (value, ty) {
+        (
+            Some(Literal::Primitive(PrimitiveLiteral::Int(v))),
+            Type::Primitive(PrimitiveType::Long),
+        ) => Some(Some(Literal::long(i64::from(*v)))),
+        (
+            Some(Literal::Primitive(PrimitiveLiteral::Float(v))),
+            Type::Primitive(PrimitiveType::Double),
+        ) => Some(Some(Literal::double(f64::from(v.0)))),
+        _ => None,
+    };
+    let fields = types.fields();
+    let values = partition.fields();
+    if values.len() != fields.len()
+        || !values
+            .iter()
+            .zip(fields)
+            .any(|(value, field)| promote(value, &field.field_type).is_some())
+    {
+        return None;
+    }
+    let promoted = values
+        .iter()
+        .zip(fields)
+        .map(|(value, field)| promote(value, &field.field_type).unwrap_or_else(|| value.clone()));
+    Some(Struct::from_iter(promoted))
 }
 
 /// The path of the manifest list of the snapshot `snapshot_id` made by the commit
@@ -57,16 +212,15 @@ pub(crate) fn manifest_list_path(
 }
 
 /// Writes the live `entry` of a manifest being rewritten into `writer`: DELETED when
-/// `remove` (counted as removed in `summary`), else EXISTING; its data and file
-/// sequence numbers kept, an existing one's adding snapshot too (`parent_id` where the
-/// entry inherited it).
+/// `remove` (counted as removed in `summary`, of the spec `spec_id`), else EXISTING;
+/// its data and file sequence numbers kept, an existing one's adding snapshot too
+/// (`parent_id` where the entry inherited it).
 pub(crate) fn carry_entry(
-    writer: &mut ManifestWriter,
+    writer: &mut TypedManifestWriter,
     entry: &ManifestEntry,
     remove: bool,
     parent_id: i64,
-    (summary, spec): (&mut SnapshotSummaryCollector, &PartitionSpecRef),
-    table: &Table,
+    (summary, spec_id): (&mut FileSummary, i32),
 ) -> Result<()> {
     let data_sequence = entry.sequence_number().ok_or_else(|| {
         Error::new(
@@ -76,8 +230,7 @@ pub(crate) fn carry_entry(
     })?;
     let file_sequence = entry.file_sequence_number.or(Some(data_sequence));
     if remove {
-        let schema = table.metadata().current_schema().clone();
-        summary.remove_file(entry.data_file(), schema, spec.clone());
+        summary.count(entry.data_file(), spec_id, false);
         return writer.add_delete_file(entry.data_file().clone(), data_sequence, file_sequence);
     }
     writer.add_existing_file(
@@ -165,12 +318,22 @@ pub(crate) fn with_first_row_id(
     spec_id: i32,
     first_row_id: i64,
 ) -> Result<DataFile> {
+    copy_of(file, spec_id, Some(first_row_id), file.partition().clone())
+}
+
+/// `file` of the partition spec `spec_id`, with `first_row_id` and `partition`.
+fn copy_of(
+    file: &DataFile,
+    spec_id: i32,
+    first_row_id: Option<i64>,
+    partition: Struct,
+) -> Result<DataFile> {
     let mut builder = DataFileBuilder::default();
     builder
         .content(file.content_type())
         .file_path(file.file_path().to_owned())
         .file_format(file.file_format())
-        .partition(file.partition().clone())
+        .partition(partition)
         .partition_spec_id(spec_id)
         .record_count(file.record_count())
         .file_size_in_bytes(file.file_size_in_bytes())
@@ -183,7 +346,7 @@ pub(crate) fn with_first_row_id(
         .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
         .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
         .equality_ids(file.equality_ids())
-        .first_row_id(Some(first_row_id))
+        .first_row_id(first_row_id)
         .referenced_data_file(file.referenced_data_file())
         .content_offset(file.content_offset())
         .content_size_in_bytes(file.content_size_in_bytes());

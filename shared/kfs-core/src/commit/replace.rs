@@ -11,13 +11,13 @@
 //! snapshot was built on; on a conflict the caller rebuilds on the new head.
 
 use crate::commit::manifest::{
-    SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer, manifest_writer,
-    row_range, snapshot_of, with_first_row_id,
+    FileSummary, SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer,
+    manifest_writer, row_range, snapshot_of, with_first_row_id,
 };
 use crate::table::{MAINTENANCE_ID_KEY, ancestry};
 use iceberg::spec::{
     DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestEntry, ManifestFile,
-    Operation, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
+    Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
@@ -63,6 +63,9 @@ pub struct Replacement {
     pub maintenance_id: String,
     /// How it treats the table's live delete files.
     pub deletes: DeletePolicy,
+    /// Files it rewrote without row lineage (a v3 table's files whose manifests had
+    /// no first row id yet): stale once the head gives them ids.
+    pub unlineaged: BTreeSet<String>,
 }
 
 /// How a replace treats the table's live delete files.
@@ -115,7 +118,7 @@ pub async fn stage_replace(
         snapshot_id: new_snapshot_id(table),
         commit_uuid: uuid::Uuid::new_v4(),
         manifests: Vec::new(),
-        summary: SnapshotSummaryCollector::default(),
+        summary: FileSummary::new(table),
         totals: Totals::default(),
         written: 0,
     };
@@ -138,20 +141,22 @@ struct Totals {
 }
 
 impl Totals {
+    /// Counts `file` (saturating: another engine's counts may be anything).
     fn count(&mut self, file: &DataFile) {
-        self.bytes += file.file_size_in_bytes();
+        let add = |total: &mut u64, n: u64| *total = total.saturating_add(n);
+        add(&mut self.bytes, file.file_size_in_bytes());
         match file.content_type() {
             DataContentType::Data => {
-                self.records += file.record_count();
-                self.files += 1;
+                add(&mut self.records, file.record_count());
+                add(&mut self.files, 1);
             }
             DataContentType::PositionDeletes => {
-                self.delete_files += 1;
-                self.position_deletes += file.record_count();
+                add(&mut self.delete_files, 1);
+                add(&mut self.position_deletes, file.record_count());
             }
             DataContentType::EqualityDeletes => {
-                self.delete_files += 1;
-                self.equality_deletes += file.record_count();
+                add(&mut self.delete_files, 1);
+                add(&mut self.equality_deletes, file.record_count());
             }
         }
     }
@@ -178,7 +183,7 @@ struct Staging<'a> {
     commit_uuid: uuid::Uuid,
     /// The new snapshot's manifests so far.
     manifests: Vec<ManifestFile>,
-    summary: SnapshotSummaryCollector,
+    summary: FileSummary,
     totals: Totals,
     /// Manifests written so far (they are numbered).
     written: usize,
@@ -264,7 +269,7 @@ impl Staging<'_> {
         &mut self,
         spec: &iceberg::spec::PartitionSpecRef,
         deletes: bool,
-    ) -> Result<iceberg::spec::ManifestWriter> {
+    ) -> Result<crate::commit::manifest::TypedManifestWriter> {
         self.written += 1;
         let number = (self.commit_uuid, self.written);
         manifest_writer(self.table, number, self.snapshot_id, spec, deletes)
@@ -288,8 +293,8 @@ impl Staging<'_> {
             let mut writer = self.new_manifest(&spec, deletes)?;
             for (entry, remove) in entries {
                 let parent_id = self.parent.snapshot_id();
-                let counted = (&mut self.summary, &spec);
-                carry_entry(&mut writer, &entry, remove, parent_id, counted, self.table)?;
+                let counted = (&mut self.summary, spec_id);
+                carry_entry(&mut writer, &entry, remove, parent_id, counted)?;
             }
             self.manifests.push(writer.write_manifest_file().await?);
         }
@@ -302,14 +307,10 @@ impl Staging<'_> {
         if files.is_empty() {
             return Ok(());
         }
-        let metadata = self.table.metadata();
-        let (schema, spec) = (
-            metadata.current_schema().clone(),
-            metadata.default_partition_spec().clone(),
-        );
+        let spec = self.table.metadata().default_partition_spec().clone();
         let mut writer = self.new_manifest(&spec, false)?;
         for file in files {
-            self.summary.add_file(file, schema.clone(), spec.clone());
+            self.summary.count(file, spec.spec_id(), true);
             self.totals.count(file);
             writer.add_file(file.clone(), self.parent.sequence_number())?;
         }

@@ -19,13 +19,13 @@
 //! (row lineage): an updated key's new row is a new row, with a new id.
 
 use crate::commit::manifest::{
-    SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer, manifest_writer,
-    row_range, snapshot_of,
+    FileSummary, SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer,
+    manifest_writer, row_range, snapshot_of,
 };
 use crate::commit::replace::{StagedReplace, commit_on_main, new_snapshot_id};
 use iceberg::spec::{
     DataContentType, DataFile, DataFileFormat, FormatVersion, ManifestContentType, ManifestEntry,
-    ManifestFile, Operation, SnapshotSummaryCollector, Summary,
+    ManifestFile, Operation, Summary,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
@@ -87,7 +87,7 @@ pub async fn stage_row_delta(
         sequence_number: metadata.next_sequence_number(),
         commit_uuid: uuid::Uuid::new_v4(),
         written: 0,
-        summary: SnapshotSummaryCollector::default(),
+        summary: FileSummary::new(table),
     };
     // The parent's manifests, but those of DELETED entries alone (nothing live).
     let kept: Vec<ManifestFile> = match parent {
@@ -157,7 +157,7 @@ struct Staging<'a> {
     commit_uuid: uuid::Uuid,
     /// Manifests written so far (they are numbered).
     written: usize,
-    summary: SnapshotSummaryCollector,
+    summary: FileSummary,
 }
 
 impl Staging<'_> {
@@ -166,7 +166,7 @@ impl Staging<'_> {
         &mut self,
         spec: &iceberg::spec::PartitionSpecRef,
         deletes: bool,
-    ) -> Result<iceberg::spec::ManifestWriter> {
+    ) -> Result<crate::commit::manifest::TypedManifestWriter> {
         self.written += 1;
         let number = (self.commit_uuid, self.written);
         manifest_writer(self.table, number, self.snapshot_id, spec, deletes)
@@ -185,10 +185,10 @@ impl Staging<'_> {
                 format!("no partition spec {spec_id}"),
             )
         })?;
-        let (schema, spec) = (metadata.current_schema().clone(), spec.clone());
+        let spec = spec.clone();
         let mut writer = self.writer(&spec, first.content_type() != DataContentType::Data)?;
         for file in files {
-            self.summary.add_file(file, schema.clone(), spec.clone());
+            self.summary.count(file, spec_id, true);
             writer.add_file(file.clone(), self.sequence_number)?;
         }
         Ok(Some(writer.write_manifest_file().await?))
@@ -242,15 +242,8 @@ impl Staging<'_> {
             let mut writer = self.writer(&spec, true)?;
             for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
                 let parent = parent_id.unwrap_or(self.snapshot_id);
-                let counted = (&mut self.summary, &spec);
-                carry_entry(
-                    &mut writer,
-                    entry,
-                    replaced(entry),
-                    parent,
-                    counted,
-                    self.table,
-                )?;
+                let counted = (&mut self.summary, manifest.partition_spec_id);
+                carry_entry(&mut writer, entry, replaced(entry), parent, counted)?;
             }
             manifests.push(writer.write_manifest_file().await?);
         }

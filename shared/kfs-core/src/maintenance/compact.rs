@@ -157,17 +157,22 @@ pub(crate) async fn compact_sized(
                 .map(|e| e.file_path().to_owned())
                 .collect(),
         };
+        // Files an earlier group of the round removed: data files whose delete files
+        // a later group may fold, and delete files already folded (one naming no
+        // live file is in every group's fold: the first removes it).
+        let mut gone = std::collections::BTreeSet::new();
         for (done, group) in groups.iter().enumerate() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 report.deferred_groups = groups.len() - done;
                 return Ok(report);
             }
             let (written, merge, change) = round
-                .rewrite(&table, group, &policy)
+                .rewrite(&table, group, &policy, &gone)
                 .await
                 .map_err(iceberg)?;
             match commit_replace(catalog, swap, ident, &mut table, &change, now_ms).await {
                 Ok(Some(snapshot_id)) => {
+                    gone.extend(change.remove.iter().cloned());
                     report.snapshots.push(snapshot_id);
                     report.count(group, &merge, &written);
                     report.delete_files_folded += change.remove.len() - group.files.len();
@@ -199,12 +204,13 @@ impl Round {
     /// Rewrites `group` into one file (merged, or without its deleted rows when any
     /// file of it has some) and returns it with the replace that commits it: the
     /// group's files removed, and with them every delete file that names no data file
-    /// still live beside them.
+    /// still live beside them; `gone`: the files earlier groups of the round removed.
     async fn rewrite(
         &self,
         table: &Table,
         group: &kfs_plan::compaction::RewriteGroup,
         policy: &CompactionPolicy,
+        gone: &std::collections::BTreeSet<String>,
     ) -> iceberg::Result<(Vec<DataFile>, kfs_parquet::MergeStats, Replacement)> {
         let mut id = Fnv1a::default();
         for file in &group.files {
@@ -221,11 +227,12 @@ impl Round {
         // lineage out (a copied row group would lose it).
         let v3 = table.metadata().format_version() >= iceberg::spec::FormatVersion::V3;
         let rewritten = v3 || group.files.iter().any(|f| f.deleted_rows > 0);
+        let (lineage, unlineaged) = self.lineage_of(table, &inputs, v3).await?;
         let (written, merge) = match rewritten {
             true => {
                 let positions = &self.deletes.positions;
                 let kept =
-                    kfs_parquet::rewrite_without(table, &inputs, positions, (&stem, &self.lineage))
+                    kfs_parquet::rewrite_without(table, &inputs, positions, (&stem, &lineage))
                         .await?;
                 (
                     kept.into_iter().collect(),
@@ -241,16 +248,19 @@ impl Round {
         };
         let mut remove: std::collections::BTreeSet<String> =
             group.files.iter().map(|f| f.path.clone()).collect();
-        // A delete file goes once every data file it names is gone: rewritten here, or
-        // no longer live (rewritten by an earlier group, expired).
+        // A delete file goes once every data file it names is gone: rewritten here or
+        // by an earlier group of the round, or no longer live (rewritten, expired).
         let folded: Vec<String> = self
             .deletes
             .files
             .iter()
-            .filter(|(_, named)| {
-                named
-                    .iter()
-                    .all(|data| remove.contains(data) || !self.all_live.contains(data))
+            .filter(|(path, named)| {
+                !gone.contains(*path)
+                    && named.iter().all(|data| {
+                        remove.contains(data)
+                            || gone.contains(data)
+                            || !self.all_live.contains(data)
+                    })
             })
             .map(|(path, _)| path.clone())
             .collect();
@@ -261,8 +271,42 @@ impl Round {
             merge_manifests: false,
             maintenance_id: format!("compaction-{group_id}"),
             deletes: DeletePolicy::Folded(self.deletes.files.keys().cloned().collect()),
+            unlineaged,
         };
         Ok((written, merge, change))
+    }
+
+    /// The row lineage of `inputs` (files of a v3 table), and those without any. The
+    /// round's, unless an input has none in it: then `table`'s as it is now, since a
+    /// snapshot committed since (an earlier group's, another writer's) may have given
+    /// it ids (a v3 manifest list assigns them to the manifests from before an
+    /// upgrade), which the rewrite must keep.
+    async fn lineage_of(
+        &self,
+        table: &Table,
+        inputs: &[&DataFile],
+        v3: bool,
+    ) -> iceberg::Result<(
+        std::borrow::Cow<'_, std::collections::HashMap<String, kfs_parquet::RowLineage>>,
+        std::collections::BTreeSet<String>,
+    )> {
+        let lacking = |lineage: &std::collections::HashMap<String, kfs_parquet::RowLineage>| {
+            inputs
+                .iter()
+                .map(|f| f.file_path())
+                .filter(|path| v3 && !lineage.contains_key(*path))
+                .map(str::to_owned)
+                .collect::<std::collections::BTreeSet<String>>()
+        };
+        if lacking(&self.lineage).is_empty() {
+            return Ok((
+                std::borrow::Cow::Borrowed(&self.lineage),
+                Default::default(),
+            ));
+        }
+        let now = crate::table::live_lineage(table).await?;
+        let unlineaged = lacking(&now);
+        Ok((std::borrow::Cow::Owned(now), unlineaged))
     }
 }
 
@@ -280,6 +324,18 @@ pub(crate) async fn commit_replace(
     const ATTEMPTS: usize = 8;
     let mut last_error = None;
     for _ in 0..ATTEMPTS {
+        // Files rewritten without lineage that the head has since given ids: the
+        // rewrite would give their rows other ones (stale: the next round redoes it).
+        if !change.unlineaged.is_empty() {
+            let lineage = crate::table::live_lineage(table).await?;
+            if change
+                .unlineaged
+                .iter()
+                .any(|path| lineage.contains_key(path))
+            {
+                return Ok(None);
+            }
+        }
         let mut staged = match stage_replace(table, change, now_ms).await {
             Ok(staged) => staged,
             Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => return Ok(None),
