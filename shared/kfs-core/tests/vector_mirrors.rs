@@ -63,10 +63,7 @@ fn naming(format: Option<&str>) -> Result<TableNaming, BoxError> {
 }
 
 /// The fold of `records`: each live key's last offset, on partition 0.
-fn fold(
-    reference: &mut BTreeMap<String, (i64, bool)>,
-    records: &[OwnedRecord],
-) -> BTreeMap<(i32, i64), usize> {
+fn fold(reference: &mut Reference, records: &[OwnedRecord]) -> BTreeMap<(i32, i64), usize> {
     for r in records {
         let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
         reference.insert(key, (r.offset, r.value.is_some()));
@@ -76,6 +73,36 @@ fn fold(
         .filter(|(_, live)| *live)
         .map(|(offset, _)| ((0, *offset), 1))
         .collect()
+}
+
+/// The fold of the changes so far, by key: its last offset and whether it is live.
+type Reference = BTreeMap<String, (i64, bool)>;
+
+/// A v2 mirror given the first two rounds: its naming, the fold so far, and the
+/// rounds left.
+async fn two_v2_rounds(
+    local: &Local,
+) -> Result<(TableNaming, Reference, std::vec::IntoIter<Vec<OwnedRecord>>), BoxError> {
+    let naming = naming(None)?;
+    let mut reference = BTreeMap::new();
+    let mut rounds = rounds().into_iter();
+    for round in rounds.by_ref().take(2) {
+        fold(&mut reference, &round);
+        local.put_records("orders", round)?;
+        local.run(&naming).await?;
+    }
+    Ok((naming, reference, rounds))
+}
+
+/// Upgrades the `orders` table to format v3, as another engine would.
+async fn upgrade_to_v3(local: &Local, naming: &TableNaming) -> Result<Table, BoxError> {
+    let table = orders(local, naming).await?;
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .upgrade_table_version()
+        .set_format_version(FormatVersion::V3)
+        .apply(tx)?;
+    Ok(tx.commit(&local.catalog).await?)
 }
 
 /// Checks that `table`'s deletes are deletion vectors only (`legacy` position-delete
@@ -236,25 +263,13 @@ async fn a_v3_mirror_deletes_with_one_deletion_vector_per_data_file() -> TestRes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mirror_upgraded_to_v3_merges_its_position_deletes_into_vectors() -> TestResult {
     let local = Local::open().await?;
-    let naming = naming(None)?;
+    let (naming, mut reference, rounds) = two_v2_rounds(&local).await?;
     let name = naming.table_for("orders");
-    let mut reference = BTreeMap::new();
-    let mut rounds = rounds().into_iter();
-    for round in rounds.by_ref().take(2) {
-        fold(&mut reference, &round);
-        local.put_records("orders", round)?;
-        local.run(&naming).await?;
-    }
     let table = orders(&local, &naming).await?;
     assert_eq!(table.metadata().format_version(), FormatVersion::V2);
     let legacy = kfs_core::live_deletes(&table).await?.files.len();
     assert!(legacy > 0);
-    let tx = Transaction::new(&table);
-    let tx = tx
-        .upgrade_table_version()
-        .set_format_version(FormatVersion::V3)
-        .apply(tx)?;
-    tx.commit(&local.catalog).await?;
+    upgrade_to_v3(&local, &naming).await?;
     for round in rounds {
         let expected = fold(&mut reference, &round);
         local.put_records("orders", round)?;
@@ -282,22 +297,9 @@ async fn live_row_ids(table: &Table) -> Result<BTreeMap<(i32, i64), Option<i64>>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mirror_compacted_right_after_its_upgrade_gives_its_rows_ids() -> TestResult {
     let local = Local::open().await?;
-    let naming = naming(None)?;
+    let (naming, mut reference, mut rounds) = two_v2_rounds(&local).await?;
     let name = naming.table_for("orders");
-    let mut reference = BTreeMap::new();
-    let mut rounds = rounds().into_iter();
-    for round in rounds.by_ref().take(2) {
-        fold(&mut reference, &round);
-        local.put_records("orders", round)?;
-        local.run(&naming).await?;
-    }
-    let table = orders(&local, &naming).await?;
-    let tx = Transaction::new(&table);
-    let tx = tx
-        .upgrade_table_version()
-        .set_format_version(FormatVersion::V3)
-        .apply(tx)?;
-    let table = tx.commit(&local.catalog).await?;
+    let table = upgrade_to_v3(&local, &naming).await?;
     let before = live_row_ids(&table).await?;
     assert!(before.values().all(Option::is_none), "{before:?}");
     let compacted = local.compact(&name).await?;
@@ -413,13 +415,7 @@ async fn every_group_of_a_compaction_after_an_upgrade_keeps_the_ids_the_first_ga
     // One group a Kafka partition.
     let naming = two_partitions(&local, None, 2).await?;
     let name = naming.table_for("orders");
-    let table = orders(&local, &naming).await?;
-    let tx = Transaction::new(&table);
-    let tx = tx
-        .upgrade_table_version()
-        .set_format_version(FormatVersion::V3)
-        .apply(tx)?;
-    tx.commit(&local.catalog).await?;
+    upgrade_to_v3(&local, &naming).await?;
     let report = local.compact(&name).await?;
     assert!(report.snapshots.len() >= 2, "{report:?}");
     let table = orders(&local, &naming).await?;
