@@ -6,10 +6,11 @@
 //! summary collector panics on them), and writes the merged file's value as a long
 //! (iceberg-rust refuses an int in a long field); every row reads once.
 
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
+use iceberg::table::Table;
 use iceberg::{Catalog, TableUpdate};
 use kfs_core::{TableSwap, table_ident};
-use kfs_plan::naming::TableNaming;
+use kfs_plan::naming::{TableName, TableNaming, ValueFormat};
 
 use crate::local::{BoxError, Local};
 use crate::row_deltas::keyed;
@@ -95,4 +96,99 @@ async fn a_table_whose_partition_column_was_promoted_compacts_its_old_files() ->
     );
     let offsets: Vec<i64> = (0..9).collect();
     crate::row_deltas::readers_see(&local, &name.to_string(), offsets.into_iter()).await
+}
+
+/// Partitions the table `name` by `identity(column)` (a new default spec), as another
+/// engine would.
+async fn partition_by(local: &Local, name: &TableName, column: &str) -> TestResult {
+    let table = local.catalog.load_table(&table_ident(name)).await?;
+    let source = table
+        .metadata()
+        .current_schema()
+        .field_by_name(column)
+        .ok_or(format!("no {column} column"))?
+        .id;
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(source, column, Transform::Identity)?
+        .build();
+    let updates = vec![
+        TableUpdate::AddSpec { spec },
+        TableUpdate::SetDefaultSpec { spec_id: -1 },
+    ];
+    local.swap.commit(&table, vec![], updates).await?;
+    Ok(())
+}
+
+/// Unpartitions the table `name` and drops its column `column`, as another engine
+/// would: the older spec's source column is gone from the current schema.
+async fn drop_partitioning(local: &Local, name: &TableName, column: &str) -> TestResult {
+    let table = local.catalog.load_table(&table_ident(name)).await?;
+    let current = table.metadata().current_schema();
+    let fields: Vec<iceberg::spec::NestedFieldRef> = current
+        .as_struct()
+        .fields()
+        .iter()
+        .filter(|field| field.name != column)
+        .cloned()
+        .collect();
+    let schema = Schema::builder()
+        .with_schema_id(current.schema_id() + 1)
+        .with_identifier_field_ids(current.identifier_field_ids())
+        .with_fields(fields)
+        .build()?;
+    let updates = vec![
+        TableUpdate::AddSpec {
+            spec: UnboundPartitionSpec::builder().build(),
+        },
+        TableUpdate::SetDefaultSpec { spec_id: -1 },
+        TableUpdate::AddSchema { schema },
+        TableUpdate::SetCurrentSchema { schema_id: -1 },
+    ];
+    local.swap.commit(&table, vec![], updates).await?;
+    Ok(())
+}
+
+/// A JSON mirror another engine partitioned by a value field, then unpartitioned and
+/// stripped of that field: our commits that delete rows of the files of the older
+/// spec write its delete manifests with the schema it binds (iceberg-rust refuses the
+/// current one), and compaction removes those files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_whose_older_spec_lost_its_source_column_updates_its_rows() -> TestResult {
+    let local = Local::open().await?;
+    let naming = TableNaming {
+        value_format: ValueFormat::Json,
+        mode: kfs_plan::mode::ModeSetting::parse("upsert", Some("id"))?,
+        ..TableNaming::default()
+    };
+    let name = naming.table_for("orders");
+    let value = |id: &str, region: &str| format!(r#"{{"id":"{id}","region":"{region}"}}"#);
+    let first = vec![keyed(0, "a", Some(&value("a", "eu")))];
+    local.put_records_at("orders", 0, first)?;
+    local.run(&naming).await?;
+    partition_by(&local, &name, "region").await?;
+    let second = vec![
+        keyed(1, "b", Some(&value("b", "eu"))),
+        keyed(2, "c", Some(&value("c", "us"))),
+    ];
+    local.put_records_at("orders", 0, second)?;
+    local.run(&naming).await?;
+    drop_partitioning(&local, &name, "region").await?;
+    // Updates of keys whose rows are in the files of the spec by region.
+    let third = vec![keyed(3, "b", Some(&value("b", "ap"))), keyed(4, "c", None)];
+    local.put_records_at("orders", 0, third)?;
+    let report = local.run(&naming).await?;
+    assert!(!report.left_work(), "{report:?}");
+    let live = |table: Table| async move {
+        let rows = crate::local::read::live_rows(&table).await?;
+        let mut rows: Vec<(i32, i64)> = rows.into_iter().map(|(at, _)| at).collect();
+        rows.sort();
+        Ok::<_, BoxError>(rows)
+    };
+    let table = local.catalog.load_table(&table_ident(&name)).await?;
+    assert_eq!(live(table).await?, vec![(0, 0), (0, 3)]);
+    let compacted = local.compact(&name).await?;
+    assert!(compacted.delete_files_folded > 0, "{compacted:?}");
+    let table = local.catalog.load_table(&table_ident(&name)).await?;
+    assert_eq!(live(table).await?, vec![(0, 0), (0, 3)]);
+    Ok(())
 }

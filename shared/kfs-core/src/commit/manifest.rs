@@ -53,7 +53,18 @@ impl FileSummary {
             false => self.collector.remove_file(file, schema, spec),
         }
         if !file.partition().fields().is_empty() {
-            self.partitions.insert((spec_id, file.partition().clone()));
+            // A value of a promoted source column is the same partition in either
+            // type: the key holds ints as longs, floats as doubles.
+            let key = file.partition().fields().iter().map(|value| match value {
+                Some(Literal::Primitive(PrimitiveLiteral::Int(v))) => {
+                    Some(Literal::long(i64::from(*v)))
+                }
+                Some(Literal::Primitive(PrimitiveLiteral::Float(v))) => {
+                    Some(Literal::double(f64::from(v.0)))
+                }
+                value => value.clone(),
+            });
+            self.partitions.insert((spec_id, Struct::from_iter(key)));
         }
     }
 
@@ -87,10 +98,20 @@ pub(crate) fn manifest_writer(
         "{}/metadata/{commit_uuid}-m{number}.avro",
         metadata.location()
     );
+    // The current schema, unless the spec no longer binds it (an older spec whose
+    // source column was dropped since): then the newest schema it binds, as the
+    // manifests of that spec were written with.
+    let mut schemas: Vec<&SchemaRef> = metadata.schemas_iter().collect();
+    schemas.sort_by_key(|schema| std::cmp::Reverse(schema.schema_id()));
+    let schema = std::iter::once(metadata.current_schema())
+        .chain(schemas)
+        .find(|schema| spec.partition_type(schema).is_ok())
+        .unwrap_or(metadata.current_schema());
+    let types = spec.partition_type(schema).ok();
     let builder = ManifestWriterBuilder::new(
         table.file_io().new_output(path)?,
         Some(snapshot_id),
-        metadata.current_schema().clone(),
+        schema.clone(),
         spec.as_ref().clone(),
     );
     let writer = match (metadata.format_version() >= FormatVersion::V3, deletes) {
@@ -102,12 +123,12 @@ pub(crate) fn manifest_writer(
     Ok(TypedManifestWriter {
         writer,
         spec_id: spec.spec_id(),
-        types: spec.partition_type(metadata.current_schema()).ok(),
+        types,
     })
 }
 
 /// A manifest writer that writes each entry's partition values in the manifest's
-/// partition type (its spec's, for the table's current schema): a value of a source
+/// partition type (its spec's, for the schema it is written with): a value of a source
 /// column promoted since its file was written (int to long, float to double: by our
 /// JSON widening, or another engine) is promoted too, since iceberg-rust refuses a
 /// value of another type than the manifest's.

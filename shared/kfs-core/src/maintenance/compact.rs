@@ -142,13 +142,14 @@ pub(crate) async fn compact_sized(
             break;
         }
         report.groups += groups.len();
-        let round = Round {
+        let mut round = Round {
             live: live
                 .iter()
                 .map(|e| (e.file_path().to_owned(), e.data_file().clone()))
                 .collect(),
             deletes,
             lineage: crate::table::live_lineage(&table).await.map_err(iceberg)?,
+            lineage_at: table.metadata().current_snapshot_id(),
             // Every spec's: a delete file naming a live file of an older spec stays.
             all_live: crate::table::live_entries(&table)
                 .await
@@ -166,6 +167,10 @@ pub(crate) async fn compact_sized(
                 report.deferred_groups = groups.len() - done;
                 return Ok(report);
             }
+            round
+                .refresh_lineage(&table, group)
+                .await
+                .map_err(iceberg)?;
             let (written, merge, change) = round
                 .rewrite(&table, group, &policy, &gone)
                 .await
@@ -198,6 +203,8 @@ struct Round {
     all_live: std::collections::HashSet<String>,
     deletes: crate::table::LiveDeletes,
     lineage: std::collections::HashMap<String, kfs_parquet::RowLineage>,
+    /// The snapshot `lineage` was read at.
+    lineage_at: Option<i64>,
 }
 
 impl Round {
@@ -227,12 +234,20 @@ impl Round {
         // lineage out (a copied row group would lose it).
         let v3 = table.metadata().format_version() >= iceberg::spec::FormatVersion::V3;
         let rewritten = v3 || group.files.iter().any(|f| f.deleted_rows > 0);
-        let (lineage, unlineaged) = self.lineage_of(table, &inputs, v3).await?;
+        let unlineaged = match v3 {
+            true => inputs
+                .iter()
+                .map(|f| f.file_path())
+                .filter(|path| !self.lineage.contains_key(*path))
+                .map(str::to_owned)
+                .collect(),
+            false => std::collections::BTreeSet::new(),
+        };
         let (written, merge) = match rewritten {
             true => {
                 let positions = &self.deletes.positions;
                 let kept =
-                    kfs_parquet::rewrite_without(table, &inputs, positions, (&stem, &lineage))
+                    kfs_parquet::rewrite_without(table, &inputs, positions, (&stem, &self.lineage))
                         .await?;
                 (
                     kept.into_iter().collect(),
@@ -276,37 +291,30 @@ impl Round {
         Ok((written, merge, change))
     }
 
-    /// The row lineage of `inputs` (files of a v3 table), and those without any. The
-    /// round's, unless an input has none in it: then `table`'s as it is now, since a
-    /// snapshot committed since (an earlier group's, another writer's) may have given
-    /// it ids (a v3 manifest list assigns them to the manifests from before an
-    /// upgrade), which the rewrite must keep.
-    async fn lineage_of(
-        &self,
+    /// Reads `table`'s row lineage again when a file of `group` has none in the
+    /// round's and the table has moved on since it was read: a snapshot committed since
+    /// (an earlier group's, another writer's) may have given it ids (a v3 manifest list
+    /// assigns them to the manifests from before an upgrade), which the rewrite must
+    /// keep.
+    async fn refresh_lineage(
+        &mut self,
         table: &Table,
-        inputs: &[&DataFile],
-        v3: bool,
-    ) -> iceberg::Result<(
-        std::borrow::Cow<'_, std::collections::HashMap<String, kfs_parquet::RowLineage>>,
-        std::collections::BTreeSet<String>,
-    )> {
-        let lacking = |lineage: &std::collections::HashMap<String, kfs_parquet::RowLineage>| {
-            inputs
+        group: &kfs_plan::compaction::RewriteGroup,
+    ) -> iceberg::Result<()> {
+        let v3 = table.metadata().format_version() >= iceberg::spec::FormatVersion::V3;
+        let head = table.metadata().current_snapshot_id();
+        if !v3
+            || head == self.lineage_at
+            || group
+                .files
                 .iter()
-                .map(|f| f.file_path())
-                .filter(|path| v3 && !lineage.contains_key(*path))
-                .map(str::to_owned)
-                .collect::<std::collections::BTreeSet<String>>()
-        };
-        if lacking(&self.lineage).is_empty() {
-            return Ok((
-                std::borrow::Cow::Borrowed(&self.lineage),
-                Default::default(),
-            ));
+                .all(|f| self.lineage.contains_key(&f.path))
+        {
+            return Ok(());
         }
-        let now = crate::table::live_lineage(table).await?;
-        let unlineaged = lacking(&now);
-        Ok((std::borrow::Cow::Owned(now), unlineaged))
+        self.lineage = crate::table::live_lineage(table).await?;
+        self.lineage_at = head;
+        Ok(())
     }
 }
 
@@ -323,10 +331,11 @@ pub(crate) async fn commit_replace(
 ) -> iceberg::Result<Option<i64>> {
     const ATTEMPTS: usize = 8;
     let mut last_error = None;
-    for _ in 0..ATTEMPTS {
-        // Files rewritten without lineage that the head has since given ids: the
+    for attempt in 0..ATTEMPTS {
+        // Files rewritten without lineage that a new head has since given ids: the
         // rewrite would give their rows other ones (stale: the next round redoes it).
-        if !change.unlineaged.is_empty() {
+        // (The first attempt is on the table the rewrite read its lineage from.)
+        if attempt > 0 && !change.unlineaged.is_empty() {
             let lineage = crate::table::live_lineage(table).await?;
             if change
                 .unlineaged
