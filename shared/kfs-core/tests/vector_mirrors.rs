@@ -432,6 +432,86 @@ async fn every_group_of_a_compaction_after_an_upgrade_keeps_the_ids_the_first_ga
     Ok(())
 }
 
+/// The pointer swap of a compaction with another writer's commit landing just before
+/// its first replace: a pass of the pipeline appending `records`.
+struct AppendFirst<'a> {
+    local: &'a Local,
+    naming: &'a TableNaming,
+    records: std::sync::Mutex<Option<Vec<OwnedRecord>>>,
+}
+
+#[async_trait::async_trait]
+impl kfs_core::TableSwap for AppendFirst<'_> {
+    async fn commit(
+        &self,
+        table: &Table,
+        requirements: Vec<iceberg::TableRequirement>,
+        updates: Vec<iceberg::TableUpdate>,
+    ) -> iceberg::Result<Table> {
+        let records = self.records.lock().ok().and_then(|mut slot| slot.take());
+        if let Some(records) = records {
+            let failed =
+                |e: BoxError| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string());
+            self.local.put_records("orders", records).map_err(failed)?;
+            // Run to its end here (the pass's future is not `Send` for every
+            // lifetime the trait's future asks of it).
+            let run = self.local.run(self.naming);
+            tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(run))
+                .map_err(failed)?;
+        }
+        self.local.swap.commit(table, requirements, updates).await
+    }
+}
+
+/// A compaction right after an upgrade to v3 whose replace meets a commit that landed
+/// meanwhile (an append, whose v3 manifest list gave the rows of before their ids):
+/// the rewrite, made without ids, is given up rather than committed with other ones,
+/// and the next round compacts with the ids the append gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_rewritten_without_ids_a_commit_since_gave_is_given_up() -> TestResult {
+    let local = Local::open().await?;
+    let (naming, _, _) = two_v2_rounds(&local).await?;
+    let name = naming.table_for("orders");
+    upgrade_to_v3(&local, &naming).await?;
+    // A new key: the append deletes nothing (a delete file landing would make the
+    // replace conflict on its own).
+    let swap = AppendFirst {
+        local: &local,
+        naming: &naming,
+        records: std::sync::Mutex::new(Some(vec![keyed(100, "fresh", Some("new"))])),
+    };
+    let report = kfs_core::compact_table(
+        &local.catalog,
+        &swap,
+        &table_ident(&name),
+        None,
+        None,
+        kfs_core::now_ms(),
+    )
+    .await?;
+    assert!(report.stale_groups >= 1, "{report:?}");
+    assert!(!report.snapshots.is_empty(), "{report:?}");
+    // Every row keeps the id the append's snapshot gave it.
+    let table = orders(&local, &naming).await?;
+    let last = crate::local::read::row_ids(&table).await?;
+    for snapshot_id in &report.snapshots {
+        let then = crate::local::read::row_ids(&table_at(&table, *snapshot_id)?).await?;
+        assert_eq!(
+            then, last,
+            "the rows' ids in snapshot {snapshot_id} and the last"
+        );
+    }
+    let appended = table
+        .metadata()
+        .snapshots()
+        .filter(|s| !report.snapshots.contains(&s.snapshot_id()))
+        .max_by_key(|s| s.sequence_number())
+        .ok_or("the append")?;
+    let before = crate::local::read::row_ids(&table_at(&table, appended.snapshot_id())?).await?;
+    assert_eq!(before, last);
+    Ok(())
+}
+
 /// A deletion vector another engine recorded outside its Puffin file is refused
 /// with the file and the bytes, never read past its end.
 #[tokio::test]
