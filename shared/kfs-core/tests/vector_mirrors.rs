@@ -397,6 +397,20 @@ async fn a_compaction_of_two_groups_leaves_no_vector_of_a_file_gone() -> TestRes
     assert!(report.snapshots.len() >= 2, "{report:?}");
     assert_eq!(report.stale_groups, 0, "{report:?}");
     let table = orders(&local, &naming).await?;
+    // After each group, every live vector is of a live file: a vector of a file the
+    // group rewrote goes with it, even while its Puffin file stays for another's.
+    for snapshot_id in &report.snapshots {
+        let then = table_at(&table, *snapshot_id)?;
+        let live: BTreeSet<String> = kfs_core::live_entries(&then)
+            .await?
+            .iter()
+            .map(|e| e.file_path().to_owned())
+            .collect();
+        for (puffin, named) in kfs_core::live_deletes(&then).await?.files {
+            let gone: Vec<&String> = named.iter().filter(|d| !live.contains(*d)).collect();
+            assert!(gone.is_empty(), "{puffin} keeps vectors of {gone:?}");
+        }
+    }
     let left = kfs_core::live_deletes(&table).await?.files;
     assert!(left.is_empty(), "delete files left: {left:?}");
     assert_eq!(crate::local::read::row_ids(&table).await?, before);

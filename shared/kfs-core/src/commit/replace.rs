@@ -162,6 +162,19 @@ impl Totals {
     }
 }
 
+/// Whether `change` removes the live `entry`: a file it names, or a delete file of one
+/// data file it names (a deletion vector, whose Puffin file may hold others' vectors
+/// and stay: a vector of a file that is gone is removed with it, as Java's rewrites
+/// do).
+fn removes(change: &Replacement, entry: &ManifestEntry) -> bool {
+    change.remove.contains(entry.file_path())
+        || (entry.content_type() != DataContentType::Data
+            && entry
+                .data_file()
+                .referenced_data_file()
+                .is_some_and(|data| change.remove.contains(&data)))
+}
+
 /// Live delete files the replace was not planned with: a conflict, re-planned.
 fn unplanned_deletes() -> Error {
     Error::new(
@@ -214,7 +227,7 @@ impl Staging<'_> {
                 || loaded
                     .entries()
                     .iter()
-                    .any(|e| e.is_alive() && change.remove.contains(e.file_path()));
+                    .any(|e| e.is_alive() && removes(change, e));
             let ids = crate::table::inherited_first_row_ids(manifest, loaded.entries());
             for (entry, id) in loaded.entries().iter().zip(ids) {
                 if !entry.is_alive() {
@@ -226,10 +239,10 @@ impl Staging<'_> {
                 {
                     return Err(unplanned_deletes());
                 }
-                let remove = change.remove.contains(entry.file_path());
-                if remove {
+                let remove = removes(change, entry);
+                if change.remove.contains(entry.file_path()) {
                     removed.insert(entry.file_path().to_owned());
-                } else {
+                } else if !remove {
                     self.totals.count(entry.data_file());
                 }
                 if touches {
