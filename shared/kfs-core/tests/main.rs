@@ -31,5 +31,6 @@ mod runs;
 mod safety;
 mod simulation;
 mod source_positions;
+mod vector_lineage;
 mod vector_mirrors;
 mod vector_readers;

@@ -142,22 +142,7 @@ pub(crate) async fn compact_sized(
             break;
         }
         report.groups += groups.len();
-        let mut round = Round {
-            live: live
-                .iter()
-                .map(|e| (e.file_path().to_owned(), e.data_file().clone()))
-                .collect(),
-            deletes,
-            lineage: crate::table::live_lineage(&table).await.map_err(iceberg)?,
-            lineage_at: table.metadata().current_snapshot_id(),
-            // Every spec's: a delete file naming a live file of an older spec stays.
-            all_live: crate::table::live_entries(&table)
-                .await
-                .map_err(iceberg)?
-                .iter()
-                .map(|e| e.file_path().to_owned())
-                .collect(),
-        };
+        let mut round = Round::read(&table, &live, deletes).await.map_err(iceberg)?;
         // Files an earlier group of the round removed: data files whose delete files
         // a later group may fold, and delete files already folded (one naming no
         // live file is in every group's fold: the first removes it).
@@ -208,6 +193,30 @@ struct Round {
 }
 
 impl Round {
+    /// The round on `table`, whose live files of the default spec are `live` and live
+    /// deletes `deletes`.
+    async fn read(
+        table: &Table,
+        live: &[iceberg::spec::ManifestEntry],
+        deletes: crate::table::LiveDeletes,
+    ) -> iceberg::Result<Self> {
+        Ok(Round {
+            live: live
+                .iter()
+                .map(|e| (e.file_path().to_owned(), e.data_file().clone()))
+                .collect(),
+            deletes,
+            lineage: crate::table::live_lineage(table).await?,
+            lineage_at: table.metadata().current_snapshot_id(),
+            // Every spec's: a delete file naming a live file of an older spec stays.
+            all_live: crate::table::live_entries(table)
+                .await?
+                .iter()
+                .map(|e| e.file_path().to_owned())
+                .collect(),
+        })
+    }
+
     /// Rewrites `group` into one file (merged, or without its deleted rows when any
     /// file of it has some) and returns it with the replace that commits it: the
     /// group's files removed, and with them every delete file that names no data file
