@@ -12,7 +12,7 @@ use iceberg::spec::{
     DataFile, DataFileBuilder, FormatVersion, Literal, ManifestEntry, ManifestFile,
     ManifestListWriter, ManifestWriter, ManifestWriterBuilder, PartitionSpec, PartitionSpecRef,
     PrimitiveLiteral, PrimitiveType, SchemaRef, Snapshot, SnapshotSummaryCollector, Struct,
-    StructType, Summary, Type,
+    StructType, Summary,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
@@ -55,14 +55,8 @@ impl FileSummary {
         if !file.partition().fields().is_empty() {
             // A value of a promoted source column is the same partition in either
             // type: the key holds ints as longs, floats as doubles.
-            let key = file.partition().fields().iter().map(|value| match value {
-                Some(Literal::Primitive(PrimitiveLiteral::Int(v))) => {
-                    Some(Literal::long(i64::from(*v)))
-                }
-                Some(Literal::Primitive(PrimitiveLiteral::Float(v))) => {
-                    Some(Literal::double(f64::from(v.0)))
-                }
-                value => value.clone(),
+            let key = file.partition().fields().iter().map(|value| {
+                widened(value).map_or_else(|| value.clone(), |(wider, _)| Some(wider))
             });
             self.partitions.insert((spec_id, Struct::from_iter(key)));
         }
@@ -188,35 +182,40 @@ impl TypedManifestWriter {
     }
 }
 
+/// `value` in the type its own is promoted to (an int as a long, a float as a
+/// double), with that type; `None` for any other value.
+fn widened(value: &Option<Literal>) -> Option<(Literal, PrimitiveType)> {
+    match value {
+        Some(Literal::Primitive(PrimitiveLiteral::Int(v))) => {
+            Some((Literal::long(i64::from(*v)), PrimitiveType::Long))
+        }
+        Some(Literal::Primitive(PrimitiveLiteral::Float(v))) => {
+            Some((Literal::double(f64::from(v.0)), PrimitiveType::Double))
+        }
+        _ => None,
+    }
+}
+
 /// `partition` with each value of a type its field's type was promoted from (int to
 /// long, float to double) promoted; `None` when none is.
 fn promoted(partition: &Struct, types: &StructType) -> Option<Struct> {
-    let promote = |value: &Option<Literal>, ty: &Type| match (value, ty) {
-        (
-            Some(Literal::Primitive(PrimitiveLiteral::Int(v))),
-            Type::Primitive(PrimitiveType::Long),
-        ) => Some(Some(Literal::long(i64::from(*v)))),
-        (
-            Some(Literal::Primitive(PrimitiveLiteral::Float(v))),
-            Type::Primitive(PrimitiveType::Double),
-        ) => Some(Some(Literal::double(f64::from(v.0)))),
-        _ => None,
-    };
-    let fields = types.fields();
-    let values = partition.fields();
-    if values.len() != fields.len()
-        || !values
-            .iter()
-            .zip(fields)
-            .any(|(value, field)| promote(value, &field.field_type).is_some())
-    {
+    let (fields, values) = (types.fields(), partition.fields());
+    if values.len() != fields.len() {
         return None;
     }
-    let promoted = values
+    let mut changed = false;
+    let promoted: Vec<Option<Literal>> = values
         .iter()
         .zip(fields)
-        .map(|(value, field)| promote(value, &field.field_type).unwrap_or_else(|| value.clone()));
-    Some(Struct::from_iter(promoted))
+        .map(|(value, field)| match widened(value) {
+            Some((wider, ty)) if field.field_type.as_primitive_type() == Some(&ty) => {
+                changed = true;
+                Some(wider)
+            }
+            _ => value.clone(),
+        })
+        .collect();
+    changed.then(|| Struct::from_iter(promoted))
 }
 
 /// The path of the manifest list of the snapshot `snapshot_id` made by the commit
