@@ -30,6 +30,7 @@ mod row_deltas;
 mod runs;
 mod safety;
 mod simulation;
+mod snapshot_summaries;
 mod source_positions;
 mod vector_lineage;
 mod vector_mirrors;

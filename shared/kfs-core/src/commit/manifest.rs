@@ -2,79 +2,17 @@
 //! `row_delta`): a writer in the table's format version, and a live entry of a
 //! manifest being rewritten carried into the new one, EXISTING or DELETED, its
 //! sequence numbers and the snapshot that added it kept; the manifest list and the
-//! snapshot, a v3 one with its row range (row lineage); the summary of the files a
-//! snapshot adds and removes.
-
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+//! snapshot, a v3 one with its row range (row lineage).
 
 use iceberg::spec::{
     DataFile, DataFileBuilder, FormatVersion, Literal, ManifestEntry, ManifestFile,
-    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, PartitionSpec, PartitionSpecRef,
-    PrimitiveLiteral, PrimitiveType, SchemaRef, Snapshot, SnapshotSummaryCollector, Struct,
-    StructType, Summary,
+    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, PartitionSpecRef, SchemaRef,
+    Snapshot, Struct, StructType, Summary,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 
-/// The summary property counting the partitions a snapshot changed.
-const CHANGED_PARTITION_COUNT: &str = "changed-partition-count";
-
-/// The summary of the files a snapshot adds and removes: iceberg-rust's collector
-/// counts them, and the partitions they change are counted here. The collector names
-/// each partition by formatting its values for the table's current schema, which
-/// panics on values another engine may have left: a file of an older spec whose
-/// source column was dropped, a source column promoted since (int to long), a date
-/// past chrono's range. So it is given no partition spec, only the files.
-pub(crate) struct FileSummary {
-    collector: SnapshotSummaryCollector,
-    partitions: HashSet<(i32, Struct)>,
-    schema: SchemaRef,
-    unpartitioned: PartitionSpecRef,
-}
-
-impl FileSummary {
-    /// An empty summary of a snapshot of `table`.
-    pub(crate) fn new(table: &Table) -> Self {
-        Self {
-            collector: SnapshotSummaryCollector::default(),
-            partitions: HashSet::new(),
-            schema: table.metadata().current_schema().clone(),
-            unpartitioned: Arc::new(PartitionSpec::unpartition_spec()),
-        }
-    }
-
-    /// Counts `file` (of the partition spec `spec_id`), added or (`added` false)
-    /// removed.
-    pub(crate) fn count(&mut self, file: &DataFile, spec_id: i32, added: bool) {
-        let (schema, spec) = (self.schema.clone(), self.unpartitioned.clone());
-        match added {
-            true => self.collector.add_file(file, schema, spec),
-            false => self.collector.remove_file(file, schema, spec),
-        }
-        if !file.partition().fields().is_empty() {
-            // A value of a promoted source column is the same partition in either
-            // type: the key holds ints as longs, floats as doubles.
-            let key = file.partition().fields().iter().map(|value| {
-                widened(value).map_or_else(|| value.clone(), |(wider, _)| Some(wider))
-            });
-            self.partitions.insert((spec_id, Struct::from_iter(key)));
-        }
-    }
-
-    /// The summary's properties.
-    pub(crate) fn build(&self) -> HashMap<String, String> {
-        let mut properties = self.collector.build();
-        properties.remove(CHANGED_PARTITION_COUNT);
-        if !self.partitions.is_empty() {
-            properties.insert(
-                CHANGED_PARTITION_COUNT.to_owned(),
-                self.partitions.len().to_string(),
-            );
-        }
-        properties
-    }
-}
+use crate::commit::summary::{FileSummary, widened};
 
 /// A writer of the manifest number `number` of the snapshot `snapshot_id` made by the
 /// commit `commit_uuid` (under the table's `metadata/`), for data (or delete, with
@@ -179,20 +117,6 @@ impl TypedManifestWriter {
             Some(partition) => copy_of(&file, self.spec_id, file.first_row_id(), partition),
             None => Ok(file),
         }
-    }
-}
-
-/// `value` in the type its own is promoted to (an int as a long, a float as a
-/// double), with that type; `None` for any other value.
-fn widened(value: &Option<Literal>) -> Option<(Literal, PrimitiveType)> {
-    match value {
-        Some(Literal::Primitive(PrimitiveLiteral::Int(v))) => {
-            Some((Literal::long(i64::from(*v)), PrimitiveType::Long))
-        }
-        Some(Literal::Primitive(PrimitiveLiteral::Float(v))) => {
-            Some((Literal::double(f64::from(v.0)), PrimitiveType::Double))
-        }
-        _ => None,
     }
 }
 

@@ -20,6 +20,7 @@ mod recover;
 pub(crate) mod replace;
 mod row_delta;
 mod sidecars;
+mod summary;
 
 pub(crate) use append::{Appended, append_and_verify};
 pub use cycle::commit_table;

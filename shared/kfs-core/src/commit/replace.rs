@@ -11,9 +11,10 @@
 //! snapshot was built on; on a conflict the caller rebuilds on the new head.
 
 use crate::commit::manifest::{
-    FileSummary, SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer,
-    manifest_writer, row_range, snapshot_of, with_first_row_id,
+    SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer, manifest_writer,
+    row_range, snapshot_of, with_first_row_id,
 };
+use crate::commit::summary::{FileCounts, FileSummary};
 use crate::table::{MAINTENANCE_ID_KEY, ancestry};
 use iceberg::spec::{
     DataContentType, DataFile, MAIN_BRANCH, ManifestContentType, ManifestEntry, ManifestFile,
@@ -118,48 +119,14 @@ pub async fn stage_replace(
         snapshot_id: new_snapshot_id(table),
         commit_uuid: uuid::Uuid::new_v4(),
         manifests: Vec::new(),
-        summary: FileSummary::new(table),
-        totals: Totals::default(),
+        summary: FileSummary::default(),
+        totals: FileCounts::default(),
         written: 0,
     };
     let touched = staged.sort_manifests(change).await?;
     staged.rewrite(touched).await?;
     staged.add(&change.add).await?;
     staged.finish(change, now_ms).await
-}
-
-/// The live files a replace snapshot holds: data records and files, delete files and
-/// the rows they delete, bytes of both.
-#[derive(Default)]
-struct Totals {
-    records: u64,
-    files: u64,
-    bytes: u64,
-    delete_files: u64,
-    position_deletes: u64,
-    equality_deletes: u64,
-}
-
-impl Totals {
-    /// Counts `file` (saturating: another engine's counts may be anything).
-    fn count(&mut self, file: &DataFile) {
-        let add = |total: &mut u64, n: u64| *total = total.saturating_add(n);
-        add(&mut self.bytes, file.file_size_in_bytes());
-        match file.content_type() {
-            DataContentType::Data => {
-                add(&mut self.records, file.record_count());
-                add(&mut self.files, 1);
-            }
-            DataContentType::PositionDeletes => {
-                add(&mut self.delete_files, 1);
-                add(&mut self.position_deletes, file.record_count());
-            }
-            DataContentType::EqualityDeletes => {
-                add(&mut self.delete_files, 1);
-                add(&mut self.equality_deletes, file.record_count());
-            }
-        }
-    }
 }
 
 /// Whether `change` removes the live `entry`: a file it names, or a delete file of one
@@ -197,7 +164,8 @@ struct Staging<'a> {
     /// The new snapshot's manifests so far.
     manifests: Vec<ManifestFile>,
     summary: FileSummary,
-    totals: Totals,
+    /// The live files it keeps and adds.
+    totals: FileCounts,
     /// Manifests written so far (they are numbered).
     written: usize,
 }
@@ -351,16 +319,7 @@ impl Staging<'_> {
         let rows = row_range(self.table, &list_writer);
         list_writer.close().await?;
         let mut properties: HashMap<String, String> = self.summary.build();
-        for (key, value) in [
-            ("total-records", self.totals.records),
-            ("total-data-files", self.totals.files),
-            ("total-files-size", self.totals.bytes),
-            ("total-delete-files", self.totals.delete_files),
-            ("total-position-deletes", self.totals.position_deletes),
-            ("total-equality-deletes", self.totals.equality_deletes),
-        ] {
-            properties.insert(key.to_owned(), value.to_string());
-        }
+        properties.extend(self.totals.totals());
         // The offset map (and what else every snapshot carries) moves forward unchanged.
         properties.extend(carried_properties(self.table));
         properties.insert(MAINTENANCE_ID_KEY.to_owned(), change.maintenance_id.clone());

@@ -19,10 +19,11 @@
 //! (row lineage): an updated key's new row is a new row, with a new id.
 
 use crate::commit::manifest::{
-    FileSummary, SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer,
-    manifest_writer, row_range, snapshot_of,
+    SnapshotParts, carry_entry, manifest_list_path, manifest_list_writer, manifest_writer,
+    row_range, snapshot_of,
 };
 use crate::commit::replace::{StagedReplace, commit_on_main, new_snapshot_id};
+use crate::commit::summary::FileSummary;
 use iceberg::spec::{
     DataContentType, DataFile, DataFileFormat, FormatVersion, ManifestContentType, ManifestEntry,
     ManifestFile, Operation, Summary,
@@ -46,28 +47,6 @@ pub struct RowDelta {
     pub properties: HashMap<String, String>,
 }
 
-/// The summary totals a snapshot carries: (total, added, removed) property names.
-const TOTALS: [(&str, &str, &str); 6] = [
-    ("total-records", "added-records", "deleted-records"),
-    ("total-data-files", "added-data-files", "deleted-data-files"),
-    ("total-files-size", "added-files-size", "removed-files-size"),
-    (
-        "total-delete-files",
-        "added-delete-files",
-        "removed-delete-files",
-    ),
-    (
-        "total-position-deletes",
-        "added-position-deletes",
-        "removed-position-deletes",
-    ),
-    (
-        "total-equality-deletes",
-        "added-equality-deletes",
-        "removed-equality-deletes",
-    ),
-];
-
 /// Builds a row-delta snapshot on the table's current snapshot (or as its first):
 /// writes the new manifests and the manifest list, and returns the commit to make.
 /// Refuses a change that adds nothing, and files of the wrong content or of the wrong
@@ -87,7 +66,7 @@ pub async fn stage_row_delta(
         sequence_number: metadata.next_sequence_number(),
         commit_uuid: uuid::Uuid::new_v4(),
         written: 0,
-        summary: FileSummary::new(table),
+        summary: FileSummary::default(),
     };
     // The parent's manifests, but those of DELETED entries alone (nothing live).
     let kept: Vec<ManifestFile> = match parent {
@@ -127,7 +106,7 @@ pub async fn stage_row_delta(
     list.add_manifests(manifests.into_iter())?;
     let rows = row_range(table, &list);
     list.close().await?;
-    let mut properties = totals(staging.summary.build(), parent);
+    let mut properties = staging.summary.build_after(parent);
     properties.extend(change.properties.clone());
     let operation = match (change.data.is_empty(), change.deletes.is_empty()) {
         (false, true) => Operation::Append,
@@ -249,32 +228,6 @@ impl Staging<'_> {
         }
         Ok(manifests)
     }
-}
-
-/// `added` (a snapshot's own summary) with the totals: the parent's plus what it adds,
-/// less what it removes; a total the parent does not carry (another engine's snapshot
-/// without it) is left out rather than guessed.
-fn totals(
-    mut added: HashMap<String, String>,
-    parent: Option<&iceberg::spec::SnapshotRef>,
-) -> HashMap<String, String> {
-    let previous = parent.map(|p| &p.summary().additional_properties);
-    let count =
-        |map: &HashMap<String, String>, key: &str| map.get(key).and_then(|v| v.parse::<u64>().ok());
-    for (total, plus, minus) in TOTALS {
-        let before = match previous {
-            Some(previous) => count(previous, total),
-            None => Some(0),
-        };
-        if let Some(before) = before {
-            let (plus, minus) = (count(&added, plus), count(&added, minus));
-            let after = before
-                .saturating_add(plus.unwrap_or(0))
-                .saturating_sub(minus.unwrap_or(0));
-            added.insert(total.to_owned(), after.to_string());
-        }
-    }
-    added
 }
 
 /// Refuses what a row delta cannot commit: no file, a delete file among the data
