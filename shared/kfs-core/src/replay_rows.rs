@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::types::Int64Type;
 use arrow_array::{Array, RecordBatch};
 use futures::TryStreamExt;
 use iceberg::spec::DataFile;
@@ -75,9 +75,8 @@ fn letters_of(batch: &RecordBatch) -> iceberg::Result<Vec<DeadLetter>> {
     let topics = column(0)?
         .as_string_opt::<i32>()
         .ok_or_else(|| invalid("topic"))?;
-    let partitions = column(1)?
-        .as_primitive_opt::<Int32Type>()
-        .ok_or_else(|| invalid("partition"))?;
+    let partitions =
+        kfs_values::partition_numbers(column(1)?).ok_or_else(|| invalid("partition"))?;
     let offsets = column(2)?
         .as_primitive_opt::<Int64Type>()
         .ok_or_else(|| invalid("offset"))?;

@@ -4,7 +4,9 @@
 //! current schema types long. Compaction removing them counts them in the snapshot's
 //! summary without formatting those values for the current schema (iceberg-rust's
 //! summary collector panics on them), and writes the merged file's value as a long
-//! (iceberg-rust refuses an int in a long field); every row reads once.
+//! (iceberg-rust refuses an int in a long field); every row reads once. Our own
+//! `partition` column promoted: the converter writes it as a long from then on and
+//! every reader of our columns takes either type.
 
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
 use iceberg::table::Table;
@@ -190,5 +192,52 @@ async fn a_mirror_whose_older_spec_lost_its_source_column_updates_its_rows() -> 
     assert!(compacted.delete_files_folded > 0, "{compacted:?}");
     let table = local.catalog.load_table(&table_ident(&name)).await?;
     assert_eq!(live(table).await?, vec![(0, 0), (0, 3)]);
+    Ok(())
+}
+
+/// Our own `partition` column promoted to long by another engine (Iceberg cannot
+/// narrow it back): the segments after it are written with the column as a long,
+/// every reader of our columns (the offsets a commit checks, the mirror's rows, a
+/// rewrite) takes either type, and every reader reads each change once; for an append
+/// table partitioned by it, a mirror, and a mirror in v3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_partition_column_promoted_by_another_engine_keeps_the_pipeline_going() -> TestResult {
+    let by_partition = TableNaming {
+        partition_by: kfs_plan::layout::parse_partition_spec("identity(partition)")?,
+        partition_by_given: true,
+        ..TableNaming::default()
+    };
+    let mirror = crate::vector_mirrors::naming(None)?;
+    let v3_mirror = crate::vector_mirrors::naming(Some("3"))?;
+    for (naming, keyed_rows) in [(by_partition, false), (mirror, true), (v3_mirror, true)] {
+        let local = Local::open().await?;
+        let name = naming.table_for("orders");
+        let mut reference = std::collections::BTreeMap::new();
+        let mut expected = Vec::new();
+        for (at, round) in crate::vector_mirrors::rounds().into_iter().enumerate() {
+            if at == 2 {
+                promote(&local, &naming, "partition").await?;
+            }
+            expected = match keyed_rows {
+                true => crate::vector_mirrors::fold(&mut reference, &round)
+                    .into_keys()
+                    .map(|(_, offset)| offset)
+                    .collect(),
+                false => (0..=round.last().map_or(0, |r| r.offset)).collect(),
+            };
+            local.put_records_at("orders", 0, round)?;
+            let report = local.run(&naming).await?;
+            assert!(!report.left_work(), "{report:?}");
+        }
+        let found: Vec<i64> = crate::local::offsets(&local.catalog, &name)
+            .await?
+            .into_keys()
+            .map(|(_, offset)| offset)
+            .collect();
+        assert_eq!(found, expected, "{naming:?}");
+        crate::row_deltas::readers_see(&local, &name.to_string(), expected.iter().copied()).await?;
+        local.compact(&name).await?;
+        crate::row_deltas::readers_see(&local, &name.to_string(), expected.into_iter()).await?;
+    }
     Ok(())
 }

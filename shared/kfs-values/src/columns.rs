@@ -7,8 +7,11 @@ use arrow_array::builder::{
     ArrayBuilder, GenericByteBuilder, Int32Builder, Int64Builder, LargeBinaryBuilder,
     OffsetBufferBuilder, StringBuilder,
 };
-use arrow_array::types::ByteArrayType;
-use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{ByteArrayType, Int32Type, Int64Type};
+use arrow_array::{
+    Array, ArrayRef, Int32Array, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray,
+};
 use arrow_schema::{DataType, SchemaRef};
 use kfs_segment::Record;
 use std::collections::HashMap;
@@ -49,6 +52,9 @@ pub struct RecordColumns {
     source_positions: Option<StringBuilder>,
     /// Whether `timestamp` may be null (the current layout; an older one requires it).
     timestamp_nullable: bool,
+    /// Whether `partition` is a long: another engine promoted it (Iceberg allows int
+    /// to long and cannot narrow it back).
+    partition_long: bool,
     has_value: bool,
     rows: usize,
     bytes: usize,
@@ -73,6 +79,9 @@ impl RecordColumns {
             return Err(unexpected());
         };
         let has_value = schema.field_with_name("value").is_ok();
+        let partition_long = schema
+            .field_with_name("partition")
+            .is_ok_and(|field| field.data_type() == &DataType::Int64);
         let timestamp_nullable = schema
             .field_with_name("timestamp")
             .map_err(|_| unexpected())?
@@ -87,6 +96,7 @@ impl RecordColumns {
         Ok(Self {
             has_value,
             timestamp_nullable,
+            partition_long,
             header_key_bytes,
             header_field: header_field.clone(),
             header_entry_fields: header_entry_fields.clone(),
@@ -106,6 +116,15 @@ impl RecordColumns {
             rows: 0,
             bytes: 0,
         })
+    }
+
+    /// The `partition` values pushed since the last batch, in the table's type.
+    fn partition_column(&mut self) -> ArrayRef {
+        let ints = self.partition.finish();
+        match self.partition_long {
+            true => Arc::new(ints.unary::<_, Int64Type>(i64::from)),
+            false => Arc::new(ints),
+        }
     }
 
     /// Rows pushed since the last [`Self::finish`].
@@ -253,7 +272,7 @@ impl RecordColumns {
                 Arc::new(finish_sized(&mut self.record_id)) as ArrayRef,
             ),
             ("topic", Arc::new(self.topic.finish())),
-            ("partition", Arc::new(self.partition.finish())),
+            ("partition", self.partition_column()),
             ("offset", Arc::new(self.offset.finish())),
             ("timestamp_ms", Arc::new(self.timestamp_ms.finish())),
             ("key", Arc::new(finish_sized(&mut self.key))),
@@ -288,6 +307,20 @@ impl RecordColumns {
     }
 }
 
+/// The `partition` column of a batch of the topic table, as ints: an int column, or a
+/// long one (promoted by another engine) whose values all fit an int; `None` for any
+/// other column or a value past an int.
+pub fn partition_numbers(column: &dyn Array) -> Option<Int32Array> {
+    if let Some(ints) = column.as_primitive_opt::<Int32Type>() {
+        return Some(ints.clone());
+    }
+    let past = |_| arrow_schema::ArrowError::ComputeError("a partition past an int".into());
+    column
+        .as_primitive_opt::<Int64Type>()?
+        .try_unary::<_, Int32Type, _>(|v| i32::try_from(v).map_err(past))
+        .ok()
+}
+
 /// The bytes `builder` holds as an array; it starts over with room for as many rows and
 /// bytes (at most a batch's), so the next batch's values are not copied again each time
 /// the buffer doubles.
@@ -298,4 +331,62 @@ fn finish_sized<T: ByteArrayType>(builder: &mut GenericByteBuilder<T>) -> Generi
         GenericByteBuilder::with_capacity(rows, bytes.min(BYTES_PER_BATCH)),
     )
     .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray};
+
+    /// The topic table's Arrow schema, its `partition` column of `partition_type`.
+    fn schema(partition_type: DataType) -> SchemaRef {
+        let schema = crate::layout::topic_schema()
+            .and_then(|schema| iceberg::arrow::schema_to_arrow_schema(&schema))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let fields: Vec<arrow_schema::FieldRef> = schema
+            .fields()
+            .iter()
+            .map(|field| match field.name() == "partition" {
+                true => Arc::new(
+                    field
+                        .as_ref()
+                        .clone()
+                        .with_data_type(partition_type.clone()),
+                ),
+                false => field.clone(),
+            })
+            .collect();
+        Arc::new(arrow_schema::Schema::new(fields))
+    }
+
+    #[test]
+    fn a_partition_column_promoted_to_long_is_written_and_read_as_its_numbers() {
+        let record = Record {
+            offset: 9,
+            timestamp_ms: 1,
+            key: Some(b"k"),
+            value: Some(b"v"),
+            headers: vec![],
+        };
+        for partition_type in [DataType::Int32, DataType::Int64] {
+            let mut columns = RecordColumns::new(schema(partition_type.clone()))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(columns.push("orders", 7, &record), Ok(()));
+            let batch = columns.finish().unwrap_or_else(|e| panic!("{e}"));
+            let partition = batch.column_by_name("partition").map(|c| c.as_ref());
+            assert_eq!(partition.map(Array::data_type), Some(&partition_type));
+            let numbers = partition.and_then(partition_numbers);
+            assert_eq!(numbers, Some(Int32Array::from(vec![7])));
+        }
+    }
+
+    #[test]
+    fn a_partition_past_an_int_or_of_another_type_is_no_partition() {
+        let past = Int64Array::from(vec![Some(1), None, Some(i64::from(i32::MAX) + 1)]);
+        assert_eq!(partition_numbers(&past), None);
+        let nulls_kept = Int64Array::from(vec![Some(1), None]);
+        let read = partition_numbers(&nulls_kept);
+        assert_eq!(read, Some(Int32Array::from(vec![Some(1), None])));
+        assert_eq!(partition_numbers(&StringArray::from(vec!["1"])), None);
+    }
 }

@@ -26,7 +26,7 @@ pub mod registry;
 mod value_checks;
 pub mod writer_schema;
 
-pub use columns::{BYTES_PER_BATCH, ROWS_PER_BATCH, RecordColumns};
+pub use columns::{BYTES_PER_BATCH, ROWS_PER_BATCH, RecordColumns, partition_numbers};
 pub use writer_schema::{
     MAX_SCHEMAS_PER_SEGMENT, NamedSchemas, RegistrySchemas, WriterSchema, WriterSchemas,
 };

@@ -209,7 +209,7 @@ fn without_rows(
     skip: &std::collections::BTreeSet<(i32, i64)>,
 ) -> Result<RecordBatch, arrow_schema::ArrowError> {
     use arrow_array::cast::AsArray;
-    use arrow_array::types::{Int32Type, Int64Type};
+    use arrow_array::types::Int64Type;
     if skip.is_empty() {
         return Ok(batch);
     }
@@ -221,7 +221,7 @@ fn without_rows(
     };
     let (partitions, offsets) = (column("partition")?, column("offset")?);
     let (partitions, offsets) = (
-        partitions.as_primitive_opt::<Int32Type>(),
+        kfs_values::partition_numbers(&partitions),
         offsets.as_primitive_opt::<Int64Type>(),
     );
     let (Some(partitions), Some(offsets)) = (partitions, offsets) else {

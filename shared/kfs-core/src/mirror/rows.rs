@@ -9,7 +9,7 @@ use arrow_array::types::{
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt8Type, UInt16Type,
     UInt32Type, UInt64Type,
 };
-use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StructArray};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StructArray};
 use arrow_schema::{DataType, TimeUnit};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
@@ -159,10 +159,8 @@ fn collect_rows(
     };
     let record_keys = column("key")?;
     let value = column("value")?;
-    let partition = column("partition")?
-        .as_any()
-        .downcast_ref::<Int32Array>()
-        .ok_or("partition is no int column")?;
+    let partition = kfs_values::partition_numbers(column("partition")?)
+        .ok_or("partition is no int column (or a long past an int)")?;
     let offset = column("offset")?
         .as_any()
         .downcast_ref::<Int64Array>()
@@ -380,10 +378,10 @@ mod tests {
     use super::*;
     use arrow_array::{
         BinaryArray, BooleanArray, Date32Array, Date64Array, Decimal128Array, FixedSizeBinaryArray,
-        Float32Array, Float64Array, Int8Array, Int16Array, LargeBinaryArray, LargeStringArray,
-        ListArray, StringArray, StringViewArray, Time64MicrosecondArray, TimestampMicrosecondArray,
-        TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray, UInt8Array,
-        UInt16Array, UInt32Array, UInt64Array,
+        Float32Array, Float64Array, Int8Array, Int16Array, Int32Array, LargeBinaryArray,
+        LargeStringArray, ListArray, StringArray, StringViewArray, Time64MicrosecondArray,
+        TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray,
+        TimestampSecondArray, UInt8Array, UInt16Array, UInt32Array, UInt64Array,
     };
     use std::sync::Arc;
 

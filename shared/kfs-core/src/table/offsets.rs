@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::types::Int64Type;
 use arrow_array::{Array, RecordBatch};
 use futures::TryStreamExt;
 use iceberg::expr::Reference;
@@ -44,10 +44,8 @@ pub async fn offsets_between(
         )
     };
     for batch in &batches {
-        let partitions = batch
-            .column(0)
-            .as_primitive_opt::<Int32Type>()
-            .ok_or_else(|| invalid("partition"))?;
+        let partitions =
+            kfs_values::partition_numbers(batch.column(0)).ok_or_else(|| invalid("partition"))?;
         let offsets = batch
             .column(1)
             .as_primitive_opt::<Int64Type>()

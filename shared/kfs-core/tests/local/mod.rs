@@ -252,12 +252,7 @@ pub async fn offsets(
         .await
         .map_err(text)?;
     for batch in batches {
-        let partitions = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<arrow_array::Int32Array>()
-            .ok_or("partition column")?
-            .clone();
+        let partitions = read::partition_ints(batch.column(0)).ok_or("partition column")?;
         let offsets = batch
             .column(1)
             .as_any()

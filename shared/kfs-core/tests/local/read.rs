@@ -55,7 +55,7 @@ pub async fn live_rows(table: &Table) -> Result<Vec<LiveRow>, String> {
             };
             let partitions = batch
                 .column_by_name("partition")
-                .and_then(|c| c.as_any().downcast_ref::<Int32Array>().cloned())
+                .and_then(partition_ints)
                 .ok_or(format!("{path}: partition column"))?;
             let offsets = long("offset").ok_or(format!("{path}: offset column"))?;
             let own = long("_row_id");
@@ -100,4 +100,11 @@ async fn read_columns(table: &Table, path: &str) -> Result<Vec<RecordBatch>, Str
         .build()
         .map_err(|e| text(&e))?;
     reader.map(|batch| batch.map_err(|e| text(&e))).collect()
+}
+
+/// A `partition` column as ints, whether it is an int or (promoted by another engine) a
+/// long.
+pub fn partition_ints(column: &arrow_array::ArrayRef) -> Option<Int32Array> {
+    let ints = arrow_cast::cast(column, &arrow_schema::DataType::Int32).ok()?;
+    ints.as_any().downcast_ref::<Int32Array>().cloned()
 }
