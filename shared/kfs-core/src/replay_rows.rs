@@ -75,8 +75,8 @@ fn letters_of(batch: &RecordBatch) -> iceberg::Result<Vec<DeadLetter>> {
     let topics = column(0)?
         .as_string_opt::<i32>()
         .ok_or_else(|| invalid("topic"))?;
-    let partitions =
-        kfs_values::partition_numbers(column(1)?).ok_or_else(|| invalid("partition"))?;
+    let partitions = kfs_values::partition_numbers(column(1)?)
+        .map_err(|e| invalid(&format!("partition ({e})")))?;
     let offsets = column(2)?
         .as_primitive_opt::<Int64Type>()
         .ok_or_else(|| invalid("offset"))?;

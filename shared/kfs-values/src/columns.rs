@@ -308,17 +308,29 @@ impl RecordColumns {
 }
 
 /// The `partition` column of a batch of the topic table, as ints: an int column, or a
-/// long one (promoted by another engine) whose values all fit an int; `None` for any
-/// other column or a value past an int.
-pub fn partition_numbers(column: &dyn Array) -> Option<Int32Array> {
+/// long one (promoted by another engine) whose values all fit an int. Otherwise the
+/// reason: the column's type, or the first row (of the batch) whose value is past an
+/// int, which no Kafka partition is (another engine's row).
+pub fn partition_numbers(column: &dyn Array) -> Result<Int32Array, String> {
     if let Some(ints) = column.as_primitive_opt::<Int32Type>() {
-        return Some(ints.clone());
+        return Ok(ints.clone());
     }
-    let past = |_| arrow_schema::ArrowError::ComputeError("a partition past an int".into());
-    column
-        .as_primitive_opt::<Int64Type>()?
-        .try_unary::<_, Int32Type, _>(|v| i32::try_from(v).map_err(past))
-        .ok()
+    let Some(longs) = column.as_primitive_opt::<Int64Type>() else {
+        return Err(format!(
+            "partition is a {} column, not an int or a long",
+            column.data_type()
+        ));
+    };
+    let past = longs
+        .iter()
+        .enumerate()
+        .find_map(|(row, v)| v.filter(|v| i32::try_from(*v).is_err()).map(|v| (row, v)));
+    match past {
+        Some((row, value)) => Err(format!(
+            "partition {value} (row {row} of the batch) is past an int: no Kafka partition"
+        )),
+        None => Ok(longs.unary::<_, Int32Type>(|v| v as i32)),
+    }
 }
 
 /// The bytes `builder` holds as an array; it starts over with room for as many rows and
@@ -375,18 +387,23 @@ mod tests {
             let batch = columns.finish().unwrap_or_else(|e| panic!("{e}"));
             let partition = batch.column_by_name("partition").map(|c| c.as_ref());
             assert_eq!(partition.map(Array::data_type), Some(&partition_type));
-            let numbers = partition.and_then(partition_numbers);
-            assert_eq!(numbers, Some(Int32Array::from(vec![7])));
+            let numbers = partition.map(partition_numbers);
+            assert_eq!(numbers, Some(Ok(Int32Array::from(vec![7]))));
         }
     }
 
     #[test]
     fn a_partition_past_an_int_or_of_another_type_is_no_partition() {
         let past = Int64Array::from(vec![Some(1), None, Some(i64::from(i32::MAX) + 1)]);
-        assert_eq!(partition_numbers(&past), None);
+        let refused = partition_numbers(&past).err().unwrap_or_default();
+        assert!(refused.contains("2147483648 (row 2"), "{refused}");
         let nulls_kept = Int64Array::from(vec![Some(1), None]);
         let read = partition_numbers(&nulls_kept);
-        assert_eq!(read, Some(Int32Array::from(vec![Some(1), None])));
-        assert_eq!(partition_numbers(&StringArray::from(vec!["1"])), None);
+        assert_eq!(read, Ok(Int32Array::from(vec![Some(1), None])));
+        let text = partition_numbers(&StringArray::from(vec!["1"]));
+        assert_eq!(
+            text,
+            Err("partition is a Utf8 column, not an int or a long".into())
+        );
     }
 }

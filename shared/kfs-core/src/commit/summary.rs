@@ -188,7 +188,8 @@ impl FileSummary {
 
     /// The summary's properties with the totals after `parent`: the parent's plus
     /// what this adds, less what it removes; a total the parent does not carry
-    /// (another engine's snapshot without it) is left out rather than guessed.
+    /// (another engine's snapshot without it), or one that would fall below zero, is
+    /// left out rather than guessed.
     pub(crate) fn build_after(&self, parent: Option<&SnapshotRef>) -> HashMap<String, String> {
         let mut properties = self.build();
         let previous = parent.map(|p| &p.summary().additional_properties);
@@ -198,10 +199,13 @@ impl FileSummary {
                 Some(previous) => previous.get(total).and_then(|v| v.parse::<u64>().ok()),
                 None => Some(0),
             };
-            if let Some(before) = before {
-                let after = before
+            // Below zero (another engine's total was wrong): left out, as Java does.
+            let after = before.and_then(|before| {
+                before
                     .saturating_add(self.added.get(count))
-                    .saturating_sub(self.removed.get(count));
+                    .checked_sub(self.removed.get(count))
+            });
+            if let Some(after) = after {
                 properties.insert(total.to_owned(), after.to_string());
             }
         }
@@ -275,5 +279,8 @@ mod tests {
         let built = summary.build_after(None);
         assert_eq!(built.get("added-records"), Some(&u64::MAX.to_string()));
         assert_eq!(built.get("total-records"), Some(&u64::MAX.to_string()));
+        let mut removing = FileSummary::default();
+        removing.count(&huge, 0, false);
+        assert_eq!(removing.build_after(None).get("total-records"), None);
     }
 }

@@ -220,13 +220,11 @@ fn without_rows(
             .ok_or_else(|| arrow_schema::ArrowError::SchemaError(format!("no {name} column")))
     };
     let (partitions, offsets) = (column("partition")?, column("offset")?);
-    let (partitions, offsets) = (
-        kfs_values::partition_numbers(&partitions),
-        offsets.as_primitive_opt::<Int64Type>(),
-    );
-    let (Some(partitions), Some(offsets)) = (partitions, offsets) else {
+    let partitions = kfs_values::partition_numbers(&partitions)
+        .map_err(arrow_schema::ArrowError::SchemaError)?;
+    let Some(offsets) = offsets.as_primitive_opt::<Int64Type>() else {
         return Err(arrow_schema::ArrowError::SchemaError(
-            "partition and offset are no int and long columns".into(),
+            "offset is no long column".into(),
         ));
     };
     let keep: arrow_array::BooleanArray = partitions

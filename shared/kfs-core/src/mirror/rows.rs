@@ -160,7 +160,7 @@ fn collect_rows(
     let record_keys = column("key")?;
     let value = column("value")?;
     let partition = kfs_values::partition_numbers(column("partition")?)
-        .ok_or("partition is no int column (or a long past an int)")?;
+        .map_err(|e| format!("{e}, the batch from row {position}"))?;
     let offset = column("offset")?
         .as_any()
         .downcast_ref::<Int64Array>()

@@ -44,8 +44,8 @@ pub async fn offsets_between(
         )
     };
     for batch in &batches {
-        let partitions =
-            kfs_values::partition_numbers(batch.column(0)).ok_or_else(|| invalid("partition"))?;
+        let partitions = kfs_values::partition_numbers(batch.column(0))
+            .map_err(|e| invalid(&format!("partition ({e})")))?;
         let offsets = batch
             .column(1)
             .as_primitive_opt::<Int64Type>()

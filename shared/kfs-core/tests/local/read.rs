@@ -105,6 +105,12 @@ async fn read_columns(table: &Table, path: &str) -> Result<Vec<RecordBatch>, Str
 /// A `partition` column as ints, whether it is an int or (promoted by another engine) a
 /// long.
 pub fn partition_ints(column: &arrow_array::ArrayRef) -> Option<Int32Array> {
-    let ints = arrow_cast::cast(column, &arrow_schema::DataType::Int32).ok()?;
+    // Not the safe cast: a value past an int is an error, not a null.
+    let options = arrow_cast::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let ints =
+        arrow_cast::cast_with_options(column, &arrow_schema::DataType::Int32, &options).ok()?;
     ints.as_any().downcast_ref::<Int32Array>().cloned()
 }
